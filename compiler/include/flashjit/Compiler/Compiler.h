@@ -1,0 +1,59 @@
+//===- Compiler.h - the one entry point from a spec to PTX --------*- C++ -*-===//
+// Why: the runtime and the command line reach the MLIR pipeline only
+// through this interface (DESIGN.md: runtime calls compiler through one
+// interface; compiler never includes runtime).
+#ifndef FLASHJIT_COMPILER_COMPILER_H
+#define FLASHJIT_COMPILER_COMPILER_H
+
+#include "flashjit/Dialect/AttentionSpec.h"
+#include "flashjit/Templates/KernelABI.h"
+#include "flashjit/Templates/Target.h"
+#include "flashjit/Templates/TileConfig.h"
+
+#include "llvm/Support/Error.h"
+#include <optional>
+#include <string>
+
+namespace flashjit {
+
+/// Stages whose IR `compile --emit` can print, in pipeline order.
+enum class Stage {
+  Description, ///< attn.attention in a func, config attached
+  Kernel,      ///< tiled gpu.func (scf loops, online softmax)
+  LLVM,        ///< gpu.module in the LLVM/NVVM dialects
+  PTX          ///< PTX text
+};
+llvm::Expected<Stage> parseStage(llvm::StringRef name);
+const char *stageName(Stage stage);
+
+struct CompileOptions {
+  Target target;
+  /// Tile config to build; none: the autotuner's heuristic for `target`.
+  std::optional<TileConfig> config;
+  /// Where to stop; the result's `text` holds that stage's IR or PTX.
+  Stage stopAfter = Stage::PTX;
+  /// Run the MLIR verifier after each pass (debug knob).
+  bool verifyEachPass = false;
+};
+
+struct CompiledKernel {
+  KernelInfo info;
+  /// PTX text (or the IR of options.stopAfter).
+  std::string text;
+};
+
+/// Builds the description of `spec` and lowers it through the pipeline.
+/// Never aborts: bad specs, targets and configs come back as errors.
+llvm::Expected<CompiledKernel> compileAttention(const AttentionSpec &spec,
+                                                const CompileOptions &options);
+
+/// Versions that, with the spec, config and target, key the kernel cache.
+struct ToolchainVersions {
+  std::string flashjit; ///< e.g. "0.1.0"
+  std::string llvm;     ///< e.g. "22.1.8"
+};
+ToolchainVersions toolchainVersions();
+
+} // namespace flashjit
+
+#endif

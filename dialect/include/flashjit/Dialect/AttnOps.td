@@ -1,0 +1,85 @@
+//===- AttnOps.td - attention description ops ---------------*- tablegen -*-===//
+// Why: one op carries everything a kernel needs to know about an attention,
+// verified once, so later passes can trust its shapes.
+#ifndef FLASHJIT_DIALECT_ATTN_OPS
+#define FLASHJIT_DIALECT_ATTN_OPS
+
+include "flashjit/Dialect/AttnBase.td"
+include "flashjit/Dialect/AttnAttrs.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/IR/RegionKindInterface.td"
+
+def Attn_AttentionOp : Attn_Op<"attention", [
+    Pure, RecursiveMemoryEffects]> {
+  let summary = "Exact scaled dot-product attention over 4-d tensors";
+  let description = [{
+    Computes, for every batch `b`, query head `h`, query row `i`:
+
+      O[b,h,i,:] = sum_j P[i,j] V[b,g(h),j,:],
+      P[i,:] = softmax_j(mod(scale * Q[b,h,i,:] . K[b,g(h),j,:]))
+
+    where `g(h) = h / (Hq / Hkv)` maps a query head to its key/value head
+    (grouped-query attention when Hkv < Hq) and `lse[b,h,i]` is the natural
+    log-sum-exp of the row. Shapes are `[batch, heads, seqlen, head_dim]`;
+    batch and sequence lengths may be dynamic, heads and head dim are static.
+
+    `causal` masks key positions after the query position (top-left
+    alignment, `kv_idx <= q_idx`, as PyTorch's `is_causal`). The optional
+    `score_mod` region rewrites each score: its block arguments are
+    `(score: f32, b: index, h: index, q_idx: index, kv_idx: index)` and it
+    yields an `f32`. The optional `mask_mod` region takes
+    `(b, h, q_idx, kv_idx: index)` and yields an `i1` that keeps the score
+    when true. The optional `config` is the tile configuration that the
+    autotuner attaches.
+
+    Example:
+    ```mlir
+    %o, %lse = attn.attention %q, %k, %v scale %s causal
+        : tensor<?x32x?x128xbf16>, tensor<?x8x?x128xbf16>,
+          tensor<?x8x?x128xbf16> -> tensor<?x32x?x128xbf16>, tensor<?x32x?xf32>
+    ```
+  }];
+  let arguments = (ins
+    AnyRankedTensor:$query,
+    AnyRankedTensor:$key,
+    AnyRankedTensor:$value,
+    F32:$scale,
+    UnitAttr:$causal,
+    OptionalAttr<Attn_TileConfigAttr>:$config);
+  let results = (outs AnyRankedTensor:$output, AnyRankedTensor:$lse);
+  let regions = (region MaxSizedRegion<1>:$score_mod,
+                        MaxSizedRegion<1>:$mask_mod);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value `scale` $scale (`causal` $causal^)?
+    (`config` $config^)? (`score_mod` $score_mod^)? (`mask_mod` $mask_mod^)?
+    attr-dict `:` type($query) `,` type($key) `,` type($value) `->`
+    type($output) `,` type($lse)
+  }];
+  let hasVerifier = 1;
+  let hasRegionVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Sizes of the static parts of the problem.
+    int64_t getHeadDim();
+    int64_t getNumHeads();
+    int64_t getNumKVHeads();
+    ::mlir::Type getElementType();
+  }];
+}
+
+def Attn_YieldOp : Attn_Op<"yield", [Pure, Terminator,
+    ParentOneOf<["AttentionOp"]>]> {
+  let summary = "Returns the value of a score_mod or mask_mod region";
+  let description = [{
+    Terminates the `score_mod` region with the modified `f32` score, or the
+    `mask_mod` region with an `i1` that keeps the score when true.
+
+    Example:
+    ```mlir
+    attn.yield %score : f32
+    ```
+  }];
+  let arguments = (ins Variadic<AnyType>:$values);
+  let assemblyFormat = "($values^ `:` type($values))? attr-dict";
+}
+
+#endif

@@ -1,0 +1,54 @@
+//===- AttnDialect.cpp - dialect registration and attributes --------------===//
+// Why: registers the attn ops and attributes with MLIR and checks the tile
+// configuration attribute wherever it appears.
+#include "flashjit/Dialect/AttnDialect.h"
+
+#include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/MathExtras.h"
+
+using namespace mlir;
+using namespace flashjit::attn;
+
+#include "flashjit/Dialect/AttnDialect.cpp.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "flashjit/Dialect/AttnAttrs.cpp.inc"
+
+void AttnDialect::initialize() {
+  addOperations<
+#define GET_OP_LIST
+#include "flashjit/Dialect/AttnOps.cpp.inc"
+      >();
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "flashjit/Dialect/AttnAttrs.cpp.inc"
+      >();
+}
+
+LogicalResult
+TileConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                       StringRef family, int64_t blockM, int64_t blockN,
+                       int64_t stages, int64_t warps) {
+  if (family.empty())
+    return emitError() << "tile_config needs a kernel family";
+  auto isPow2InRange = [](int64_t v, int64_t lo, int64_t hi) {
+    return v >= lo && v <= hi && llvm::isPowerOf2_64(v);
+  };
+  if (!isPow2InRange(blockM, 16, 256))
+    return emitError() << "tile_config block_m must be a power of two in "
+                          "[16, 256], got "
+                       << blockM;
+  if (!isPow2InRange(blockN, 16, 256))
+    return emitError() << "tile_config block_n must be a power of two in "
+                          "[16, 256], got "
+                       << blockN;
+  if (stages < 1 || stages > 8)
+    return emitError() << "tile_config stages must be in [1, 8], got "
+                       << stages;
+  if (!isPow2InRange(warps, 1, 32))
+    return emitError() << "tile_config warps must be a power of two in "
+                          "[1, 32], got "
+                       << warps;
+  return success();
+}

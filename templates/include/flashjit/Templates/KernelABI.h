@@ -1,0 +1,56 @@
+//===- KernelABI.h - how a generated forward kernel is called ----*- C++ -*-===//
+// Why: the compiler emits kernels with this parameter list and launch shape,
+// and the runtime calls them with it; both include this one header so the
+// two sides cannot drift apart.
+#ifndef FLASHJIT_TEMPLATES_KERNELABI_H
+#define FLASHJIT_TEMPLATES_KERNELABI_H
+
+#include "flashjit/Templates/TileConfig.h"
+#include <array>
+#include <cstdint>
+#include <string>
+
+namespace flashjit {
+
+/// The forward kernel's parameters, in order. Tensors are
+/// [batch, heads, seqlen, head_dim] with unit stride along head_dim; strides
+/// are in elements, (batch, head, row). LSE is f32 [batch, heads, seqlen].
+struct ForwardKernelArgs {
+  const void *q = nullptr, *k = nullptr, *v = nullptr;
+  void *o = nullptr;
+  float *lse = nullptr;
+  std::array<int64_t, 3> qStrides{}, kStrides{}, vStrides{}, oStrides{},
+      lseStrides{};
+  int32_t seqlenQ = 0, seqlenK = 0;
+  /// softmax scale * log2(e): the kernel works in base 2.
+  float scaleLog2 = 0;
+
+  /// Number of kernel parameters.
+  static constexpr unsigned kNumParams = 5 + 15 + 2 + 1;
+  /// Pointers to each parameter, as cuLaunchKernel wants them. The array
+  /// points into *this: keep *this alive until the launch returns.
+  std::array<void *, kNumParams> paramPointers();
+};
+
+/// What the runtime must know of a compiled kernel to launch it.
+struct KernelInfo {
+  std::string name;              ///< entry symbol in the PTX
+  TileConfig config;             ///< tile sizes it was built with
+  unsigned threadsPerBlock = 0;  ///< blockDim.x
+  unsigned sharedMemoryBytes = 0; ///< dynamic shared memory per block
+  int64_t numHeads = 0;          ///< query heads (grid.y)
+};
+
+struct LaunchGeometry {
+  unsigned gridX = 1, gridY = 1, gridZ = 1;
+  unsigned blockX = 1;
+  unsigned sharedMemoryBytes = 0;
+};
+
+/// grid = (ceil(seqlenQ / blockM), heads, batch), block = threads.
+LaunchGeometry forwardGeometry(const KernelInfo &info, int64_t batch,
+                               int64_t seqlenQ);
+
+} // namespace flashjit
+
+#endif

@@ -1,0 +1,68 @@
+//===- KernelTemplate.h - a family of kernels built from one template ---*- C++ -*-===//
+// Why: each kernel family (CUDA cores, sm80 mma.sync, sm90 wgmma) says which
+// problems and configs it supports and what resources a config needs, so the
+// autotuner can reason about it without building IR; build() then emits the
+// kernel for one chosen config.
+#ifndef FLASHJIT_TEMPLATES_KERNELTEMPLATE_H
+#define FLASHJIT_TEMPLATES_KERNELTEMPLATE_H
+
+#include "flashjit/Dialect/AttentionSpec.h"
+#include "flashjit/Templates/KernelABI.h"
+#include "flashjit/Templates/Target.h"
+#include "flashjit/Templates/TileConfig.h"
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+#include <vector>
+
+namespace mlir {
+class OpBuilder;
+class Location;
+} // namespace mlir
+
+namespace flashjit {
+
+/// Resources one thread block of a config needs.
+struct TemplateResources {
+  unsigned threadsPerBlock = 0;
+  unsigned sharedMemoryBytes = 0;
+  /// Estimated registers per thread (the autotuner's occupancy input).
+  unsigned registersPerThread = 0;
+};
+
+class KernelTemplate {
+public:
+  virtual ~KernelTemplate() = default;
+  /// The family name written in #attn.tile_config (e.g. "cuda_core").
+  virtual llvm::StringRef family() const = 0;
+  /// Lowest compute capability the template runs on (e.g. 80).
+  virtual int minComputeCapability() const = 0;
+  /// Whether the template can build this problem for this target; the error
+  /// says what it supports.
+  virtual llvm::Error supports(const AttentionSpec &spec,
+                               const Target &target) const = 0;
+  /// Whether the config is one this template can build for the spec.
+  virtual llvm::Error checkConfig(const AttentionSpec &spec,
+                                  const TileConfig &config) const = 0;
+  /// Threads, shared memory and registers of one block of this config.
+  virtual TemplateResources resources(const AttentionSpec &spec,
+                                      const TileConfig &config) const = 0;
+  /// Every config the template can build for the spec (autotuner input).
+  virtual std::vector<TileConfig>
+  candidates(const AttentionSpec &spec) const = 0;
+  /// Emits `gpu.func @name` for the spec and config at the builder's
+  /// insertion point (inside a gpu.module). Call checkConfig first.
+  virtual llvm::Error build(mlir::OpBuilder &builder, mlir::Location loc,
+                            const AttentionSpec &spec,
+                            const TileConfig &config,
+                            llvm::StringRef name) const = 0;
+};
+
+/// All templates, most capable first.
+const std::vector<const KernelTemplate *> &allTemplates();
+/// The template of a family, or an error listing the families.
+llvm::Expected<const KernelTemplate *> findTemplate(llvm::StringRef family);
+
+} // namespace flashjit
+
+#endif

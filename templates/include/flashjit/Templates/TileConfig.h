@@ -1,0 +1,32 @@
+//===- TileConfig.h - tile sizes of one kernel ------------------*- C++ -*-===//
+// Why: the autotuner, the compiler and the cache all speak of the same
+// handful of numbers; this is their plain C++ form (the IR form is
+// #attn.tile_config).
+#ifndef FLASHJIT_TEMPLATES_TILECONFIG_H
+#define FLASHJIT_TEMPLATES_TILECONFIG_H
+
+#include <cstdint>
+#include <string>
+
+namespace flashjit {
+
+struct TileConfig {
+  /// Kernel template that lowers the attention ("cuda_core", ...).
+  std::string family;
+  int64_t blockM = 64; ///< query rows per thread block
+  int64_t blockN = 32; ///< key/value rows per tile
+  int64_t stages = 1;  ///< shared-memory buffers for K/V tiles
+  int64_t warps = 4;   ///< warps per thread block
+
+  /// "cuda_core:m64:n32:s1:w8", stable: part of the cache key.
+  std::string canonical() const;
+  bool operator==(const TileConfig &o) const {
+    return family == o.family && blockM == o.blockM && blockN == o.blockN &&
+           stages == o.stages && warps == o.warps;
+  }
+  bool operator!=(const TileConfig &o) const { return !(*this == o); }
+};
+
+} // namespace flashjit
+
+#endif

@@ -1,0 +1,48 @@
+//===- KernelABI.cpp - parameter pointers and launch geometry -------------===//
+// Why: the flattening of ForwardKernelArgs into cuLaunchKernel's parameter
+// array must match the gpu.func signature the templates emit, in one place.
+#include "flashjit/Templates/KernelABI.h"
+#include "flashjit/Templates/TileConfig.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+namespace flashjit {
+
+std::array<void *, ForwardKernelArgs::kNumParams>
+ForwardKernelArgs::paramPointers() {
+  std::array<void *, kNumParams> p{};
+  unsigned i = 0;
+  p[i++] = &q;
+  p[i++] = &k;
+  p[i++] = &v;
+  p[i++] = &o;
+  p[i++] = &lse;
+  for (auto *strides : {&qStrides, &kStrides, &vStrides, &oStrides,
+                        &lseStrides})
+    for (int64_t &s : *strides)
+      p[i++] = &s;
+  p[i++] = &seqlenQ;
+  p[i++] = &seqlenK;
+  p[i++] = &scaleLog2;
+  return p;
+}
+
+LaunchGeometry forwardGeometry(const KernelInfo &info, int64_t batch,
+                               int64_t seqlenQ) {
+  LaunchGeometry g;
+  int64_t blockM = info.config.blockM > 0 ? info.config.blockM : 1;
+  g.gridX = static_cast<unsigned>((seqlenQ + blockM - 1) / blockM);
+  g.gridY = static_cast<unsigned>(info.numHeads);
+  g.gridZ = static_cast<unsigned>(batch);
+  g.blockX = info.threadsPerBlock;
+  g.sharedMemoryBytes = info.sharedMemoryBytes;
+  return g;
+}
+
+std::string TileConfig::canonical() const {
+  return llvm::formatv("{0}:m{1}:n{2}:s{3}:w{4}", family, blockM, blockN,
+                       stages, warps)
+      .str();
+}
+
+} // namespace flashjit
