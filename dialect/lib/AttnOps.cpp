@@ -4,6 +4,7 @@
 #include "flashjit/Dialect/AttnDialect.h"
 
 #include "mlir/IR/OpImplementation.h"
+#include "mlir/IR/TypeUtilities.h"
 
 using namespace mlir;
 using namespace flashjit::attn;

@@ -4,6 +4,7 @@
 #include "flashjit/Templates/Target.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
 namespace flashjit {
