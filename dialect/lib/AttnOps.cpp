@@ -38,6 +38,17 @@ Type AttentionOp::getElementType() {
   return getQuery().getType().getElementType();
 }
 
+flashjit::AttentionSpec AttentionOp::getSpec() {
+  flashjit::AttentionSpec spec;
+  spec.headDim = getHeadDim();
+  spec.dtype = getElementType().isBF16() ? flashjit::DType::BF16
+                                         : flashjit::DType::F16;
+  spec.causal = getCausal();
+  spec.numHeads = getNumHeads();
+  spec.numKVHeads = getNumKVHeads();
+  return spec;
+}
+
 LogicalResult AttentionOp::verify() {
   RankedTensorType types[] = {getQuery().getType(), getKey().getType(),
                               getValue().getType()};

@@ -1,11 +1,382 @@
 //===- CudaCoreForward.cpp - IR builder of the CUDA-core template ---------===//
+// Why: emits the tiled FlashAttention-2 forward kernel as a gpu.func in
+// upstream dialects (gpu, scf, arith, vector, memref, llvm), so the standard
+// NVVM lowering turns it into PTX.
+//
+// Work split: a block owns block_m query rows of one (batch, head); each row
+// is owned by D/32 adjacent threads ("slices"), each holding 32 columns of
+// the pre-scaled Q row and of the f32 accumulator in registers. K and V tiles
+// of block_n rows go through shared memory. Per tile, every thread computes
+// its partial dot products, the slices of a row add them with butterfly
+// shuffles, and the row's online softmax (running max m, running sum l,
+// accumulator rescaled once per tile) is computed redundantly by its slices.
+// Scores are in base 2: Q is multiplied by scale*log2(e) on load, so
+// p = exp2(s - m) is one ex2.approx per score.
+//
+// Shared layout: each K/V row stores its D/32 slices 40 elements apart (32
+// used, 8 padding), so the 16-byte loads of the slices of one row fall in
+// distinct banks.
 #include "flashjit/Templates/CudaCoreForward.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/Builders.h"
 
+#include <cmath>
+#include <limits>
+
+using namespace mlir;
+
 namespace flashjit {
-llvm::Error CudaCoreForward::build(mlir::OpBuilder &, mlir::Location,
-                                   const AttentionSpec &, const TileConfig &,
-                                   llvm::StringRef) const {
-  return llvm::createStringError("cuda_core builder: work in progress");
+namespace {
+
+constexpr int64_t kSharedSliceStride = CudaCoreForward::kSharedSliceStride;
+/// Elements in one 16-byte vector load.
+constexpr int64_t kVec = 8;
+
+class Builder {
+public:
+  Builder(OpBuilder &b, Location loc, const AttentionSpec &spec,
+          const TileConfig &config)
+      : b(b), loc(loc), spec(spec), cfg(config),
+        slices(spec.headDim / CudaCoreForward::kSliceWidth),
+        vecsPerSlice(CudaCoreForward::kSliceWidth / kVec),
+        threads(cfg.blockM * slices), rowStride(slices * kSharedSliceStride) {
+    MLIRContext *ctx = b.getContext();
+    elt = spec.dtype == DType::BF16 ? Type(b.getBF16Type())
+                                    : Type(b.getF16Type());
+    f32 = b.getF32Type();
+    i64 = b.getI64Type();
+    i32 = b.getI32Type();
+    ptr = LLVM::LLVMPointerType::get(ctx, /*addressSpace=*/1);
+    vecElt = VectorType::get({kVec}, elt);
+    vecF32 = VectorType::get({kVec}, f32);
+    auto workgroup = gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup);
+    tileType = MemRefType::get({cfg.blockN, rowStride}, elt, AffineMap(),
+                               workgroup);
+    rawSharedType = MemRefType::get({ShapedType::kDynamic}, b.getI8Type(),
+                                    AffineMap(), workgroup);
+  }
+
+  void build(StringRef name);
+
+private:
+  // --- small constructors -------------------------------------------------
+  Value c64(int64_t v) {
+    return arith::ConstantOp::create(b, loc, b.getI64IntegerAttr(v));
+  }
+  Value cIdx(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
+  Value cF32(float v) {
+    return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(v));
+  }
+  Value add(Value x, Value y) { return arith::AddIOp::create(b, loc, x, y); }
+  Value mul(Value x, Value y) { return arith::MulIOp::create(b, loc, x, y); }
+  Value toI64(Value indexValue) {
+    return arith::IndexCastOp::create(b, loc, i64, indexValue);
+  }
+  Value toIndex(Value i64Value) {
+    return arith::IndexCastOp::create(b, loc, b.getIndexType(), i64Value);
+  }
+  Value splat(Value scalar) {
+    return vector::BroadcastOp::create(b, loc, vecF32, scalar);
+  }
+  Value exp2(Value x) {
+    return LLVM::CallIntrinsicOp::create(
+               b, loc, f32, b.getStringAttr("llvm.nvvm.ex2.approx.ftz.f"),
+               ValueRange{x})
+        .getResult(0);
+  }
+  Value log2(Value x) {
+    return LLVM::CallIntrinsicOp::create(
+               b, loc, f32, b.getStringAttr("llvm.nvvm.lg2.approx.f"),
+               ValueRange{x})
+        .getResult(0);
+  }
+  /// Address of element `offset` (i64, in elements) of a global tensor.
+  Value elementAddress(Value base, Type type, Value offset) {
+    return LLVM::GEPOp::create(b, loc, ptr, type, base, ValueRange{offset});
+  }
+  /// 16-byte load of 8 elements from global memory.
+  Value loadGlobalVec(Value base, Value offset) {
+    return LLVM::LoadOp::create(b, loc, vecElt,
+                                elementAddress(base, elt, offset),
+                                /*alignment=*/16);
+  }
+  /// Offset of row `row` of head `head` in batch `batch` (strides in i64).
+  Value rowOffset(ValueRange strides, Value batch, Value head, Value row) {
+    return add(add(mul(batch, strides[0]), mul(head, strides[1])),
+               mul(row, strides[2]));
+  }
+  /// 8 elements of slice-local chunk `chunk` of row `row` of a shared tile,
+  /// widened to f32.
+  Value loadSharedVec(Value tile, Value row, Value column) {
+    Value v = vector::LoadOp::create(b, loc, vecElt, tile,
+                                     ValueRange{row, column},
+                                     /*nontemporal=*/false, llvm::Align(16));
+    return arith::ExtFOp::create(b, loc, vecF32, v);
+  }
+
+  void emitTileLoad(Value kBase, Value vBase, ValueRange kStrides,
+                    ValueRange vStrides, Value batch, Value kvHead, Value n0,
+                    Value seqlenK, Value tid, Value kTile, Value vTile);
+
+  OpBuilder &b;
+  Location loc;
+  const AttentionSpec &spec;
+  const TileConfig &cfg;
+  const int64_t slices, vecsPerSlice, threads, rowStride;
+  Type elt, f32, i64, i32, ptr;
+  VectorType vecElt, vecF32;
+  MemRefType tileType, rawSharedType;
+};
+
+/// Cooperative copy of K and V rows [n0, n0 + block_n) into shared memory;
+/// rows past the end of the sequence repeat its last row (their scores are
+/// masked, so any finite data will do).
+void Builder::emitTileLoad(Value kBase, Value vBase, ValueRange kStrides,
+                           ValueRange vStrides, Value batch, Value kvHead,
+                           Value n0, Value seqlenK, Value tid, Value kTile,
+                           Value vTile) {
+  const int64_t chunksPerRow = spec.headDim / kVec;
+  const int64_t chunks = cfg.blockN * chunksPerRow;
+  const int64_t rounds = (chunks + threads - 1) / threads;
+  Value lastRow = arith::SubIOp::create(b, loc, seqlenK, c64(1));
+  for (int64_t round = 0; round < rounds; ++round) {
+    Value chunk = add(tid, c64(round * threads));
+    OpBuilder::InsertionGuard guard(b);
+    if ((round + 1) * threads > chunks) {
+      Value inRange = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt,
+                                            chunk, c64(chunks));
+      auto ifOp = scf::IfOp::create(b, loc, inRange, /*withElse=*/false);
+      b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
+    }
+    Value row = arith::DivUIOp::create(b, loc, chunk, c64(chunksPerRow));
+    Value column = mul(arith::RemUIOp::create(b, loc, chunk, c64(chunksPerRow)),
+                       c64(kVec));
+    Value seqRow = arith::MinSIOp::create(b, loc, add(n0, row), lastRow);
+    // Padded shared column: slice * 40 + column within the slice.
+    Value slice = arith::DivUIOp::create(
+        b, loc, column, c64(CudaCoreForward::kSliceWidth));
+    Value within = arith::RemUIOp::create(
+        b, loc, column, c64(CudaCoreForward::kSliceWidth));
+    Value sharedColumn = toIndex(add(mul(slice, c64(kSharedSliceStride)), within));
+    Value sharedRow = toIndex(row);
+    Value kVal = loadGlobalVec(
+        kBase, add(rowOffset(kStrides, batch, kvHead, seqRow), column));
+    Value vVal = loadGlobalVec(
+        vBase, add(rowOffset(vStrides, batch, kvHead, seqRow), column));
+    vector::StoreOp::create(b, loc, kVal, kTile,
+                            ValueRange{sharedRow, sharedColumn},
+                            /*nontemporal=*/false, llvm::Align(16));
+    vector::StoreOp::create(b, loc, vVal, vTile,
+                            ValueRange{sharedRow, sharedColumn},
+                            /*nontemporal=*/false, llvm::Align(16));
+  }
 }
+
+void Builder::build(StringRef name) {
+  // ---- signature: see KernelABI.h --------------------------------------
+  SmallVector<Type> argTypes(5, ptr);
+  argTypes.append(15, i64);
+  argTypes.append({i32, i32, f32});
+  auto funcType = b.getFunctionType(argTypes, {});
+  auto func = gpu::GPUFuncOp::create(b, loc, name, funcType);
+  func->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
+  func.setKnownBlockSizeAttr(b.getDenseI32ArrayAttr(
+      {static_cast<int32_t>(threads), 1, 1}));
+  Block &entry = func.getBody().front();
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(&entry);
+
+  ValueRange args = entry.getArguments();
+  Value qBase = args[0], kBase = args[1], vBase = args[2], oBase = args[3],
+        lseBase = args[4];
+  ValueRange qStrides = args.slice(5, 3), kStrides = args.slice(8, 3),
+             vStrides = args.slice(11, 3), oStrides = args.slice(14, 3),
+             lseStrides = args.slice(17, 3);
+  Value seqlenQ = arith::ExtSIOp::create(b, loc, i64, args[20]);
+  Value seqlenK = arith::ExtSIOp::create(b, loc, i64, args[21]);
+  Value scaleLog2 = args[22];
+
+  // ---- who am I ------------------------------------------------------------
+  Value tid = toI64(gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x));
+  Value blockX = toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::x));
+  Value head = toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::y));
+  Value batch = toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::z));
+  Value queryBlock = blockX;
+  if (spec.causal) {
+    // Causal blocks near the end of the sequence have the most tiles:
+    // launch them first so the short ones fill the tail of the last wave.
+    Value gridX = toI64(gpu::GridDimOp::create(b, loc, gpu::Dimension::x));
+    queryBlock = arith::SubIOp::create(
+        b, loc, arith::SubIOp::create(b, loc, gridX, c64(1)), blockX);
+  }
+  Value kvHead = arith::DivUIOp::create(b, loc, head, c64(spec.groupSize()));
+  Value rowInBlock = arith::DivUIOp::create(b, loc, tid, c64(slices));
+  Value slice = arith::RemUIOp::create(b, loc, tid, c64(slices));
+  Value row = add(mul(queryBlock, c64(cfg.blockM)), rowInBlock);
+  Value lastQueryRow = arith::SubIOp::create(b, loc, seqlenQ, c64(1));
+  Value loadRow = arith::MinSIOp::create(b, loc, row, lastQueryRow);
+  Value column0 = mul(slice, c64(CudaCoreForward::kSliceWidth));
+
+  // ---- Q slice into registers, pre-scaled into base 2 ----------------------
+  SmallVector<Value> q;
+  Value qRow = add(rowOffset(qStrides, batch, head, loadRow), column0);
+  for (int64_t i = 0; i < vecsPerSlice; ++i) {
+    Value raw = loadGlobalVec(qBase, add(qRow, c64(i * kVec)));
+    Value wide = arith::ExtFOp::create(b, loc, vecF32, raw);
+    q.push_back(arith::MulFOp::create(b, loc, wide, splat(scaleLog2)));
+  }
+
+  // ---- shared K and V tiles ----------------------------------------------
+  Value shared = gpu::DynamicSharedMemoryOp::create(b, loc, rawSharedType);
+  int64_t tileBytes = cfg.blockN * rowStride * dtypeBytes(spec.dtype);
+  Value kTile = memref::ViewOp::create(b, loc, tileType, shared, cIdx(0),
+                                       ValueRange{});
+  Value vTile = memref::ViewOp::create(b, loc, tileType, shared,
+                                       cIdx(tileBytes), ValueRange{});
+
+  // ---- KV loop bounds: causal blocks stop at their last row's diagonal --
+  Value kvEnd = seqlenK;
+  if (spec.causal)
+    kvEnd = arith::MinSIOp::create(
+        b, loc, seqlenK, mul(add(queryBlock, c64(1)), c64(cfg.blockM)));
+  Value numTiles = arith::DivUIOp::create(
+      b, loc, add(kvEnd, c64(cfg.blockN - 1)), c64(cfg.blockN));
+
+  const float negInf = -std::numeric_limits<float>::infinity();
+  SmallVector<Value> init = {cF32(negInf), cF32(0.0f)};
+  Value zeros = arith::ConstantOp::create(
+      b, loc, DenseElementsAttr::get(vecF32, b.getF32FloatAttr(0.0f)));
+  init.append(vecsPerSlice, zeros);
+
+  Value sliceColumn = toIndex(mul(slice, c64(kSharedSliceStride)));
+  auto loop = scf::ForOp::create(
+      b, loc, cIdx(0), toIndex(numTiles), cIdx(1), init,
+      [&](OpBuilder &, Location, Value tileIndex, ValueRange state) {
+        Value n0 = mul(toI64(tileIndex), c64(cfg.blockN));
+        // Everyone is done reading the previous tile before it is replaced.
+        gpu::BarrierOp::create(b, loc);
+        emitTileLoad(kBase, vBase, kStrides, vStrides, batch, kvHead, n0,
+                     seqlenK, tid, kTile, vTile);
+        gpu::BarrierOp::create(b, loc);
+
+        // S = Q K^T for this row's block_n columns, masked, in base 2.
+        SmallVector<Value> scores;
+        Value rowMax = state[0];
+        for (int64_t j = 0; j < cfg.blockN; ++j) {
+          Value jIdx = cIdx(j);
+          Value partial;
+          for (int64_t i = 0; i < vecsPerSlice; ++i) {
+            Value column = arith::AddIOp::create(b, loc, sliceColumn,
+                                                 cIdx(i * kVec));
+            Value k = loadSharedVec(kTile, jIdx, column);
+            partial = partial ? vector::FMAOp::create(b, loc, k, q[i], partial)
+                                    .getResult()
+                              : arith::MulFOp::create(b, loc, k, q[i])
+                                    .getResult();
+          }
+          Value s = vector::ReductionOp::create(
+              b, loc, vector::CombiningKind::ADD, partial);
+          for (int64_t offset = slices / 2; offset >= 1; offset /= 2) {
+            Value other = gpu::ShuffleOp::create(b, loc, s, offset, 32,
+                                                 gpu::ShuffleMode::XOR)
+                              .getShuffleResult();
+            s = arith::AddFOp::create(b, loc, s, other);
+          }
+          Value column = add(n0, c64(j));
+          Value valid = arith::CmpIOp::create(
+              b, loc, arith::CmpIPredicate::slt, column, seqlenK);
+          if (spec.causal)
+            valid = arith::AndIOp::create(
+                b, loc, valid,
+                arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sle,
+                                      column, row));
+          s = arith::SelectOp::create(b, loc, valid, s, cF32(negInf));
+          scores.push_back(s);
+          rowMax = arith::MaxNumFOp::create(b, loc, rowMax, s);
+        }
+
+        // Online softmax: rescale by exp2(m_old - m_new) once per tile. A
+        // row whose scores are all masked so far keeps m = -inf; subtract 0
+        // then, so no -inf - -inf appears.
+        Value isEmpty = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ,
+                                              rowMax, cF32(negInf));
+        Value shift = arith::SelectOp::create(b, loc, isEmpty, cF32(0.0f), rowMax);
+        Value alpha = exp2(arith::SubFOp::create(b, loc, state[0], shift));
+        Value rowSum = arith::MulFOp::create(b, loc, state[1], alpha);
+        SmallVector<Value> acc;
+        Value alphaVec = splat(alpha);
+        for (int64_t i = 0; i < vecsPerSlice; ++i)
+          acc.push_back(
+              arith::MulFOp::create(b, loc, state[2 + i], alphaVec));
+
+        // O += P V.
+        for (int64_t j = 0; j < cfg.blockN; ++j) {
+          Value p = exp2(arith::SubFOp::create(b, loc, scores[j], shift));
+          rowSum = arith::AddFOp::create(b, loc, rowSum, p);
+          Value pVec = splat(p);
+          Value jIdx = cIdx(j);
+          for (int64_t i = 0; i < vecsPerSlice; ++i) {
+            Value column = arith::AddIOp::create(b, loc, sliceColumn,
+                                                 cIdx(i * kVec));
+            Value v = loadSharedVec(vTile, jIdx, column);
+            acc[i] = vector::FMAOp::create(b, loc, v, pVec, acc[i]);
+          }
+        }
+        SmallVector<Value> next = {rowMax, rowSum};
+        next.append(acc);
+        scf::YieldOp::create(b, loc, next);
+      });
+
+  // ---- epilogue: O = acc / l, LSE = ln(l) + m * ln 2 -----------------------
+  Value rowMax = loop.getResult(0), rowSum = loop.getResult(1);
+  Value inverse = arith::DivFOp::create(b, loc, cF32(1.0f), rowSum);
+  Value rowInRange = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt,
+                                           row, seqlenQ);
+  auto store = scf::IfOp::create(b, loc, rowInRange, /*withElse=*/false);
+  {
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPoint(store.thenBlock()->getTerminator());
+    Value oRow = add(rowOffset(oStrides, batch, head, row), column0);
+    Value inverseVec = splat(inverse);
+    for (int64_t i = 0; i < vecsPerSlice; ++i) {
+      Value scaled =
+          arith::MulFOp::create(b, loc, loop.getResult(2 + i), inverseVec);
+      Value narrow = arith::TruncFOp::create(b, loc, vecElt, scaled);
+      LLVM::StoreOp::create(b, loc, narrow,
+                            elementAddress(oBase, elt, add(oRow, c64(i * kVec))),
+                            /*alignment=*/16);
+    }
+    Value firstSlice = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                             slice, c64(0));
+    auto lseIf = scf::IfOp::create(b, loc, firstSlice, /*withElse=*/false);
+    b.setInsertionPoint(lseIf.thenBlock()->getTerminator());
+    Value log2Sum = arith::AddFOp::create(b, loc, rowMax, log2(rowSum));
+    Value lse = arith::MulFOp::create(b, loc, log2Sum,
+                                      cF32(static_cast<float>(M_LN2)));
+    LLVM::StoreOp::create(
+        b, loc, lse,
+        elementAddress(lseBase, f32, rowOffset(lseStrides, batch, head, row)),
+        /*alignment=*/4);
+  }
+  gpu::ReturnOp::create(b, loc);
+}
+
+} // namespace
+
+llvm::Error CudaCoreForward::build(OpBuilder &builder, Location loc,
+                                   const AttentionSpec &spec,
+                                   const TileConfig &config,
+                                   StringRef name) const {
+  if (auto err = checkConfig(spec, config))
+    return err;
+  Builder(builder, loc, spec, config).build(name);
+  return llvm::Error::success();
+}
+
 } // namespace flashjit

@@ -66,9 +66,11 @@ TemplateResources CudaCoreForward::resources(const AttentionSpec &spec,
   TemplateResources r;
   int64_t threadsPerRow = spec.headDim / kSliceWidth;
   r.threadsPerBlock = static_cast<unsigned>(config.blockM * threadsPerRow);
-  // One K and one V tile per stage, block_n rows of head_dim elements.
+  // One K and one V tile per stage, block_n rows; each row stores its
+  // head_dim/32 slices 40 elements apart (8 elements of bank padding).
   r.sharedMemoryBytes = static_cast<unsigned>(
-      config.stages * 2 * config.blockN * spec.headDim * dtypeBytes(spec.dtype));
+      config.stages * 2 * config.blockN * threadsPerRow * kSharedSliceStride *
+      dtypeBytes(spec.dtype));
   // Q slice and accumulator slice (32 f32 each), a row of scores, and about
   // 40 for addresses, the running max/sum and loop state.
   r.registersPerThread =

@@ -47,6 +47,13 @@ struct CompiledKernel {
 llvm::Expected<CompiledKernel> compileAttention(const AttentionSpec &spec,
                                                 const CompileOptions &options);
 
+/// Parses `mlirText` (a module holding one func with one attn.attention,
+/// as `compile --emit attn` prints) and lowers it like compileAttention.
+/// Malformed text, or not exactly one attention, is an error with the
+/// parser's diagnostics.
+llvm::Expected<CompiledKernel> compileDescription(llvm::StringRef mlirText,
+                                                  const CompileOptions &options);
+
 /// Versions that, with the spec, config and target, key the kernel cache.
 struct ToolchainVersions {
   std::string flashjit; ///< e.g. "0.1.0"

@@ -10,6 +10,8 @@
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
+#include "flashjit/Dialect/AttentionSpec.h"
+
 #include "flashjit/Dialect/AttnDialect.h.inc"
 
 #define GET_ATTRDEF_CLASSES

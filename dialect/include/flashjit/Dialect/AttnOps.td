@@ -29,12 +29,14 @@ def Attn_AttentionOp : Attn_Op<"attention", [
     `(score: f32, b: index, h: index, q_idx: index, kv_idx: index)` and it
     yields an `f32`. The optional `mask_mod` region takes
     `(b, h, q_idx, kv_idx: index)` and yields an `i1` that keeps the score
-    when true. The optional `config` is the tile configuration that the
-    autotuner attaches.
+    when true. The optional `config` attribute is the tile configuration
+    that the autotuner attaches.
 
     Example:
     ```mlir
     %o, %lse = attn.attention %q, %k, %v scale %s causal
+        {config = #attn.tile_config<family = "cuda_core", block_m = 64,
+                                    block_n = 32, stages = 1, warps = 8>}
         : tensor<?x32x?x128xbf16>, tensor<?x8x?x128xbf16>,
           tensor<?x8x?x128xbf16> -> tensor<?x32x?x128xbf16>, tensor<?x32x?xf32>
     ```
@@ -51,8 +53,8 @@ def Attn_AttentionOp : Attn_Op<"attention", [
                         MaxSizedRegion<1>:$mask_mod);
   let assemblyFormat = [{
     $query `,` $key `,` $value `scale` $scale (`causal` $causal^)?
-    (`config` $config^)? (`score_mod` $score_mod^)? (`mask_mod` $mask_mod^)?
-    attr-dict `:` type($query) `,` type($key) `,` type($value) `->`
+    attr-dict (`score_mod` $score_mod^)? (`mask_mod` $mask_mod^)?
+    `:` type($query) `,` type($key) `,` type($value) `->`
     type($output) `,` type($lse)
   }];
   let hasVerifier = 1;
@@ -63,6 +65,8 @@ def Attn_AttentionOp : Attn_Op<"attention", [
     int64_t getNumHeads();
     int64_t getNumKVHeads();
     ::mlir::Type getElementType();
+    /// The C++ description of this attention (shapes, dtype, causal, GQA).
+    ::flashjit::AttentionSpec getSpec();
   }];
 }
 

@@ -15,6 +15,9 @@ class CudaCoreForward final : public KernelTemplate {
 public:
   /// Head-dim columns each thread owns.
   static constexpr int64_t kSliceWidth = 32;
+  /// Elements between the starts of two slices of a K/V row in shared
+  /// memory: 32 used and 8 of padding that spread the slices over the banks.
+  static constexpr int64_t kSharedSliceStride = 40;
 
   llvm::StringRef family() const override { return "cuda_core"; }
   int minComputeCapability() const override { return 80; }

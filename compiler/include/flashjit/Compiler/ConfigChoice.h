@@ -1,0 +1,20 @@
+//===- ConfigChoice.h - the default tile config of a spec ----------*- C++ -*-===//
+// Why: the compiler asks the autotuner's heuristic through this one call.
+#ifndef FLASHJIT_COMPILER_CONFIGCHOICE_H
+#define FLASHJIT_COMPILER_CONFIGCHOICE_H
+
+#include "flashjit/Dialect/AttentionSpec.h"
+#include "flashjit/Templates/Target.h"
+#include "flashjit/Templates/TileConfig.h"
+
+namespace flashjit {
+
+/// The heuristic's config for `spec` on `target`; `device` names a known
+/// GPU (empty: the reference GPU of the chip).
+llvm::Expected<TileConfig> chooseTileConfig(const AttentionSpec &spec,
+                                            const Target &target,
+                                            llvm::StringRef device);
+
+} // namespace flashjit
+
+#endif

@@ -1,0 +1,44 @@
+//===- Passes.td - flashjit's own passes --------------------*- tablegen -*-===//
+// Why: passes are declared here with typed options and their dependent
+// dialects; tablegen writes the boilerplate and the registration.
+#ifndef FLASHJIT_COMPILER_PASSES
+#define FLASHJIT_COMPILER_PASSES
+
+include "mlir/Pass/PassBase.td"
+
+def AttachTileConfig : Pass<"attn-attach-config", "mlir::ModuleOp"> {
+  let summary = "Attach the autotuner's tile config to attn.attention ops";
+  let description = [{
+    Every `attn.attention` without a `config` gets the tile configuration
+    the autotuner's heuristic picks for the target chip and device model.
+    Ops that already carry one keep it. Fails with a diagnostic when no
+    kernel template supports the attention on the chip.
+  }];
+  let options = [
+    Option<"chip", "chip", "std::string", /*default=*/"\"sm_90a\"",
+           "Target chip (sm_80, sm_86, sm_89, sm_90, sm_90a)">,
+    Option<"device", "device", "std::string", /*default=*/"\"\"",
+           "Known GPU whose SRAM and SM count drive the choice (e.g. h100, "
+           "a100, t4); empty: the reference GPU of the chip">,
+  ];
+  let dependentDialects = ["::flashjit::attn::AttnDialect"];
+}
+
+def LowerAttentionToKernel
+    : Pass<"attn-lower-to-kernel", "mlir::ModuleOp"> {
+  let summary = "Lower attn.attention descriptions to tiled GPU kernels";
+  let description = [{
+    Replaces each `func.func` whose body is an `attn.attention` (with a
+    `config`) by a `gpu.func` kernel of the same name inside the module's
+    `gpu.module @flashjit_kernels`, built by the kernel template the config
+    names: a loop over K/V tiles with online softmax (running max and sum,
+    accumulator rescaled once per tile) that writes O and the log-sum-exp.
+    The kernel's parameters follow templates/KernelABI.h.
+  }];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect", "::mlir::gpu::GPUDialect",
+    "::mlir::LLVM::LLVMDialect", "::mlir::memref::MemRefDialect",
+    "::mlir::scf::SCFDialect", "::mlir::vector::VectorDialect"];
+}
+
+#endif

@@ -1,0 +1,230 @@
+//===- Compiler.cpp - spec -> description -> pipeline -> PTX --------------===//
+// Why: the single entry of the runtime and the CLI into MLIR. It validates
+// everything LLVM would abort on, runs the pipeline in a private context,
+// and turns diagnostics into errors.
+#include "flashjit/Compiler/Compiler.h"
+#include "flashjit/Compiler/ConfigAttr.h"
+#include "flashjit/Compiler/ConfigChoice.h"
+#include "flashjit/Compiler/Description.h"
+#include "flashjit/Compiler/Pipeline.h"
+#include "flashjit/Templates/KernelTemplate.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/Config/llvm-config.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <mutex>
+
+using namespace mlir;
+
+namespace flashjit {
+
+namespace {
+struct StageName {
+  Stage stage;
+  const char *name;
+};
+constexpr StageName kStages[] = {{Stage::Description, "attn"},
+                                 {Stage::Kernel, "kernel"},
+                                 {Stage::LLVM, "llvm"},
+                                 {Stage::PTX, "ptx"}};
+
+/// One context for the process: dialect registration happens once, and
+/// compiles are serialised (MLIR contexts are not shared across threads
+/// while passes mutate IR). Multithreading is off: the pipeline works on one
+/// small module.
+struct SharedContext {
+  std::mutex mutex;
+  MLIRContext context;
+  SharedContext() : context(makeRegistry(), MLIRContext::Threading::DISABLED) {
+    context.loadAllAvailableDialects();
+  }
+  static DialectRegistry makeRegistry() {
+    DialectRegistry registry;
+    registerCompilerDialects(registry);
+    return registry;
+  }
+};
+
+SharedContext &sharedContext() {
+  static SharedContext *shared = new SharedContext();
+  return *shared;
+}
+
+std::string printOp(Operation *op) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  op->print(os);
+  return text;
+}
+
+/// The PTX held by the module's gpu.binary.
+llvm::Expected<std::string> extractPTX(ModuleOp module) {
+  std::string ptx;
+  module.walk([&](gpu::BinaryOp binary) {
+    for (Attribute object : binary.getObjects())
+      if (auto obj = dyn_cast<gpu::ObjectAttr>(object))
+        ptx = obj.getObject().getValue().str();
+  });
+  if (ptx.empty())
+    return llvm::createStringError("the pipeline produced no PTX");
+  return ptx;
+}
+} // namespace
+
+llvm::Expected<Stage> parseStage(llvm::StringRef name) {
+  for (const StageName &s : kStages)
+    if (name == s.name)
+      return s.stage;
+  return llvm::createStringError(
+      llvm::formatv("unknown stage '{0}': expected attn, kernel, llvm or ptx",
+                    name)
+          .str());
+}
+
+const char *stageName(Stage stage) {
+  for (const StageName &s : kStages)
+    if (s.stage == stage)
+      return s.name;
+  return "?";
+}
+
+ToolchainVersions toolchainVersions() {
+  return {FLASHJIT_VERSION_STRING, LLVM_VERSION_STRING};
+}
+
+namespace {
+/// Runs the pipeline over `module` (built or parsed in `shared`'s context,
+/// whose lock the caller holds) and packages the result.
+llvm::Expected<CompiledKernel>
+runPipeline(MLIRContext &ctx, ModuleOp module, const AttentionSpec &spec,
+            const KernelTemplate &tmpl, const TileConfig &config,
+            const Target &target, const CompileOptions &options,
+            std::string &diagnostics, llvm::StringRef kernelName) {
+  PassManager pm(&ctx);
+  pm.enableVerifier(options.verifyEachPass);
+  buildAttentionPipeline(pm, target, "", options.stopAfter);
+  if (failed(pm.run(module)))
+    return llvm::createStringError("compiling " + spec.canonical() + " for " +
+                                   target.chip + " failed:\n" + diagnostics);
+
+  CompiledKernel result;
+  TemplateResources resources = tmpl.resources(spec, config);
+  result.info.name = kernelName.str();
+  result.info.config = config;
+  result.info.threadsPerBlock = resources.threadsPerBlock;
+  result.info.sharedMemoryBytes = resources.sharedMemoryBytes;
+  result.info.numHeads = spec.numHeads;
+  if (options.stopAfter == Stage::PTX) {
+    auto ptx = extractPTX(module);
+    if (!ptx)
+      return ptx.takeError();
+    result.text = std::move(*ptx);
+  } else {
+    result.text = printOp(module);
+  }
+  return result;
+}
+
+/// Checks that a template supports the spec on the target with the config
+/// (the chosen one when `config` is empty); everything LLVM or the verifier
+/// would choke on is caught here.
+llvm::Expected<const KernelTemplate *>
+checkBuildable(const AttentionSpec &spec, const Target &target,
+               TileConfig &config, bool chooseConfig) {
+  if (auto err = spec.validate())
+    return std::move(err);
+  if (chooseConfig) {
+    auto chosen = chooseTileConfig(spec, target, "");
+    if (!chosen)
+      return chosen.takeError();
+    config = *chosen;
+  }
+  auto tmpl = findTemplate(config.family);
+  if (!tmpl)
+    return tmpl.takeError();
+  if (auto err = (*tmpl)->supports(spec, target))
+    return std::move(err);
+  if (auto err = (*tmpl)->checkConfig(spec, config))
+    return std::move(err);
+  return *tmpl;
+}
+
+/// Collects the context's diagnostics into a string while alive.
+struct DiagnosticCollector {
+  std::string text;
+  ScopedDiagnosticHandler handler;
+  explicit DiagnosticCollector(MLIRContext &ctx)
+      : handler(&ctx, [this](Diagnostic &diag) {
+          llvm::raw_string_ostream os(text);
+          os << diag.getLocation() << ": " << diag << "\n";
+          return success();
+        }) {}
+};
+} // namespace
+
+llvm::Expected<CompiledKernel> compileAttention(const AttentionSpec &spec,
+                                                const CompileOptions &options) {
+  auto target = Target::parse(options.target.chip);
+  if (!target)
+    return target.takeError();
+  TileConfig config = options.config.value_or(TileConfig{});
+  auto tmpl = checkBuildable(spec, *target, config, !options.config);
+  if (!tmpl)
+    return tmpl.takeError();
+
+  SharedContext &shared = sharedContext();
+  std::lock_guard<std::mutex> lock(shared.mutex);
+  DiagnosticCollector diagnostics(shared.context);
+  OwningOpRef<ModuleOp> module =
+      buildDescription(shared.context, spec, config);
+  return runPipeline(shared.context, *module, spec, **tmpl, config, *target,
+                     options, diagnostics.text, spec.kernelName());
+}
+
+llvm::Expected<CompiledKernel> compileDescription(llvm::StringRef mlirText,
+                                                  const CompileOptions &options) {
+  auto target = Target::parse(options.target.chip);
+  if (!target)
+    return target.takeError();
+  SharedContext &shared = sharedContext();
+  std::lock_guard<std::mutex> lock(shared.mutex);
+  DiagnosticCollector diagnostics(shared.context);
+  OwningOpRef<ModuleOp> module =
+      parseSourceString<ModuleOp>(mlirText, &shared.context, "input");
+  if (!module)
+    return llvm::createStringError("malformed MLIR input:\n" +
+                                   diagnostics.text);
+  SmallVector<attn::AttentionOp> ops;
+  module->walk([&](attn::AttentionOp op) { ops.push_back(op); });
+  if (ops.size() != 1)
+    return llvm::createStringError(
+        llvm::formatv("the input must hold exactly one attn.attention, it "
+                      "holds {0}",
+                      ops.size())
+            .str());
+  AttentionSpec spec = ops[0].getSpec();
+  TileConfig config;
+  if (auto attr = ops[0].getConfigAttr())
+    config = fromAttr(attr);
+  else if (options.config)
+    config = *options.config;
+  bool choose = !ops[0].getConfigAttr() && !options.config;
+  auto tmpl = checkBuildable(spec, *target, config, choose);
+  if (!tmpl)
+    return tmpl.takeError();
+  if (!ops[0].getConfigAttr())
+    ops[0].setConfigAttr(toAttr(&shared.context, config));
+  auto func = ops[0]->getParentOfType<func::FuncOp>();
+  std::string name = func ? func.getSymName().str() : spec.kernelName();
+  return runPipeline(shared.context, *module, spec, **tmpl, config, *target,
+                     options, diagnostics.text, name);
+}
+
+} // namespace flashjit

@@ -1,0 +1,86 @@
+//===- Pipeline.cpp - the pass pipeline from attn to PTX ------------------===//
+// Why: the order of passes is decided here, once; every user (flashjit-opt,
+// the runtime, the CLI) gets it from buildAttentionPipeline.
+#include "flashjit/Compiler/Pipeline.h"
+#include "flashjit/Compiler/Passes.h"
+
+#include "mlir/Conversion/Passes.h"
+#include "mlir/Dialect/GPU/Transforms/Passes.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Transforms/Passes.h"
+
+using namespace mlir;
+
+namespace flashjit {
+
+void buildAttentionPipeline(OpPassManager &pm, const Target &target,
+                            llvm::StringRef device, Stage stopAfter) {
+  // 1. Description: attach the tile config chosen for the target.
+  AttachTileConfigOptions configOptions;
+  configOptions.chip = target.chip;
+  configOptions.device = device.str();
+  pm.addPass(createAttachTileConfig(configOptions));
+  if (stopAfter == Stage::Description)
+    return;
+
+  // 2. Kernel: the template emits a tiled gpu.func per description.
+  pm.addPass(createLowerAttentionToKernel());
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+  if (stopAfter == Stage::Kernel)
+    return;
+
+  // 3. Structured control flow to branches; the NVVM target (chip, PTX ISA
+  //    version, LLVM -O3) attached to the gpu.module.
+  pm.addPass(createSCFToControlFlowPass());
+  GpuNVVMAttachTargetOptions targetOptions;
+  targetOptions.chip = target.chip;
+  targetOptions.features = target.ptxFeatures();
+  targetOptions.optLevel = 3;
+  pm.addPass(createGpuNVVMAttachTarget(targetOptions));
+
+  // 4. Inside the gpu.module: everything to the LLVM and NVVM dialects.
+  ConvertGpuOpsToNVVMOpsOptions nvvmOptions;
+  nvvmOptions.indexBitwidth = 64;
+  OpPassManager &kernels = pm.nest<gpu::GPUModuleOp>();
+  kernels.addPass(createConvertGpuOpsToNVVMOps(nvvmOptions));
+  kernels.addPass(createCanonicalizerPass());
+  kernels.addPass(createCSEPass());
+  kernels.addPass(createReconcileUnrealizedCastsPass());
+  if (stopAfter == Stage::LLVM)
+    return;
+
+  // 5. PTX through the NVPTX back end, held in a gpu.binary.
+  GpuModuleToBinaryPassOptions binaryOptions;
+  binaryOptions.compilationTarget = "isa";
+  pm.addPass(createGpuModuleToBinaryPass(binaryOptions));
+}
+
+void registerAttentionPipeline() {
+  // Registered by hand (not PassPipelineRegistration) so that a bad chip or
+  // stage is reported as an error instead of reaching LLVM.
+  registerPassPipeline(
+      "flashjit-pipeline",
+      "Lower attn.attention to PTX (chip=..., device=..., "
+      "stop-after=attn|kernel|llvm|ptx)",
+      [](OpPassManager &pm, StringRef optionText,
+         function_ref<LogicalResult(const Twine &)> errorHandler) {
+        auto options = PipelineOptions::createFromString(optionText);
+        if (!options)
+          return errorHandler("bad flashjit-pipeline options '" + optionText +
+                              "'");
+        auto target = Target::parse(options->chip);
+        if (!target)
+          return errorHandler(llvm::toString(target.takeError()));
+        auto stage = parseStage(options->stopAfter);
+        if (!stage)
+          return errorHandler(llvm::toString(stage.takeError()));
+        buildAttentionPipeline(pm, *target, options->device, *stage);
+        return success();
+      },
+      [](function_ref<void(const detail::PassOptions &)> optHandler) {
+        optHandler(PipelineOptions());
+      });
+}
+
+} // namespace flashjit

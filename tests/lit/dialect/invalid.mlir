@@ -1,0 +1,182 @@
+// RUN: flashjit-opt %s -split-input-file -verify-diagnostics
+
+// Every verifier message of the attn dialect, word for word.
+
+func.func @f(%q: tensor<2x8x64xbf16>, %k: tensor<2x8x64x64xbf16>, %v: tensor<2x8x64x64xbf16>, %s: f32) {
+  // expected-error @+1 {{'attn.attention' op query must have rank 4 [batch, heads, seqlen, head_dim], got rank 3}}
+  %o, %lse = attn.attention %q, %k, %v scale %s : tensor<2x8x64xbf16>, tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16> -> tensor<2x8x64x64xbf16>, tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<2x8x64x64xf32>, %k: tensor<2x8x64x64xf32>, %v: tensor<2x8x64x64xf32>, %s: f32) {
+  // expected-error @+1 {{'attn.attention' op query element type must be f16 or bf16, got 'f32'}}
+  %o, %lse = attn.attention %q, %k, %v scale %s : tensor<2x8x64x64xf32>, tensor<2x8x64x64xf32>, tensor<2x8x64x64xf32> -> tensor<2x8x64x64xf32>, tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<2x8x64x64xbf16>, %k: tensor<2x8x64x64xf16>, %v: tensor<2x8x64x64xbf16>, %s: f32) {
+  // expected-error @+1 {{'attn.attention' op key element type 'f16' differs from the query's 'bf16'}}
+  %o, %lse = attn.attention %q, %k, %v scale %s : tensor<2x8x64x64xbf16>, tensor<2x8x64x64xf16>, tensor<2x8x64x64xbf16> -> tensor<2x8x64x64xbf16>, tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<2x8x64x64xbf16>, %k: tensor<2x?x64x64xbf16>, %v: tensor<2x8x64x64xbf16>, %s: f32) {
+  // expected-error @+1 {{'attn.attention' op key heads and head_dim must be static}}
+  %o, %lse = attn.attention %q, %k, %v scale %s : tensor<2x8x64x64xbf16>, tensor<2x?x64x64xbf16>, tensor<2x8x64x64xbf16> -> tensor<2x8x64x64xbf16>, tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<2x8x64x64xbf16>, %k: tensor<2x8x64x128xbf16>, %v: tensor<2x8x64x64xbf16>, %s: f32) {
+  // expected-error @+1 {{'attn.attention' op head_dim of query (64), key (128) and value (64) must be equal}}
+  %o, %lse = attn.attention %q, %k, %v scale %s : tensor<2x8x64x64xbf16>, tensor<2x8x64x128xbf16>, tensor<2x8x64x64xbf16> -> tensor<2x8x64x64xbf16>, tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<2x8x64x64xbf16>, %k: tensor<3x8x64x64xbf16>, %v: tensor<?x8x64x64xbf16>, %s: f32) {
+  // expected-error @+1 {{'attn.attention' op batch of query (2), key (3) and value (?) must agree}}
+  %o, %lse = attn.attention %q, %k, %v scale %s : tensor<2x8x64x64xbf16>, tensor<3x8x64x64xbf16>, tensor<?x8x64x64xbf16> -> tensor<2x8x64x64xbf16>, tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<2x8x64x64xbf16>, %k: tensor<2x8x64x64xbf16>, %v: tensor<2x4x64x64xbf16>, %s: f32) {
+  // expected-error @+1 {{'attn.attention' op key has 8 heads but value has 4}}
+  %o, %lse = attn.attention %q, %k, %v scale %s : tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16>, tensor<2x4x64x64xbf16> -> tensor<2x8x64x64xbf16>, tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<2x8x64x64xbf16>, %k: tensor<2x8x32x64xbf16>, %v: tensor<2x8x16x64xbf16>, %s: f32) {
+  // expected-error @+1 {{'attn.attention' op key seqlen 32 differs from value seqlen 16}}
+  %o, %lse = attn.attention %q, %k, %v scale %s : tensor<2x8x64x64xbf16>, tensor<2x8x32x64xbf16>, tensor<2x8x16x64xbf16> -> tensor<2x8x64x64xbf16>, tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<2x8x64x64xbf16>, %k: tensor<2x3x64x64xbf16>, %v: tensor<2x3x64x64xbf16>, %s: f32) {
+  // expected-error @+1 {{'attn.attention' op query heads (8) must be a multiple of key/value heads (3)}}
+  %o, %lse = attn.attention %q, %k, %v scale %s : tensor<2x8x64x64xbf16>, tensor<2x3x64x64xbf16>, tensor<2x3x64x64xbf16> -> tensor<2x8x64x64xbf16>, tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<2x8x64x64xbf16>, %k: tensor<2x8x64x64xbf16>, %v: tensor<2x8x64x64xbf16>, %s: f32) {
+  // expected-error @+1 {{'attn.attention' op output type 'tensor<2x8x64x64xf16>' must match the query type 'tensor<2x8x64x64xbf16>'}}
+  %o, %lse = attn.attention %q, %k, %v scale %s : tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16> -> tensor<2x8x64x64xf16>, tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<2x8x64x64xbf16>, %k: tensor<2x8x64x64xbf16>, %v: tensor<2x8x64x64xbf16>, %s: f32) {
+  // expected-error @+1 {{'attn.attention' op lse type 'tensor<2x8x64xf16>' must be f32 of shape [batch, heads, seqlen] of the query}}
+  %o, %lse = attn.attention %q, %k, %v scale %s : tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16> -> tensor<2x8x64x64xbf16>, tensor<2x8x64xf16>
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<2x8x64x64xbf16>, %k: tensor<2x8x64x64xbf16>, %v: tensor<2x8x64x64xbf16>, %s: f32) {
+  // expected-error @+1 {{'attn.attention' op score_mod region must take (f32, index, index, index, index) -> f32}}
+  %o, %lse = attn.attention %q, %k, %v scale %s score_mod {
+  ^bb0(%x: f32):
+    attn.yield %x : f32
+  } : tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16> -> tensor<2x8x64x64xbf16>, tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<2x8x64x64xbf16>, %k: tensor<2x8x64x64xbf16>, %v: tensor<2x8x64x64xbf16>, %s: f32) {
+  // expected-error @+1 {{'attn.attention' op score_mod region must end in attn.yield of one 'f32'}}
+  %o, %lse = attn.attention %q, %k, %v scale %s score_mod {
+  ^bb0(%x: f32, %b: index, %h: index, %i: index, %j: index):
+    attn.yield %b : index
+  } : tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16> -> tensor<2x8x64x64xbf16>, tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<2x8x64x64xbf16>, %k: tensor<2x8x64x64xbf16>, %v: tensor<2x8x64x64xbf16>, %s: f32) {
+  // expected-error @+1 {{'attn.attention' op mask_mod region must take (index, index, index, index) -> i1}}
+  %o, %lse = attn.attention %q, %k, %v scale %s mask_mod {
+  ^bb0(%b: index, %h: index, %i: index):
+    %t = arith.constant true
+    attn.yield %t : i1
+  } : tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16> -> tensor<2x8x64x64xbf16>, tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<2x8x64x64xbf16>, %k: tensor<2x8x64x64xbf16>, %v: tensor<2x8x64x64xbf16>, %s: f32) {
+  // expected-error @+1 {{'attn.attention' op mask_mod region must end in attn.yield of one 'i1'}}
+  %o, %lse = attn.attention %q, %k, %v scale %s mask_mod {
+  ^bb0(%b: index, %h: index, %i: index, %j: index):
+    %t = arith.constant 1.0 : f32
+    attn.yield %t : f32
+  } : tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16> -> tensor<2x8x64x64xbf16>, tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<2x8x64x64xbf16>, %s: f32) {
+  // expected-error @+1 {{tile_config needs a kernel family}}
+  %o, %lse = attn.attention %q, %q, %q scale %s {config = #attn.tile_config<family = "", block_m = 64, block_n = 32, stages = 1, warps = 8>} : tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16> -> tensor<2x8x64x64xbf16>, tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<2x8x64x64xbf16>, %s: f32) {
+  // expected-error @+1 {{tile_config block_m must be a power of two in [16, 256], got 48}}
+  %o, %lse = attn.attention %q, %q, %q scale %s {config = #attn.tile_config<family = "cuda_core", block_m = 48, block_n = 32, stages = 1, warps = 8>} : tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16> -> tensor<2x8x64x64xbf16>, tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<2x8x64x64xbf16>, %s: f32) {
+  // expected-error @+1 {{tile_config block_n must be a power of two in [16, 256], got 512}}
+  %o, %lse = attn.attention %q, %q, %q scale %s {config = #attn.tile_config<family = "cuda_core", block_m = 64, block_n = 512, stages = 1, warps = 8>} : tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16> -> tensor<2x8x64x64xbf16>, tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<2x8x64x64xbf16>, %s: f32) {
+  // expected-error @+1 {{tile_config stages must be in [1, 8], got 0}}
+  %o, %lse = attn.attention %q, %q, %q scale %s {config = #attn.tile_config<family = "cuda_core", block_m = 64, block_n = 32, stages = 0, warps = 8>} : tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16> -> tensor<2x8x64x64xbf16>, tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<2x8x64x64xbf16>, %s: f32) {
+  // expected-error @+1 {{tile_config warps must be a power of two in [1, 32], got 3}}
+  %o, %lse = attn.attention %q, %q, %q scale %s {config = #attn.tile_config<family = "cuda_core", block_m = 64, block_n = 32, stages = 1, warps = 3>} : tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16> -> tensor<2x8x64x64xbf16>, tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @f() {
+  // expected-error @+1 {{'attn.yield' op expects parent op 'attn.attention'}}
+  attn.yield
+}

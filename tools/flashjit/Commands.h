@@ -1,0 +1,34 @@
+//===- Commands.h - the subcommands of `flashjit` ----------------*- C++ -*-===//
+// Why: each subcommand lives in its own file with its own options; main()
+// only dispatches. Options shared by several subcommands are declared here.
+#ifndef FLASHJIT_TOOLS_COMMANDS_H
+#define FLASHJIT_TOOLS_COMMANDS_H
+
+#include "flashjit/Dialect/AttentionSpec.h"
+#include "flashjit/Templates/Target.h"
+
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/Error.h"
+
+namespace flashjit::tools {
+
+extern llvm::cl::OptionCategory category;
+extern llvm::cl::SubCommand compileCommand, infoCommand, runCommand,
+    cacheCommand;
+
+int runCompile();
+int runInfo();
+int runRun();
+int runCache();
+
+/// The attention described by --head-dim, --dtype, --causal, --heads,
+/// --kv-heads (shared by compile, run and autotune).
+llvm::Expected<AttentionSpec> specFromOptions();
+/// --arch, or the local GPU's chip, or sm_90a when there is no GPU.
+llvm::Expected<Target> targetFromOptions(llvm::StringRef arch);
+/// Prints "flashjit <command>: error: <message>" and returns 1.
+int reportError(llvm::StringRef command, llvm::Error err);
+
+} // namespace flashjit::tools
+
+#endif

@@ -1,0 +1,115 @@
+//===- CompileCommand.cpp - `flashjit compile` ----------------------------===//
+// Why: the command-line face of compileAttention: a description in, PTX (or
+// the IR of any stage) out, with a summary for scripts (--json).
+#include "Commands.h"
+
+#include "flashjit/Compiler/Compiler.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/raw_ostream.h"
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+
+namespace cl = llvm::cl;
+
+namespace flashjit::tools {
+
+static cl::opt<std::string> input(cl::Positional,
+                                  cl::desc("[description.mlir]"),
+                                  cl::init(""), cl::sub(compileCommand));
+static cl::opt<std::string> arch(
+    "arch",
+    cl::desc("sm_80, sm_86, sm_89, sm_90 or sm_90a (default: the local GPU, "
+             "else sm_90a)"),
+    cl::init(""), cl::sub(compileCommand), cl::cat(category));
+static cl::opt<std::string> emit("emit",
+                                 cl::desc("attn, kernel, llvm or ptx"),
+                                 cl::init("ptx"), cl::sub(compileCommand),
+                                 cl::cat(category));
+static cl::opt<std::string> output("o", cl::desc("Output file (default: stdout)"),
+                                   cl::init("-"), cl::sub(compileCommand),
+                                   cl::cat(category));
+static cl::opt<bool> json("json",
+                          cl::desc("Print a JSON summary instead of the text "
+                                   "(the text goes to -o when given)"),
+                          cl::sub(compileCommand), cl::cat(category));
+
+int runCompile() {
+  auto target = targetFromOptions(arch);
+  if (!target)
+    return reportError("compile", target.takeError());
+  auto stage = parseStage(emit);
+  if (!stage)
+    return reportError("compile", stage.takeError());
+  CompileOptions options;
+  options.target = *target;
+  options.stopAfter = *stage;
+
+  auto start = std::chrono::steady_clock::now();
+  llvm::Expected<CompiledKernel> kernel =
+      llvm::createStringError("nothing compiled");
+  if (!input.empty()) {
+    llvm::consumeError(kernel.takeError());
+    auto buffer = llvm::MemoryBuffer::getFileOrSTDIN(input);
+    if (!buffer)
+      return reportError("compile",
+                         llvm::createStringError("cannot read '" + input +
+                                                 "': " +
+                                                 buffer.getError().message()));
+    kernel = compileDescription((*buffer)->getBuffer(), options);
+  } else {
+    auto spec = specFromOptions();
+    if (!spec)
+      return reportError("compile", spec.takeError());
+    llvm::consumeError(kernel.takeError());
+    kernel = compileAttention(*spec, options);
+  }
+  if (!kernel)
+    return reportError("compile", kernel.takeError());
+  double seconds = std::chrono::duration<double>(
+                       std::chrono::steady_clock::now() - start)
+                       .count();
+
+  bool toStdout = output == "-";
+  if (!(json && toStdout)) {
+    std::error_code ec;
+    llvm::ToolOutputFile out(output, ec, llvm::sys::fs::OF_None);
+    if (ec)
+      return reportError("compile", llvm::createStringError(
+                                        "cannot write '" + output +
+                                        "': " + ec.message()));
+    out.os() << kernel->text;
+    out.keep();
+  }
+  const KernelInfo &info = kernel->info;
+  if (json) {
+    nlohmann::json j = {
+        {"kernel", info.name},
+        {"arch", target->chip},
+        {"stage", stageName(*stage)},
+        {"config",
+         {{"family", info.config.family},
+          {"block_m", info.config.blockM},
+          {"block_n", info.config.blockN},
+          {"stages", info.config.stages},
+          {"warps", info.config.warps}}},
+        {"threads_per_block", info.threadsPerBlock},
+        {"shared_memory_bytes", info.sharedMemoryBytes},
+        {"bytes", kernel->text.size()},
+        {"compile_seconds", seconds},
+        {"output", toStdout ? nlohmann::json() : nlohmann::json(output)}};
+    llvm::outs() << j.dump(2) << "\n";
+  } else if (!toStdout) {
+    llvm::errs() << "wrote " << stageName(*stage) << " of " << info.name
+                 << " for " << target->chip << " to " << output << " ("
+                 << kernel->text.size() << " bytes, "
+                 << llvm::format("%.3f", seconds) << " s, config "
+                 << info.config.canonical() << ")\n";
+  }
+  return 0;
+}
+
+} // namespace flashjit::tools
