@@ -1,31 +1,32 @@
 //===- ConfigChoice.cpp - the default tile config of a spec ---------------===//
-// Why: one call from the compiler into the autotuner's heuristic.
+// Why: one call from the compiler into the autotuner's heuristic: a named
+// known GPU, or the reference GPU of the target's compute capability.
 #include "flashjit/Compiler/ConfigChoice.h"
-#include "flashjit/Templates/KernelTemplate.h"
 
-#include "llvm/Support/FormatVariadic.h"
+#include "flashjit/Autotune/Heuristic.h"
+#include "flashjit/Autotune/KnownGPUs.h"
 
 namespace flashjit {
+
+llvm::Expected<autotune::Choice> explainTileConfig(const AttentionSpec &spec,
+                                                   const Target &target,
+                                                   llvm::StringRef device) {
+  auto model = device.empty()
+                   ? autotune::referenceGPU(target.computeCapability / 10,
+                                            target.computeCapability % 10)
+                   : autotune::lookupKnownGPU(device);
+  if (!model)
+    return model.takeError();
+  return autotune::chooseConfig(spec, *model);
+}
 
 llvm::Expected<TileConfig> chooseTileConfig(const AttentionSpec &spec,
                                             const Target &target,
                                             llvm::StringRef device) {
-  (void)device;
-  std::string reasons;
-  for (const KernelTemplate *t : allTemplates()) {
-    if (auto err = t->supports(spec, target)) {
-      reasons += "\n  " + t->family().str() + ": " + llvm::toString(std::move(err));
-      continue;
-    }
-    for (const TileConfig &c : t->candidates(spec))
-      if (c.blockM == 64 && c.blockN == 32)
-        return c;
-    return t->candidates(spec).front();
-  }
-  return llvm::createStringError(
-      llvm::formatv("no kernel template supports {0} on {1}:{2}",
-                    spec.canonical(), target.chip, reasons)
-          .str());
+  auto choice = explainTileConfig(spec, target, device);
+  if (!choice)
+    return choice.takeError();
+  return choice->config;
 }
 
 } // namespace flashjit

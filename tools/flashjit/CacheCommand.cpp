@@ -1,5 +1,71 @@
-// placeholder until the runtime API lands (replaced before commit)
+//===- CacheCommand.cpp - `flashjit cache list|clear|path` ----------------===//
+// Why: operators keep a warm cache next to a deployment; this shows where
+// it is, what it holds, and empties it.
 #include "Commands.h"
+
+#include "flashjit/Runtime/CacheOptions.h"
+#include "flashjit/Runtime/KernelCache.h"
+
+#include "llvm/Support/raw_ostream.h"
+#include <nlohmann/json.hpp>
+
+namespace cl = llvm::cl;
+
 namespace flashjit::tools {
-int runCache() { return reportError("Cache", llvm::createStringError("not built yet")); }
+
+static cl::opt<std::string> action(cl::Positional, cl::desc("list|clear|path"),
+                                   cl::init("list"), cl::sub(cacheCommand));
+static cl::opt<bool> json("json", cl::desc("Print JSON"),
+                          cl::sub(cacheCommand), cl::cat(category));
+
+int runCache() {
+  KernelCache cache(CacheOptions::fromEnvironment());
+  if (action == "path") {
+    if (json)
+      llvm::outs() << nlohmann::json{{"path", cache.path().str()}}.dump()
+                   << "\n";
+    else
+      llvm::outs() << cache.path() << "\n";
+    return 0;
+  }
+  if (action == "clear") {
+    auto removed = cache.clear();
+    if (!removed)
+      return reportError("cache", removed.takeError());
+    if (json)
+      llvm::outs() << nlohmann::json{{"path", cache.path().str()},
+                                     {"removed", *removed}}
+                          .dump()
+                   << "\n";
+    else
+      llvm::outs() << "removed " << *removed << " entries from "
+                   << cache.path() << "\n";
+    return 0;
+  }
+  if (action == "list") {
+    std::vector<CacheListing> entries = cache.list();
+    if (json) {
+      nlohmann::json list = nlohmann::json::array();
+      for (const CacheListing &e : entries)
+        list.push_back(toJson(e));
+      llvm::outs() << nlohmann::json{{"path", cache.path().str()},
+                                     {"entries", list}}
+                          .dump(2)
+                   << "\n";
+      return 0;
+    }
+    llvm::outs() << cache.path() << ": " << entries.size() << " entries\n";
+    for (const CacheListing &e : entries)
+      llvm::outs() << "  " << e.key << "  "
+                   << (e.kernelName.empty() ? "?" : e.kernelName) << "  ptx "
+                   << e.ptxBytes << " B, cubin " << e.cubinBytes << " B  "
+                   << e.created << (e.valid ? "" : "  INVALID: " + e.problem)
+                   << "\n";
+    return 0;
+  }
+  return reportError("cache", llvm::createStringError(
+                                  "unknown action '" + action +
+                                  "': expected list, clear or path"));
 }
+
+} // namespace flashjit::tools

@@ -3,7 +3,9 @@
 // the IR of any stage) out, with a summary for scripts (--json).
 #include "Commands.h"
 
+#include "flashjit/Autotune/Heuristic.h"
 #include "flashjit/Compiler/Compiler.h"
+#include "flashjit/Compiler/ConfigChoice.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -32,6 +34,15 @@ static cl::opt<std::string> emit("emit",
 static cl::opt<std::string> output("o", cl::desc("Output file (default: stdout)"),
                                    cl::init("-"), cl::sub(compileCommand),
                                    cl::cat(category));
+static cl::opt<bool> explain("explain",
+                             cl::desc("Print the tile configs considered and "
+                                      "why one was chosen (to stdout)"),
+                             cl::sub(compileCommand), cl::cat(category));
+static cl::opt<std::string> device(
+    "device",
+    cl::desc("Known GPU for the tile-size heuristic (e.g. h100, a100, t4); "
+             "default: the reference GPU of --arch"),
+    cl::init(""), cl::sub(compileCommand), cl::cat(category));
 static cl::opt<bool> json("json",
                           cl::desc("Print a JSON summary instead of the text "
                                    "(the text goes to -o when given)"),
@@ -64,6 +75,12 @@ int runCompile() {
     auto spec = specFromOptions();
     if (!spec)
       return reportError("compile", spec.takeError());
+    auto choice = explainTileConfig(*spec, *target, device);
+    if (!choice)
+      return reportError("compile", choice.takeError());
+    if (explain)
+      llvm::outs() << autotune::renderChoiceText(*choice) << "\n";
+    options.config = choice->config;
     llvm::consumeError(kernel.takeError());
     kernel = compileAttention(*spec, options);
   }

@@ -4,6 +4,7 @@
 // RUN: flashjit-opt %s --pass-pipeline="builtin.module(flashjit-pipeline{chip=sm_90a stop-after=llvm})" | FileCheck %s --check-prefix=LLVM
 // RUN: flashjit-opt %s --pass-pipeline="builtin.module(flashjit-pipeline{chip=sm_90a})" | FileCheck %s --check-prefix=PTX
 // RUN: flashjit-opt %s --pass-pipeline="builtin.module(flashjit-pipeline{chip=sm_80})" | FileCheck %s --check-prefix=PTX80
+// RUN: flashjit-opt %s --pass-pipeline="builtin.module(flashjit-pipeline{chip=sm_90a})" | FileCheck %s --check-prefix=SMEM
 // RUN: not flashjit-opt %s --pass-pipeline="builtin.module(flashjit-pipeline{chip=sm_75})" 2>&1 | FileCheck %s --check-prefix=BADCHIP
 // RUN: not flashjit-opt %s --pass-pipeline="builtin.module(flashjit-pipeline{stop-after=cubin})" 2>&1 | FileCheck %s --check-prefix=BADSTAGE
 
@@ -25,15 +26,16 @@
 // PTX-SAME: .version 8.0
 // PTX-SAME: .target sm_90a
 // PTX-SAME: .entry attn_causal(
-// PTX-SAME: .maxntid 256, 1, 1
+// PTX-SAME: .maxntid {{[0-9]+}}, 1, 1
 // PTX-SAME: ld.global.v4
-// PTX-SAME: st.shared.v4
 // PTX-SAME: bar.sync
 // PTX-SAME: ld.shared.v4
 // PTX-SAME: shfl.sync.bfly.b32
 // PTX-SAME: ex2.approx.ftz.f32
 // PTX-SAME: st.global.v4
 // PTX-SAME: lg2.approx.f32
+
+// SMEM: st.shared.v4.b32
 
 // PTX80: .version 7.0
 // PTX80-SAME: .target sm_80

@@ -7,6 +7,10 @@
 #include "flashjit/Templates/Target.h"
 #include "flashjit/Templates/TileConfig.h"
 
+namespace flashjit::autotune {
+struct Choice;
+} // namespace flashjit::autotune
+
 namespace flashjit {
 
 /// The heuristic's config for `spec` on `target`; `device` names a known
@@ -14,6 +18,12 @@ namespace flashjit {
 llvm::Expected<TileConfig> chooseTileConfig(const AttentionSpec &spec,
                                             const Target &target,
                                             llvm::StringRef device);
+
+/// The same choice with every candidate considered and why one won
+/// (`flashjit compile --explain`).
+llvm::Expected<autotune::Choice> explainTileConfig(const AttentionSpec &spec,
+                                                   const Target &target,
+                                                   llvm::StringRef device);
 
 } // namespace flashjit
 

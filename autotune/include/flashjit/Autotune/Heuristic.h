@@ -1,0 +1,99 @@
+//===- Heuristic.h - the default tile config of a spec on a device -*- C++
+//-*-===//
+// Why: without a tuning-database entry, the compiler builds the config this
+// picks. The ranking is a fixed list of rules, so the choice is
+// deterministic, testable per GPU without a GPU, and explainable
+// (`flashjit compile --explain` prints the deciding rule).
+#ifndef FLASHJIT_AUTOTUNE_HEURISTIC_H
+#define FLASHJIT_AUTOTUNE_HEURISTIC_H
+
+#include "flashjit/Autotune/Candidates.h"
+
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+namespace flashjit::autotune {
+
+struct HeuristicOptions {
+  ProblemShape shape;
+  /// Resident warps per SM that hide latency well enough (2 per scheduler);
+  /// past it, larger tiles rank above more occupancy.
+  unsigned enoughWarpsPerSM = 8;
+};
+
+/// The ranking rules, in the order they are applied to two fitting
+/// candidates; the first that tells them apart decides.
+enum class RankingRule {
+  TemplateOrder, ///< the more capable template (earlier in allTemplates())
+  FillsGpu,      ///< at least one full wave of blocks at the hint shape
+  EnoughWarps,   ///< more resident warps, counted up to enoughWarpsPerSM
+  BlockM,        ///< larger block_m: fewer passes over K/V in memory
+  BlockN,        ///< larger block_n: fewer tiles and softmax rescales
+  Stages,        ///< more pipeline stages
+  ActiveWarps,   ///< more resident warps, uncapped
+  FewerThreads,  ///< fewer threads for the same tile
+  ConfigName,    ///< stable tie-break: canonical() in byte order
+};
+/// Words for explanations, e.g. "a larger block_m (fewer passes over K/V)".
+std::string describeRule(RankingRule rule, const HeuristicOptions &options);
+/// The rule that separates two fitting candidates; ConfigName when only their
+/// names differ.
+RankingRule decidingRule(const CandidateReport &a, const CandidateReport &b,
+                         const DeviceModel &device,
+                         const HeuristicOptions &options);
+/// Whether fitting candidate `a` ranks above fitting candidate `b`.
+bool ranksAbove(const CandidateReport &a, const CandidateReport &b,
+                const DeviceModel &device, const HeuristicOptions &options);
+
+struct Choice {
+  TileConfig config;
+  /// The fitting candidates best first (the chosen one at index 0), then the
+  /// rejected ones in the order the templates offered them.
+  std::vector<CandidateReport> considered;
+  /// One paragraph: the chosen config's numbers and the rule that put it
+  /// above the runner-up.
+  std::string why;
+  /// Templates left out, with the reason (see CandidateSet).
+  std::vector<std::string> skippedTemplates;
+  /// What the choice was made for, so it renders on its own.
+  AttentionSpec spec;
+  DeviceModel device;
+  HeuristicOptions options;
+  /// True when the device cannot run the template (below its minimum compute
+  /// capability): the choice says what would fit there, for analysis only.
+  bool modelOnly = false;
+};
+
+/// The config of the best-ranked fitting candidate of every template that
+/// runs the spec on the device. The error lists why nothing fits (templates
+/// skipped, candidates rejected).
+llvm::Expected<Choice> chooseConfig(const AttentionSpec &spec,
+                                    const DeviceModel &device,
+                                    const HeuristicOptions &options = {});
+
+/// The same for one template, whatever the device's compute capability
+/// (modelOnly tells when the device cannot run it): what the device's limits
+/// would make it pick.
+llvm::Expected<Choice>
+chooseConfigForTemplate(const KernelTemplate &tmpl, const AttentionSpec &spec,
+                        const DeviceModel &device,
+                        const HeuristicOptions &options = {});
+
+/// Ranks evaluated candidates into a Choice; the error explains why none
+/// fits.
+llvm::Expected<Choice> rankCandidates(std::vector<CandidateReport> reports,
+                                      std::vector<std::string> skipped,
+                                      const AttentionSpec &spec,
+                                      const DeviceModel &device,
+                                      const HeuristicOptions &options);
+
+/// The explanation printed by `flashjit compile --explain`: device, shape,
+/// choice, why, and a table of every candidate.
+std::string renderChoiceText(const Choice &choice);
+/// The same as JSON, for `--explain --json`.
+nlohmann::json choiceToJson(const Choice &choice);
+
+} // namespace flashjit::autotune
+
+#endif

@@ -1,0 +1,73 @@
+//===- ShapeBuckets.h - problem-size classes for tuning ----------*- C++
+//-*-===//
+// Why: the best config depends on the sequence length, but tuning every
+// length is impossible; `flashjit autotune` measures one representative per
+// bucket (head dim x dtype x causal x seqlen range) and the database answers
+// any length from its bucket.
+#ifndef FLASHJIT_AUTOTUNE_SHAPEBUCKETS_H
+#define FLASHJIT_AUTOTUNE_SHAPEBUCKETS_H
+
+#include "flashjit/Dialect/AttentionSpec.h"
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/Support/Error.h"
+#include <nlohmann/json_fwd.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace flashjit::autotune {
+
+struct ShapeBucket {
+  int64_t headDim = 128;
+  DType dtype = DType::BF16;
+  bool causal = false;
+  /// Sequence lengths [seqlenMin, seqlenMax); no seqlenMax: unbounded.
+  int64_t seqlenMin = 1;
+  std::optional<int64_t> seqlenMax;
+
+  bool contains(const AttentionSpec &spec, int64_t seqlen) const;
+  /// Same head dim, dtype and causality, and the seqlen ranges intersect.
+  bool overlaps(const ShapeBucket &other) const;
+  /// The sequence length to measure for this bucket: a power of two near the
+  /// middle of the range (512 for [1, 1024)), twice the start when unbounded.
+  int64_t tuningSeqlen() const;
+  /// "d128 bf16 causal seqlen [1024, 4096)".
+  std::string describe() const;
+  bool operator==(const ShapeBucket &o) const {
+    return headDim == o.headDim && dtype == o.dtype && causal == o.causal &&
+           seqlenMin == o.seqlenMin && seqlenMax == o.seqlenMax;
+  }
+};
+
+/// {"head_dim", "dtype", "causal", "seqlen_min", "seqlen_max"}; an unbounded
+/// range has "seqlen_max": null.
+nlohmann::json bucketToJson(const ShapeBucket &bucket);
+/// `at` names the field in errors ("entries[0].bucket").
+llvm::Expected<ShapeBucket> bucketFromJson(const nlohmann::json &json,
+                                           llvm::StringRef at);
+
+/// The cross product a bucket list is made of.
+struct BucketAxes {
+  /// Increasing starts of consecutive ranges; the last is unbounded:
+  /// {1, 1024, 4096} -> [1, 1024), [1024, 4096), [4096, inf).
+  std::vector<int64_t> seqlenStarts;
+  std::vector<int64_t> headDims;
+  std::vector<bool> causal;
+  std::vector<DType> dtypes;
+};
+/// seqlen {1, 1024, 4096} x head dims {64, 128} x causal {no, yes} x bf16.
+BucketAxes defaultBucketAxes();
+/// The buckets of the axes; an empty axis or a bad value is an error that
+/// names it.
+llvm::Expected<std::vector<ShapeBucket>> makeBuckets(const BucketAxes &axes);
+/// makeBuckets(defaultBucketAxes()): 12 buckets.
+std::vector<ShapeBucket> defaultBuckets();
+/// Checks a list to tune or to load: not empty, valid head dims and ranges,
+/// no two buckets overlapping.
+llvm::Error checkBuckets(llvm::ArrayRef<ShapeBucket> buckets);
+
+} // namespace flashjit::autotune
+
+#endif

@@ -1,0 +1,55 @@
+//===- Harness.h - run a kernel on fresh inputs and check it --------*- C++ -*-===//
+// Why: `flashjit run`, the GPU tests and the autotuner all need the same
+// loop: random inputs, poisoned outputs, launch, compare with the float64
+// reference (NaN never passes), and CUDA-event timing with medians.
+#ifndef FLASHJIT_RUNTIME_HARNESS_H
+#define FLASHJIT_RUNTIME_HARNESS_H
+
+#include "flashjit/FlashJIT.h"
+
+#include <cstdint>
+#include <string>
+
+namespace flashjit {
+
+enum class Layout { BHSD, BSHD };
+
+struct CheckOptions {
+  int64_t batch = 1, seqlenQ = 128, seqlenK = 128;
+  Layout layout = Layout::BHSD;
+  /// Random seed of the inputs (vary it: every run should see new data).
+  uint64_t seed = 1;
+  /// Query rows per (batch, head) compared with the reference; all rows
+  /// when the sequence is shorter. Every output is still scanned for NaN.
+  int64_t rowsPerHead = 64;
+  /// Softmax scale; none: 1/sqrt(head_dim).
+  std::optional<double> scale;
+  /// Timed launches after `warmup` untimed ones (0: correctness only).
+  int warmup = 0, iterations = 0;
+};
+
+struct CheckReport {
+  double relError = 0;    ///< ||o - ref|| / ||ref|| over checked rows
+  double lseRelError = 0; ///< same for the log-sum-exp
+  double maxAbsError = 0;
+  int64_t nonFinite = 0;  ///< NaN/inf anywhere in O or LSE (poison left)
+  int64_t checkedRows = 0;
+  double tolerance = 0;   ///< 1e-2 for bf16, 2e-3 for f16
+  bool passed = false;
+  double medianMs = 0, tflops = 0;
+  std::string summary() const;
+};
+
+/// FLOPs of the forward pass by the FlashAttention convention:
+/// 4 * batch * heads * seqlen_q * seqlen_k * head_dim, halved when causal.
+double forwardFlops(const AttentionSpec &spec, int64_t batch, int64_t seqlenQ,
+                    int64_t seqlenK);
+
+/// Runs `kernel` once on fresh inputs and compares; then times it when
+/// options.iterations > 0. Needs a GPU.
+llvm::Expected<CheckReport> runAndCheck(const Kernel &kernel,
+                                        const CheckOptions &options);
+
+} // namespace flashjit
+
+#endif

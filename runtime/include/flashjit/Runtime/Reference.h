@@ -1,0 +1,31 @@
+//===- Reference.h - exact attention in float64 on the CPU ----------*- C++ -*-===//
+// Why: every GPU result is checked against this: straightforward softmax in
+// double precision over the same (rounded) inputs, for chosen rows.
+#ifndef FLASHJIT_RUNTIME_REFERENCE_H
+#define FLASHJIT_RUNTIME_REFERENCE_H
+
+#include "flashjit/Dialect/AttentionSpec.h"
+#include <cstdint>
+#include <vector>
+
+namespace flashjit {
+
+/// Host tensors in float, contiguous [batch, heads, seqlen, head_dim].
+struct HostProblem {
+  AttentionSpec spec;
+  int64_t batch = 1, seqlenQ = 1, seqlenK = 1;
+  double scale = 0;
+  std::vector<float> q, k, v;
+};
+
+/// O (row of head_dim) and LSE of query row `row` of (batch, head).
+struct ReferenceRow {
+  std::vector<double> out;
+  double lse = 0;
+};
+ReferenceRow referenceRow(const HostProblem &p, int64_t batch, int64_t head,
+                          int64_t row);
+
+} // namespace flashjit
+
+#endif

@@ -1,0 +1,186 @@
+//===- ForwardChecks.cpp - argument checks before a launch ----------------===//
+// Why: see ForwardChecks.h. Each check names the argument and the numbers.
+#include "flashjit/Runtime/ForwardChecks.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace flashjit {
+namespace {
+
+llvm::Error fail(const llvm::Twine &message) {
+  return llvm::createStringError(message.str());
+}
+
+std::string shapeText(llvm::ArrayRef<int64_t> shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+/// [first, last] byte range a tensor touches.
+struct ByteRange {
+  uintptr_t first = 0, last = 0;
+};
+
+template <size_t N>
+ByteRange byteRange(const void *data, const std::array<int64_t, N> &shape,
+                    const std::array<int64_t, N> &strides, size_t elemBytes) {
+  int64_t span = 0;
+  for (size_t i = 0; i < N; ++i)
+    span += (shape[i] - 1) * strides[i];
+  auto base = reinterpret_cast<uintptr_t>(data);
+  return {base, base + static_cast<uintptr_t>(span) * elemBytes + elemBytes - 1};
+}
+
+bool overlaps(ByteRange a, ByteRange b) {
+  return a.first <= b.last && b.first <= a.last;
+}
+
+/// True when no two index tuples of the layout share an element: sorted by
+/// stride, each stride must step over everything the smaller ones span.
+template <size_t N>
+bool isInjective(const std::array<int64_t, N> &shape,
+                 const std::array<int64_t, N> &strides) {
+  std::array<size_t, N> order;
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return strides[a] < strides[b]; });
+  int64_t span = 1; // elements covered by the smaller dims
+  for (size_t i : order) {
+    if (shape[i] == 1)
+      continue;
+    if (strides[i] < span)
+      return false;
+    span = strides[i] * (shape[i] - 1) + span;
+  }
+  return true;
+}
+
+llvm::Error checkTensor(const char *name, const TensorRef &t,
+                        const AttentionSpec &spec) {
+  if (!t.data)
+    return fail(llvm::formatv("{0} is a null pointer", name));
+  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0)
+    return fail(llvm::formatv("{0} pointer {1} is not 16-byte aligned: "
+                              "kernels load rows with 16-byte vectors",
+                              name, t.data));
+  if (t.dtype != spec.dtype)
+    return fail(llvm::formatv("{0} is {1} but the kernel was compiled for {2}",
+                              name, dtypeName(t.dtype), dtypeName(spec.dtype)));
+  for (int64_t extent : t.shape)
+    if (extent < 1)
+      return fail(llvm::formatv("{0} shape {1} has an empty dimension", name,
+                                shapeText(t.shape)));
+  if (t.shape[3] != spec.headDim)
+    return fail(llvm::formatv("{0} head dim is {1} but the kernel was "
+                              "compiled for head dim {2}",
+                              name, t.shape[3], spec.headDim));
+  if (t.strides[3] != 1)
+    return fail(llvm::formatv("{0} head-dim stride is {1}: it must be 1 "
+                              "(contiguous rows)",
+                              name, t.strides[3]));
+  for (int i = 0; i < 3; ++i)
+    if (t.strides[i] < 0 || t.strides[i] % 8 != 0)
+      return fail(llvm::formatv(
+          "{0} strides {1} must be non-negative multiples of 8 elements so "
+          "every row starts 16-byte aligned",
+          name, shapeText(t.strides)));
+  if (t.shape[2] >= (int64_t(1) << 31))
+    return fail(llvm::formatv("{0} seqlen {1} is above 2^31 - 1", name,
+                              t.shape[2]));
+  return llvm::Error::success();
+}
+
+} // namespace
+
+llvm::Error checkForwardArgs(const AttentionSpec &spec,
+                             const ForwardArgs &args) {
+  const std::pair<const char *, const TensorRef *> tensors[] = {
+      {"q", &args.q}, {"k", &args.k}, {"v", &args.v}, {"o", &args.o}};
+  for (auto [name, t] : tensors)
+    if (auto err = checkTensor(name, *t, spec))
+      return err;
+  const auto &q = args.q.shape, &k = args.k.shape, &v = args.v.shape,
+             &o = args.o.shape;
+  if (q[1] != spec.numHeads)
+    return fail(llvm::formatv("q has {0} heads but the kernel was compiled "
+                              "for {1}",
+                              q[1], spec.numHeads));
+  if (k[1] != spec.numKVHeads || v[1] != spec.numKVHeads)
+    return fail(llvm::formatv("k and v have {0} and {1} heads but the kernel "
+                              "was compiled for {2} kv heads",
+                              k[1], v[1], spec.numKVHeads));
+  if (k[0] != q[0] || v[0] != q[0])
+    return fail(llvm::formatv("batch sizes differ: q {0}, k {1}, v {2}", q[0],
+                              k[0], v[0]));
+  if (k[2] != v[2])
+    return fail(llvm::formatv("k has seqlen {0} but v has {1}", k[2], v[2]));
+  if (o != q)
+    return fail(llvm::formatv("o shape {0} must equal q shape {1}",
+                              shapeText(o), shapeText(q)));
+
+  const LseRef &lse = args.lse;
+  if (!lse.data)
+    return fail("lse is a null pointer");
+  if (reinterpret_cast<uintptr_t>(lse.data) % 4 != 0)
+    return fail("lse pointer is not 4-byte aligned");
+  if (lse.shape != std::array<int64_t, 3>{q[0], q[1], q[2]})
+    return fail(llvm::formatv("lse shape {0} must be [batch, heads, seqlen] "
+                              "of q = [{1}, {2}, {3}]",
+                              shapeText(lse.shape), q[0], q[1], q[2]));
+  for (int64_t s : lse.strides)
+    if (s < 0)
+      return fail(llvm::formatv("lse strides {0} must be non-negative",
+                                shapeText(lse.strides)));
+
+  if (!isInjective(args.o.shape, args.o.strides))
+    return fail(llvm::formatv("o strides {0} make distinct outputs share "
+                              "memory (shape {1})",
+                              shapeText(args.o.strides), shapeText(o)));
+  if (!isInjective(lse.shape, lse.strides))
+    return fail(llvm::formatv("lse strides {0} make distinct outputs share "
+                              "memory (shape {1})",
+                              shapeText(lse.strides), shapeText(lse.shape)));
+  ByteRange oRange = byteRange(args.o.data, o, args.o.strides, 2);
+  ByteRange lseRange = byteRange(lse.data, lse.shape, lse.strides, 4);
+  if (overlaps(oRange, lseRange))
+    return fail("o and lse overlap in memory");
+  for (auto [name, t] : {tensors[0], tensors[1], tensors[2]}) {
+    ByteRange in = byteRange(t->data, t->shape, t->strides, 2);
+    if (overlaps(oRange, in) || overlaps(lseRange, in))
+      return fail(llvm::formatv("the outputs overlap input {0} in memory: "
+                                "the kernel would read what it writes",
+                                name));
+  }
+  if (args.scale && !(std::isfinite(*args.scale)))
+    return fail("scale must be a finite number");
+  return llvm::Error::success();
+}
+
+ForwardKernelArgs toKernelArgs(const ForwardArgs &args, double scale) {
+  ForwardKernelArgs k;
+  k.q = args.q.data;
+  k.k = args.k.data;
+  k.v = args.v.data;
+  k.o = args.o.data;
+  k.lse = args.lse.data;
+  auto first3 = [](const std::array<int64_t, 4> &s) {
+    return std::array<int64_t, 3>{s[0], s[1], s[2]};
+  };
+  k.qStrides = first3(args.q.strides);
+  k.kStrides = first3(args.k.strides);
+  k.vStrides = first3(args.v.strides);
+  k.oStrides = first3(args.o.strides);
+  k.lseStrides = args.lse.strides;
+  k.seqlenQ = static_cast<int32_t>(args.q.shape[2]);
+  k.seqlenK = static_cast<int32_t>(args.k.shape[2]);
+  k.scaleLog2 = static_cast<float>(scale * M_LOG2E);
+  return k;
+}
+
+} // namespace flashjit

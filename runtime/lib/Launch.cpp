@@ -1,0 +1,42 @@
+//===- Launch.cpp - one kernel launch on the caller's stream --------------===//
+// Why: see Launch.h.
+#include "flashjit/Runtime/Launch.h"
+#include "flashjit/Runtime/CudaDriver.h"
+
+namespace flashjit {
+
+llvm::Error validateGeometry(const LaunchGeometry &g) {
+  auto bad = [](const char *what, unsigned value, const char *limit) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "invalid launch: %s is %u, must be %s", what,
+                                   value, limit);
+  };
+  if (g.gridX == 0)
+    return bad("grid x (query blocks)", g.gridX, "at least 1");
+  if (g.gridY == 0 || g.gridY > 65535)
+    return bad("grid y (heads)", g.gridY, "in [1, 65535]");
+  if (g.gridZ == 0 || g.gridZ > 65535)
+    return bad("grid z (batch)", g.gridZ, "in [1, 65535]");
+  if (g.blockX == 0 || g.blockX > 1024)
+    return bad("threads per block", g.blockX, "in [1, 1024]");
+  return llvm::Error::success();
+}
+
+llvm::Error launch(CUfunction function, const LaunchGeometry &geometry,
+                   void **params, CUstream stream) {
+  if (llvm::Error err = validateGeometry(geometry))
+    return err;
+  if (!function)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "invalid launch: no kernel function");
+  auto drv = CudaDriver::get();
+  if (!drv)
+    return drv.takeError();
+  if (auto ctx = drv->ensureContext(); !ctx)
+    return ctx.takeError();
+  return FLASHJIT_CU(*drv, cuLaunchKernel, function, geometry.gridX,
+                     geometry.gridY, geometry.gridZ, geometry.blockX, 1, 1,
+                     geometry.sharedMemoryBytes, stream, params, nullptr);
+}
+
+} // namespace flashjit

@@ -1,0 +1,223 @@
+//===- ModuleLoader.cpp - PTX and cubins into launchable functions --------===//
+// Why: see ModuleLoader.h.
+#include "flashjit/Runtime/ModuleLoader.h"
+#include "flashjit/Runtime/CudaDriver.h"
+
+#include "llvm/ADT/ScopeExit.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace flashjit {
+
+llvm::Error checkSharedMemory(const KernelInfo &info, int optinLimit) {
+  if (optinLimit >= 0 &&
+      info.sharedMemoryBytes <= static_cast<unsigned>(optinLimit))
+    return llvm::Error::success();
+  return llvm::createStringError(
+      llvm::inconvertibleErrorCode(),
+      "kernel %s needs %u bytes of dynamic shared memory per block but this "
+      "device allows at most %d (opt-in limit): choose a tile config with "
+      "smaller blocks or fewer stages",
+      info.name.c_str(), info.sharedMemoryBytes, optinLimit);
+}
+
+llvm::Error checkThreadsPerBlock(const KernelInfo &info, int maxThreads,
+                                 int registersPerThread) {
+  if (info.threadsPerBlock > 0 && maxThreads > 0 &&
+      info.threadsPerBlock <= static_cast<unsigned>(maxThreads))
+    return llvm::Error::success();
+  return llvm::createStringError(
+      llvm::inconvertibleErrorCode(),
+      "kernel %s is launched with %u threads per block but, using %d "
+      "registers per thread, can run at most %d: choose a tile config with "
+      "fewer warps",
+      info.name.c_str(), info.threadsPerBlock, registersPerThread, maxThreads);
+}
+
+llvm::Expected<std::string> linkPtxToCubin(llvm::StringRef ptx,
+                                           llvm::StringRef inputName) {
+  auto drv = CudaDriver::get();
+  if (!drv)
+    return drv.takeError();
+  const CudaDriver &d = *drv;
+  if (auto ctx = d.ensureContext(); !ctx)
+    return ctx.takeError();
+
+  // The driver writes its logs into these buffers and the sizes back into
+  // the option values.
+  std::vector<char> errorLog(16384, '\0'), infoLog(16384, '\0');
+  CUjit_option options[] = {
+      CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+      CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES};
+  void *values[] = {
+      errorLog.data(),
+      reinterpret_cast<void *>(static_cast<uintptr_t>(errorLog.size() - 1)),
+      infoLog.data(),
+      reinterpret_cast<void *>(static_cast<uintptr_t>(infoLog.size() - 1))};
+  auto withLog = [&](llvm::Error err) -> llvm::Error {
+    std::string log(errorLog.data());
+    if (log.empty())
+      return err;
+    return llvm::joinErrors(
+        std::move(err),
+        llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                "PTX JIT log for %s:\n%s",
+                                inputName.str().c_str(), log.c_str()));
+  };
+
+  CUlinkState state = nullptr;
+  if (llvm::Error err =
+          FLASHJIT_CU(d, cuLinkCreate, 4, options, values, &state))
+    return withLog(std::move(err));
+  llvm::scope_exit destroy([&] { d.cuLinkDestroy(state); });
+
+  // cuLinkAddData reads PTX as a C string: pass a NUL-terminated copy.
+  std::string text = ptx.str();
+  std::string name = inputName.str();
+  if (llvm::Error err =
+          FLASHJIT_CU(d, cuLinkAddData, state, CU_JIT_INPUT_PTX, text.data(),
+                      text.size() + 1, name.c_str(), 0, nullptr, nullptr))
+    return withLog(std::move(err));
+
+  void *image = nullptr;
+  size_t imageSize = 0;
+  if (llvm::Error err =
+          FLASHJIT_CU(d, cuLinkComplete, state, &image, &imageSize))
+    return withLog(std::move(err));
+  // The image belongs to the link state: copy it out before cuLinkDestroy.
+  return std::string(static_cast<const char *>(image), imageSize);
+}
+
+llvm::Expected<LoadedModule> LoadedModule::fromCubin(const KernelInfo &info,
+                                                     llvm::StringRef cubin,
+                                                     int deviceOrdinal) {
+  auto drv = CudaDriver::get();
+  if (!drv)
+    return drv.takeError();
+  const CudaDriver &d = *drv;
+  if (auto ctx = d.ensureContext(deviceOrdinal); !ctx)
+    return ctx.takeError();
+  if (cubin.empty())
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "kernel %s: empty module image",
+                                   info.name.c_str());
+
+  LoadedModule m(d, info);
+  m.Cubin = cubin.str();
+  // Module images are read as a C string when they are PTX; the copy in
+  // m.Cubin carries std::string's terminating NUL.
+  if (llvm::Error err =
+          FLASHJIT_CU(d, cuModuleLoadData, &m.Module, m.Cubin.c_str()))
+    return std::move(err);
+  if (llvm::Error err = FLASHJIT_CU(d, cuModuleGetFunction, &m.Function,
+                                    m.Module, info.name.c_str()))
+    return llvm::joinErrors(
+        llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                "kernel %s is not in its module",
+                                info.name.c_str()),
+        std::move(err));
+
+  // Above 48 KiB the kernel must opt in, up to the device's limit.
+  if (info.sharedMemoryBytes > kSharedMemoryWithoutOptin) {
+    CUdevice device;
+    int optin = 0;
+    if (llvm::Error err = FLASHJIT_CU(d, cuCtxGetDevice, &device))
+      return std::move(err);
+    if (llvm::Error err = FLASHJIT_CU(
+            d, cuDeviceGetAttribute, &optin,
+            CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device))
+      return std::move(err);
+    if (llvm::Error err = checkSharedMemory(info, optin))
+      return std::move(err);
+    if (llvm::Error err =
+            FLASHJIT_CU(d, cuFuncSetAttribute, m.Function,
+                        CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        static_cast<int>(info.sharedMemoryBytes)))
+      return std::move(err);
+  }
+
+  // Register pressure can cap the block size below what the config asks.
+  int maxThreads = 0, registers = 0;
+  if (llvm::Error err =
+          FLASHJIT_CU(d, cuFuncGetAttribute, &maxThreads,
+                      CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, m.Function))
+    return std::move(err);
+  if (llvm::Error err = FLASHJIT_CU(d, cuFuncGetAttribute, &registers,
+                                    CU_FUNC_ATTRIBUTE_NUM_REGS, m.Function))
+    return std::move(err);
+  if (llvm::Error err = checkThreadsPerBlock(info, maxThreads, registers))
+    return std::move(err);
+  return std::move(m);
+}
+
+llvm::Expected<LoadedModule> LoadedModule::fromPtx(const KernelInfo &info,
+                                                   llvm::StringRef ptx,
+                                                   int deviceOrdinal) {
+  auto drv = CudaDriver::get();
+  if (!drv)
+    return drv.takeError();
+  if (auto ctx = drv->ensureContext(deviceOrdinal); !ctx)
+    return ctx.takeError();
+  auto cubin = linkPtxToCubin(ptx, info.name + ".ptx");
+  if (!cubin)
+    return cubin.takeError();
+  auto m = fromCubin(info, *cubin, deviceOrdinal);
+  if (m)
+    m->LinkedFromPtx = true;
+  return m;
+}
+
+llvm::Expected<LoadedModule> LoadedModule::load(const KernelInfo &info,
+                                                llvm::StringRef ptx,
+                                                llvm::StringRef cubin,
+                                                int deviceOrdinal) {
+  if (cubin.empty())
+    return fromPtx(info, ptx, deviceOrdinal);
+  auto m = fromCubin(info, cubin, deviceOrdinal);
+  if (m || ptx.empty())
+    return m;
+  // A cubin for another GPU or driver: the PTX still works here.
+  auto linked = fromPtx(info, ptx, deviceOrdinal);
+  if (linked) {
+    llvm::consumeError(m.takeError());
+    return linked;
+  }
+  return llvm::joinErrors(m.takeError(), linked.takeError());
+}
+
+LoadedModule::LoadedModule(LoadedModule &&other) noexcept
+    : Driver(other.Driver), Info(std::move(other.Info)), Module(other.Module),
+      Function(other.Function), Cubin(std::move(other.Cubin)),
+      LinkedFromPtx(other.LinkedFromPtx) {
+  other.Module = nullptr;
+  other.Function = nullptr;
+}
+
+LoadedModule &LoadedModule::operator=(LoadedModule &&other) noexcept {
+  if (this != &other) {
+    unload();
+    Driver = other.Driver;
+    Info = std::move(other.Info);
+    Module = other.Module;
+    Function = other.Function;
+    Cubin = std::move(other.Cubin);
+    LinkedFromPtx = other.LinkedFromPtx;
+    other.Module = nullptr;
+    other.Function = nullptr;
+  }
+  return *this;
+}
+
+LoadedModule::~LoadedModule() { unload(); }
+
+void LoadedModule::unload() {
+  if (Module)
+    // Nothing useful to do with a failure while tearing down.
+    llvm::consumeError(FLASHJIT_CU(*Driver, cuModuleUnload, Module));
+  Module = nullptr;
+  Function = nullptr;
+}
+
+} // namespace flashjit

@@ -1,0 +1,35 @@
+//===- GpuTestUtil.h - shared pieces of the GPU tests ---------------*- C++ -*-===//
+// Why: every GPU test needs the one context (device opened once, kernels
+// compiled once) and fresh seeds.
+#ifndef FLASHJIT_TESTS_GPU_GPUTESTUTIL_H
+#define FLASHJIT_TESTS_GPU_GPUTESTUTIL_H
+
+#include "flashjit/FlashJIT.h"
+#include "flashjit/Runtime/Harness.h"
+
+#include <doctest/doctest.h>
+#include <random>
+
+namespace flashjit::test {
+
+/// The process's context on device 0 (created by GpuMain before the tests).
+Context &gpuContext();
+
+/// A seed that differs on every call and every run.
+inline uint64_t freshSeed() {
+  static std::mt19937_64 rng(std::random_device{}());
+  return rng();
+}
+
+inline std::string describe(const AttentionSpec &spec,
+                            const CheckOptions &o) {
+  return spec.canonical() + " b=" + std::to_string(o.batch) +
+         " sq=" + std::to_string(o.seqlenQ) +
+         " sk=" + std::to_string(o.seqlenK) +
+         (o.layout == Layout::BSHD ? " bshd" : " bhsd") +
+         " seed=" + std::to_string(o.seed);
+}
+
+} // namespace flashjit::test
+
+#endif

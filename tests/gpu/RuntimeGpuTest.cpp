@@ -1,0 +1,220 @@
+//===- RuntimeGpuTest.cpp - launch, cache and argument checks on a GPU ----===//
+// Why: the runtime's promises that need a device: bad arguments launch
+// nothing, launches are cheap, and a kernel comes back from disk fast.
+#include "GpuTestUtil.h"
+
+#include "flashjit/Runtime/CudaDriver.h"
+#include "flashjit/Runtime/HostFloat.h"
+#include "flashjit/Runtime/KernelCache.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <unistd.h>
+
+using namespace flashjit;
+using namespace flashjit::test;
+
+namespace {
+const CudaDriver &driver() { return llvm::cantFail(CudaDriver::get()); }
+
+struct Buffers {
+  CUdeviceptr q = 0, k = 0, v = 0, o = 0, lse = 0;
+  size_t elems = 0, rows = 0;
+  Buffers(int64_t b, int64_t h, int64_t s, int64_t d) {
+    elems = b * h * s * d;
+    rows = b * h * s;
+    const CudaDriver &drv = driver();
+    for (CUdeviceptr *p : {&q, &k, &v, &o})
+      REQUIRE_FALSE(bool(FLASHJIT_CU(drv, cuMemAlloc, p, elems * 2)));
+    REQUIRE_FALSE(bool(FLASHJIT_CU(drv, cuMemAlloc, &lse, rows * 4)));
+    for (CUdeviceptr p : {q, k, v})
+      REQUIRE_FALSE(bool(FLASHJIT_CU(drv, cuMemsetD8, p, 0x3C, elems * 2)));
+  }
+  ~Buffers() {
+    for (CUdeviceptr p : {q, k, v, o, lse})
+      (void)driver().cuMemFree(p);
+  }
+  /// Fills O and LSE with a byte pattern that a launch would overwrite.
+  void poison() {
+    REQUIRE_FALSE(bool(FLASHJIT_CU(driver(), cuMemsetD8, o, 0xA5, elems * 2)));
+    REQUIRE_FALSE(bool(FLASHJIT_CU(driver(), cuMemsetD8, lse, 0xA5, rows * 4)));
+  }
+  /// True when O and LSE still hold the poison pattern.
+  bool untouched() {
+    REQUIRE_FALSE(bool(FLASHJIT_CU(driver(), cuCtxSynchronize)));
+    std::vector<uint8_t> host(elems * 2 + rows * 4);
+    REQUIRE_FALSE(bool(FLASHJIT_CU(driver(), cuMemcpyDtoH, host.data(), o, elems * 2)));
+    REQUIRE_FALSE(bool(FLASHJIT_CU(driver(), cuMemcpyDtoH, host.data() + elems * 2,
+                                   lse, rows * 4)));
+    for (uint8_t x : host)
+      if (x != 0xA5)
+        return false;
+    return true;
+  }
+  ForwardArgs args(const AttentionSpec &spec, int64_t b, int64_t s) {
+    ForwardArgs a;
+    auto p = [](CUdeviceptr x) { return reinterpret_cast<void *>(x); };
+    a.q = TensorRef::bhsd(p(q), spec.dtype, b, spec.numHeads, s, spec.headDim);
+    a.k = TensorRef::bhsd(p(k), spec.dtype, b, spec.numKVHeads, s, spec.headDim);
+    a.v = TensorRef::bhsd(p(v), spec.dtype, b, spec.numKVHeads, s, spec.headDim);
+    a.o = TensorRef::bhsd(p(o), spec.dtype, b, spec.numHeads, s, spec.headDim);
+    a.lse = LseRef::contiguous(reinterpret_cast<float *>(lse), b,
+                               spec.numHeads, s);
+    return a;
+  }
+};
+
+AttentionSpec smallSpec() {
+  AttentionSpec spec;
+  spec.headDim = 64;
+  spec.numHeads = 2;
+  spec.numKVHeads = 2;
+  return spec;
+}
+} // namespace
+
+TEST_CASE("bad arguments: a clear error and nothing launched") {
+  AttentionSpec spec = smallSpec();
+  auto kernel = gpuContext().compile(spec);
+  REQUIRE(bool(kernel));
+  const int64_t b = 1, s = 64;
+  Buffers buf(b, spec.numHeads, s, spec.headDim);
+
+  // The good call writes O: the poison check below can tell.
+  buf.poison();
+  REQUIRE_FALSE(bool((*kernel)->forward(buf.args(spec, b, s))));
+  CHECK_FALSE(buf.untouched());
+
+  struct Bad {
+    const char *what;
+    std::function<void(ForwardArgs &)> mutate;
+    const char *expected;
+  };
+  const Bad cases[] = {
+      {"null q", [](ForwardArgs &a) { a.q.data = nullptr; }, "q is a null pointer"},
+      {"misaligned k",
+       [](ForwardArgs &a) { a.k.data = static_cast<char *>(a.k.data) + 2; },
+       "k pointer"},
+      {"dtype", [](ForwardArgs &a) { a.v.dtype = DType::F16; },
+       "v is f16 but the kernel was compiled for bf16"},
+      {"head dim", [](ForwardArgs &a) { a.q.shape[3] = 128; },
+       "q head dim is 128 but the kernel was compiled for head dim 64"},
+      {"shapes disagree", [](ForwardArgs &a) { a.v.shape[2] = 32; },
+       "k has seqlen 64 but v has 32"},
+      {"heads", [](ForwardArgs &a) { a.q.shape[1] = 4; a.o.shape[1] = 4; },
+       "q has 4 heads but the kernel was compiled for 2"},
+      {"overlapping output strides",
+       [](ForwardArgs &a) { a.o.strides[2] = 8; },
+       "o strides [8192, 4096, 8, 1] make distinct outputs share memory"},
+      {"output aliases input", [](ForwardArgs &a) { a.o.data = a.q.data; },
+       "the outputs overlap input q"},
+      {"head-dim stride", [](ForwardArgs &a) { a.k.strides[3] = 2; },
+       "k head-dim stride is 2"},
+      {"lse shape", [](ForwardArgs &a) { a.lse.shape[2] = 1; },
+       "lse shape [1, 2, 1] must be [batch, heads, seqlen]"},
+  };
+  for (const Bad &bad : cases) {
+    INFO(bad.what);
+    buf.poison();
+    ForwardArgs args = buf.args(spec, b, s);
+    bad.mutate(args);
+    llvm::Error err = (*kernel)->forward(args);
+    REQUIRE(bool(err));
+    std::string message = llvm::toString(std::move(err));
+    INFO(message);
+    CHECK(message.find(bad.expected) != std::string::npos);
+    CHECK(buf.untouched());
+  }
+}
+
+TEST_CASE("launch overhead of forward() on a cached kernel") {
+  AttentionSpec spec = smallSpec();
+  auto kernel = gpuContext().compile(spec);
+  REQUIRE(bool(kernel));
+  Buffers buf(1, spec.numHeads, 1, spec.headDim);
+  ForwardArgs args = buf.args(spec, 1, 1);
+  const CudaDriver &drv = driver();
+  for (int i = 0; i < 100; ++i)
+    REQUIRE_FALSE(bool((*kernel)->forward(args)));
+  CUevent start, stop;
+  REQUIRE_FALSE(bool(FLASHJIT_CU(drv, cuEventCreate, &start, CU_EVENT_DEFAULT)));
+  REQUIRE_FALSE(bool(FLASHJIT_CU(drv, cuEventCreate, &stop, CU_EVENT_DEFAULT)));
+  const int launches = 5000;
+  // Events around many back-to-back launches: per-call time on the GPU's
+  // clock, which includes the tiny kernel's own run time.
+  REQUIRE_FALSE(bool(FLASHJIT_CU(drv, cuEventRecord, start, nullptr)));
+  for (int i = 0; i < launches; ++i)
+    REQUIRE_FALSE(bool((*kernel)->forward(args)));
+  REQUIRE_FALSE(bool(FLASHJIT_CU(drv, cuEventRecord, stop, nullptr)));
+  REQUIRE_FALSE(bool(FLASHJIT_CU(drv, cuEventSynchronize, stop)));
+  float ms = 0;
+  REQUIRE_FALSE(bool(FLASHJIT_CU(drv, cuEventElapsedTime, &ms, start, stop)));
+  double usPerCall = ms * 1000.0 / launches;
+  // Host time of forward() alone (checks + cuLaunchKernel), in batches
+  // small enough that the launch queue never blocks.
+  const int batches = 20, perBatch = 200;
+  double hostUs = 0;
+  for (int b = 0; b < batches; ++b) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < perBatch; ++i)
+      REQUIRE_FALSE(bool((*kernel)->forward(args)));
+    auto t1 = std::chrono::steady_clock::now();
+    hostUs += std::chrono::duration<double, std::micro>(t1 - t0).count();
+    REQUIRE_FALSE(bool(FLASHJIT_CU(drv, cuCtxSynchronize)));
+  }
+  hostUs /= batches * perBatch;
+  MESSAGE("forward() per call: " << usPerCall << " us between CUDA events ("
+          << launches << " back-to-back launches of a 1-row problem), "
+          << hostUs << " us of host time");
+  CHECK(hostUs < 5.0);
+  CHECK(usPerCall < 5.0);
+  (void)drv.cuEventDestroy(start);
+  (void)drv.cuEventDestroy(stop);
+}
+
+TEST_CASE("kernel cache: cold compile, warm disk load, hot memory hit") {
+  char dir[] = "/tmp/flashjit-cache-timing-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  AttentionSpec spec;
+  spec.headDim = 128;
+  spec.causal = true;
+  spec.numHeads = 16;
+  spec.numKVHeads = 16;
+  ContextOptions options;
+  options.cache.directory = dir;
+  using Clock = std::chrono::steady_clock;
+  auto ms = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+  };
+
+  auto cold = Context::create(options);
+  REQUIRE(bool(cold));
+  auto t0 = Clock::now();
+  auto k1 = (*cold)->compile(spec);
+  auto t1 = Clock::now();
+  REQUIRE(bool(k1));
+  CHECK((*cold)->cache().stats().builds == 1);
+
+  auto warm = Context::create(options);
+  REQUIRE(bool(warm));
+  auto t2 = Clock::now();
+  auto k2 = (*warm)->compile(spec);
+  auto t3 = Clock::now();
+  REQUIRE(bool(k2));
+  CHECK((*warm)->cache().stats().diskHits == 1);
+  CHECK((*warm)->cache().stats().builds == 0);
+
+  const int hits = 100000;
+  auto t4 = Clock::now();
+  for (int i = 0; i < hits; ++i)
+    REQUIRE(bool((*warm)->compile(spec)));
+  auto t5 = Clock::now();
+  double hotUs = ms(t4, t5) * 1000.0 / hits;
+  MESSAGE("cold compile+load " << ms(t0, t1) << " ms, warm (disk + cubin load) "
+                               << ms(t2, t3) << " ms, hot (memory) " << hotUs
+                               << " us");
+  CHECK(ms(t2, t3) < 5.0);
+  CHECK(hotUs < 2.0);
+  std::string cleanup = std::string("rm -rf ") + dir;
+  (void)std::system(cleanup.c_str());
+}

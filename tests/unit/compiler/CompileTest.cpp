@@ -1,0 +1,106 @@
+// Why: compileAttention is the runtime's only door into MLIR: it must give
+// PTX for every supported spec and errors (never aborts) for the rest.
+#include "flashjit/Compiler/Compiler.h"
+#include "flashjit/FlashJIT.h"
+
+#include <doctest/doctest.h>
+#include <chrono>
+#include <cstdlib>
+#include <unistd.h>
+
+using namespace flashjit;
+
+static CompileOptions forChip(const char *chip) {
+  CompileOptions o;
+  o.target = llvm::cantFail(Target::parse(chip));
+  return o;
+}
+
+TEST_CASE("PTX for every head dim, dtype, causality and chip") {
+  for (const char *chip : {"sm_80", "sm_90a"})
+    for (int64_t d : {64, 128, 256})
+      for (DType dtype : {DType::F16, DType::BF16})
+        for (bool causal : {false, true}) {
+          AttentionSpec spec;
+          spec.headDim = d;
+          spec.dtype = dtype;
+          spec.causal = causal;
+          spec.numHeads = 4;
+          spec.numKVHeads = 2;
+          INFO(spec.canonical() << " " << chip);
+          auto kernel = compileAttention(spec, forChip(chip));
+          REQUIRE_MESSAGE(bool(kernel), llvm::toString(kernel.takeError()));
+          CHECK(kernel->text.find(std::string(".target ") + chip) !=
+                std::string::npos);
+          CHECK(kernel->text.find(".entry " + spec.kernelName()) !=
+                std::string::npos);
+          CHECK(kernel->info.threadsPerBlock ==
+                kernel->info.config.blockM * d / 32);
+        }
+}
+
+TEST_CASE("bad specs, chips and configs are errors") {
+  AttentionSpec spec;
+  spec.headDim = 96;
+  auto r = compileAttention(spec, forChip("sm_80"));
+  REQUIRE_FALSE(bool(r));
+  CHECK(llvm::toString(r.takeError()).find("head dim 96 is not supported") !=
+        std::string::npos);
+  spec.headDim = 64;
+  CompileOptions bad;
+  bad.target.chip = "sm_100x";
+  r = compileAttention(spec, bad);
+  REQUIRE_FALSE(bool(r));
+  CHECK(llvm::toString(r.takeError()).find("unknown arch 'sm_100x'") == 0);
+  CompileOptions withConfig = forChip("sm_90a");
+  withConfig.config = TileConfig{"cuda_core", 64, 32, 1, 8};
+  r = compileAttention(spec, withConfig);
+  REQUIRE_FALSE(bool(r));
+  CHECK(llvm::toString(r.takeError()) ==
+        "cuda_core with block_m 64 and head dim 64 runs 4 warps, not 8");
+}
+
+TEST_CASE("malformed MLIR and descriptions without one attention") {
+  auto r = compileDescription("func.func @x(", forChip("sm_90a"));
+  REQUIRE_FALSE(bool(r));
+  CHECK(llvm::toString(r.takeError()).find("malformed MLIR input") == 0);
+  r = compileDescription("module {}", forChip("sm_90a"));
+  REQUIRE_FALSE(bool(r));
+  CHECK(llvm::toString(r.takeError()).find("holds 0") != std::string::npos);
+}
+
+TEST_CASE("context without a GPU: compiles, caches, refuses to launch") {
+  char dir[] = "/tmp/flashjit-ctx-test-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  ContextOptions options;
+  options.chip = "sm_90a";
+  options.cache.directory = dir;
+  auto ctx = Context::create(options);
+  REQUIRE(bool(ctx));
+  AttentionSpec spec;
+  spec.headDim = 64;
+  auto kernel = (*ctx)->compile(spec);
+  REQUIRE_MESSAGE(bool(kernel), llvm::toString(kernel.takeError()));
+  CHECK((*kernel)->ptx().find(".entry") != std::string::npos);
+
+  // The in-memory hit: the hot path of every forward() in a runtime.
+  const int hits = 200000;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < hits; ++i)
+    REQUIRE(bool((*ctx)->compile(spec)));
+  double ns = std::chrono::duration<double, std::nano>(
+                  std::chrono::steady_clock::now() - t0)
+                  .count() /
+              hits;
+  MESSAGE("in-memory kernel hit: " << ns << " ns");
+  CHECK(ns < 2000);
+
+  if (!(*ctx)->device()) {
+    ForwardArgs args; // all null: the checks speak first
+    llvm::Error err = (*kernel)->forward(args);
+    REQUIRE(bool(err));
+    CHECK(llvm::toString(std::move(err)) == "q is a null pointer");
+  }
+  std::string cleanup = std::string("rm -rf ") + dir;
+  (void)std::system(cleanup.c_str());
+}

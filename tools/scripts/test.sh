@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The test command: installs what is missing, builds, runs every test
+# (doctest unit tests, lit tests, ptxas checks, GPU tests - skipped without
+# a GPU).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+bash tools/scripts/install-deps.sh
+bash tools/scripts/build.sh
+ctest --test-dir build --output-on-failure
