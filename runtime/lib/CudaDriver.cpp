@@ -108,6 +108,19 @@ llvm::Error CudaDriver::check(CUresult result, llvm::StringRef call) const {
   return llvm::make_error<CudaError>(result, std::move(message));
 }
 
+llvm::Expected<int> CudaDriver::deviceCount(int ordinal) const {
+  int count = 0;
+  if (llvm::Error err = FLASHJIT_CU(*this, cuDeviceGetCount, &count))
+    return std::move(err);
+  if (ordinal < 0 || ordinal >= count)
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "CUDA device %d does not exist: %d device(s) visible (check "
+        "CUDA_VISIBLE_DEVICES)",
+        ordinal, count);
+  return count;
+}
+
 llvm::Expected<CUcontext> CudaDriver::ensureContext(int ordinal) const {
   CUcontext current = nullptr;
   if (llvm::Error err = FLASHJIT_CU(*this, cuCtxGetCurrent, &current))
@@ -119,15 +132,10 @@ llvm::Expected<CUcontext> CudaDriver::ensureContext(int ordinal) const {
   static std::mutex mutex;
   static std::vector<CUcontext> retained;
   std::lock_guard<std::mutex> guard(mutex);
-  int count = 0;
-  if (llvm::Error err = FLASHJIT_CU(*this, cuDeviceGetCount, &count))
-    return std::move(err);
-  if (ordinal < 0 || ordinal >= count)
-    return llvm::createStringError(
-        llvm::inconvertibleErrorCode(),
-        "CUDA device %d does not exist: %d device(s) visible (check "
-        "CUDA_VISIBLE_DEVICES)",
-        ordinal, count);
+  auto counted = deviceCount(ordinal);
+  if (!counted)
+    return counted.takeError();
+  int count = *counted;
   if (retained.size() < static_cast<size_t>(count))
     retained.resize(count, nullptr);
   if (!retained[ordinal]) {

@@ -18,15 +18,8 @@ llvm::Expected<DeviceInfo> queryDevice(int ordinal) {
     return drv.takeError();
   const CudaDriver &d = *drv;
 
-  int count = 0;
-  if (llvm::Error err = FLASHJIT_CU(d, cuDeviceGetCount, &count))
-    return std::move(err);
-  if (ordinal < 0 || ordinal >= count)
-    return llvm::createStringError(
-        llvm::inconvertibleErrorCode(),
-        "CUDA device %d does not exist: %d device(s) visible (check "
-        "CUDA_VISIBLE_DEVICES)",
-        ordinal, count);
+  if (auto counted = d.deviceCount(ordinal); !counted)
+    return counted.takeError();
 
   DeviceInfo info;
   info.ordinal = ordinal;

@@ -110,6 +110,9 @@ public:
   /// out stay valid) and made current. A context the caller made current,
   /// primary or not, is left alone. Returns the current context.
   llvm::Expected<CUcontext> ensureContext(int ordinal = 0) const;
+  /// The number of visible devices, or an error when `ordinal` is not one
+  /// of them.
+  llvm::Expected<int> deviceCount(int ordinal) const;
 
   ~CudaDriver();
   CudaDriver(const CudaDriver &) = delete;
