@@ -85,6 +85,12 @@ llvm::Expected<std::unique_ptr<Context>> Context::create(ContextOptions options)
     ctx->DeviceError = llvm::toString(device.takeError());
   } else {
     ctx->Device = *device;
+    // The heuristic reasons with the known-GPU table; a GPU it does not
+    // know gets the reference GPU of its compute capability.
+    if (auto model = autotune::lookupKnownGPU(device->name))
+      ctx->HeuristicDevice = device->name;
+    else
+      llvm::consumeError(model.takeError());
   }
 
   std::string chip = options.chip;
@@ -114,16 +120,7 @@ Context::compile(const AttentionSpec &spec) {
   if (auto err = spec.validate())
     return std::move(err);
   std::string canonical = spec.canonical();
-  // The heuristic reasons with the known-GPU table; a GPU it does not know
-  // gets the reference GPU of its compute capability.
-  std::string knownName;
-  if (Device) {
-    if (auto model = autotune::lookupKnownGPU(Device->name))
-      knownName = Device->name;
-    else
-      llvm::consumeError(model.takeError());
-  }
-  auto config = chooseTileConfig(spec, TargetChip, knownName);
+  auto config = chooseTileConfig(spec, TargetChip, HeuristicDevice);
   if (!config)
     return config.takeError();
 

@@ -123,6 +123,9 @@ private:
   Target TargetChip;
   std::optional<DeviceInfo> Device;
   std::string DeviceError;
+  /// The device's name when the known-GPU table has it (the heuristic
+  /// reasons with that model), else empty: the chip's reference GPU.
+  std::string HeuristicDevice;
   std::unique_ptr<KernelCache> Cache;
   struct KernelTable;
   std::unique_ptr<KernelTable> Kernels;
