@@ -369,14 +369,10 @@ void Builder::build(StringRef name) {
 
 } // namespace
 
-llvm::Error CudaCoreForward::build(OpBuilder &builder, Location loc,
-                                   const AttentionSpec &spec,
-                                   const TileConfig &config,
-                                   StringRef name) const {
-  if (auto err = checkConfig(spec, config))
-    return err;
+void CudaCoreForward::emit(OpBuilder &builder, Location loc,
+                    const AttentionSpec &spec, const TileConfig &config,
+                    StringRef name) const {
   Builder(builder, loc, spec, config).build(name);
-  return llvm::Error::success();
 }
 
 } // namespace flashjit

@@ -4,28 +4,8 @@
 #include "flashjit/Templates/CudaCoreForward.h"
 
 #include "llvm/Support/FormatVariadic.h"
-#include "llvm/Support/MathExtras.h"
 
 namespace flashjit {
-
-llvm::Error CudaCoreForward::supports(const AttentionSpec &spec,
-                                      const Target &target) const {
-  if (auto err = spec.validate())
-    return err;
-  if (spec.headDim % kSliceWidth != 0 ||
-      !llvm::isPowerOf2_64(spec.headDim / kSliceWidth))
-    return llvm::createStringError(
-        llvm::formatv("head dim {0} is not supported by the cuda_core "
-                      "template: supported head dims are 32, 64, 128, 256",
-                      spec.headDim)
-            .str());
-  if (target.computeCapability < minComputeCapability())
-    return llvm::createStringError(
-        llvm::formatv("the cuda_core template needs sm_80 or newer, not {0}",
-                      target.chip)
-            .str());
-  return llvm::Error::success();
-}
 
 llvm::Error CudaCoreForward::checkConfig(const AttentionSpec &spec,
                                          const TileConfig &config) const {

@@ -1,18 +1,58 @@
 //===- TemplateRegistry.cpp - the list of kernel families -----------------===//
 // Why: one place lists the templates, so the autotuner and the compiler see
-// the same set.
+// the same set; the checks every template shares (supports, build) live
+// here too.
 #include "flashjit/Templates/CudaCoreForward.h"
 #include "flashjit/Templates/KernelTemplate.h"
+#include "flashjit/Templates/MmaSyncForward.h"
 
+#include "mlir/IR/Location.h"
+
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
 namespace flashjit {
 
 const std::vector<const KernelTemplate *> &allTemplates() {
+  static const MmaSyncForward mmaSync;
   static const CudaCoreForward cudaCore;
-  static const std::vector<const KernelTemplate *> templates = {&cudaCore};
+  static const std::vector<const KernelTemplate *> templates = {&mmaSync,
+                                                                &cudaCore};
   return templates;
+}
+
+llvm::Error KernelTemplate::supports(const AttentionSpec &spec,
+                                    const Target &target) const {
+  if (auto err = spec.validate())
+    return err;
+  std::vector<int64_t> dims = headDims();
+  if (!llvm::is_contained(dims, spec.headDim)) {
+    std::vector<std::string> names;
+    for (int64_t d : dims)
+      names.push_back(std::to_string(d));
+    return llvm::createStringError(
+        llvm::formatv("head dim {0} is not supported by the {1} template: "
+                      "supported head dims are {2}",
+                      spec.headDim, family(), llvm::join(names, ", "))
+            .str());
+  }
+  if (target.computeCapability < minComputeCapability())
+    return llvm::createStringError(
+        llvm::formatv("the {0} template needs sm_{1} or newer, not {2}",
+                      family(), minComputeCapability(), target.chip)
+            .str());
+  return llvm::Error::success();
+}
+
+llvm::Error KernelTemplate::build(mlir::OpBuilder &builder, mlir::Location loc,
+                                  const AttentionSpec &spec,
+                                  const TileConfig &config,
+                                  llvm::StringRef name) const {
+  if (auto err = checkConfig(spec, config))
+    return err;
+  emit(builder, loc, spec, config, name);
+  return llvm::Error::success();
 }
 
 llvm::Expected<const KernelTemplate *> findTemplate(llvm::StringRef family) {

@@ -82,8 +82,8 @@ TEST_CASE("different query and key/value lengths") {
   }
 }
 
-TEST_CASE("other head dims: 32 and 256") {
-  for (int64_t d : {32, 256})
+TEST_CASE("other head dims: 32, 96 and 256") {
+  for (int64_t d : {32, 96, 256})
     for (bool causal : {false, true}) {
       AttentionSpec spec;
       spec.headDim = d;

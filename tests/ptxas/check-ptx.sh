@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# ptxas accepts every PTX `flashjit compile` emits: head dims 64/128/256,
-# f16/bf16, causal or not, sm_80 and sm_90a. Exit 77 (ctest: skipped) when
-# ptxas is not installed.
+# ptxas accepts every PTX `flashjit compile` emits: head dims 64/96/128/256,
+# f16/bf16, causal or not, sm_80 and sm_90a. The tensor-core kernels of head
+# dims 64, 96 and 128 must use mma.sync m16n8k16, ldmatrix and cp.async and
+# must not spill. Exit 77 (ctest: skipped) when ptxas is not installed.
 set -uo pipefail
 flashjit=${1:?usage: check-ptx.sh path/to/flashjit [ptxas]}
 ptxas=${2:-$(command -v ptxas || echo /usr/local/cuda/bin/ptxas)}
@@ -13,7 +14,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fails=0 count=0
 for arch in sm_80 sm_90a; do
-  for d in 64 128 256; do
+  for d in 64 96 128 256; do
     for dtype in f16 bf16; do
       for causal in "" --causal; do
         name="$arch-d$d-$dtype${causal:+-causal}"
@@ -28,6 +29,21 @@ for arch in sm_80 sm_90a; do
         fi
         regs=$(grep -o "Used [0-9]* registers" "$work/$name.log" | head -1)
         spill=$(grep -o "[0-9]* bytes spill stores" "$work/$name.log" | head -1)
+        if [ "$d" -le 128 ]; then
+          missing=""
+          for insn in "mma.sync.aligned.m16n8k16.row.col.f32.$dtype.$dtype.f32" \
+                      "ldmatrix.sync.aligned.m8n8.x4.shared.b16" \
+                      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" \
+                      "cp.async.cg.shared.global"; do
+            grep -q "$insn" "$work/$name.ptx" || missing="$missing $insn"
+          done
+          if [ -n "$missing" ]; then
+            echo "FAIL $name: the PTX lacks$missing"; fails=$((fails + 1)); continue
+          fi
+          if grep -qE "[1-9][0-9]* bytes spill (stores|loads)" "$work/$name.log"; then
+            echo "FAIL $name spills:"; grep spill "$work/$name.log"; fails=$((fails + 1)); continue
+          fi
+        fi
         echo "ok   $name: $regs, $spill"
       done
     done

@@ -2,7 +2,7 @@
 
 // An attention without a config gets the heuristic's choice.
 // CHECK-LABEL: func.func @no_config
-// CHECK: attn.attention {{.+}} {config = #attn.tile_config<family = "cuda_core", block_m = {{[0-9]+}}, block_n = {{[0-9]+}}, stages = 1, warps = {{[0-9]+}}>}
+// CHECK: attn.attention {{.+}} {config = #attn.tile_config<family = "mma_sync", block_m = {{[0-9]+}}, block_n = {{[0-9]+}}, stages = 2, warps = {{[0-9]+}}>}
 func.func @no_config(%q: tensor<?x8x?x128xbf16>, %s: f32) -> tensor<?x8x?x128xbf16> {
   %o, %lse = attn.attention %q, %q, %q scale %s
       : tensor<?x8x?x128xbf16>, tensor<?x8x?x128xbf16>, tensor<?x8x?x128xbf16>
@@ -26,7 +26,7 @@ func.func @kept(%q: tensor<?x8x?x64xf16>, %s: f32) -> tensor<?x8x?x64xf16> {
 
 // No template supports head dim 72.
 func.func @unsupported(%q: tensor<?x8x?x72xbf16>, %s: f32) -> tensor<?x8x?x72xbf16> {
-  // expected-error @+1 {{head dim 72 is not supported by the cuda_core template}}
+  // expected-error-re @+1 {{no tile config runs {{.*}}head dim 72 is not supported by the mma_sync template{{.*}}head dim 72 is not supported by the cuda_core template}}
   %o, %lse = attn.attention %q, %q, %q scale %s
       : tensor<?x8x?x72xbf16>, tensor<?x8x?x72xbf16>, tensor<?x8x?x72xbf16>
       -> tensor<?x8x?x72xbf16>, tensor<?x8x?xf32>

@@ -8,7 +8,7 @@
 // RUN: not flashjit-opt %s --pass-pipeline="builtin.module(flashjit-pipeline{chip=sm_75})" 2>&1 | FileCheck %s --check-prefix=BADCHIP
 // RUN: not flashjit-opt %s --pass-pipeline="builtin.module(flashjit-pipeline{stop-after=cubin})" 2>&1 | FileCheck %s --check-prefix=BADSTAGE
 
-// ATTN: attn.attention {{.+}} causal {config = #attn.tile_config<family = "cuda_core"
+// ATTN: attn.attention {{.+}} causal {config = #attn.tile_config<family = "mma_sync"
 
 // KERNEL: gpu.module @flashjit_kernels
 // KERNEL: gpu.func @attn_causal
@@ -27,18 +27,22 @@
 // PTX-SAME: .target sm_90a
 // PTX-SAME: .entry attn_causal(
 // PTX-SAME: .maxntid {{[0-9]+}}, 1, 1
-// PTX-SAME: ld.global.v4
+// PTX-SAME: cp.async.cg.shared.global
+// PTX-SAME: cp.async.wait_group
 // PTX-SAME: bar.sync
-// PTX-SAME: ld.shared.v4
+// PTX-SAME: ldmatrix.sync.aligned.m8n8.x4.shared.b16
+// PTX-SAME: mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32
 // PTX-SAME: shfl.sync.bfly.b32
 // PTX-SAME: ex2.approx.ftz.f32
-// PTX-SAME: st.global.v4
 // PTX-SAME: lg2.approx.f32
 
-// SMEM: st.shared.v4.b32
+// Dynamic shared memory is one external array per kernel.
+// SMEM: .extern .shared .align 128 .b8 attn_causal_smem[]
+// SMEM-SAME: ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16
 
 // PTX80: .version 7.0
 // PTX80-SAME: .target sm_80
+// PTX80-SAME: mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32
 
 // BADCHIP: unknown arch 'sm_75': expected one of sm_80, sm_86, sm_89, sm_90, sm_90a
 // BADSTAGE: unknown stage 'cubin': expected attn, kernel, llvm or ptx

@@ -24,16 +24,7 @@ class PipelinedTestTemplate final : public KernelTemplate {
 public:
   llvm::StringRef family() const override { return "test_pipelined"; }
   int minComputeCapability() const override { return 80; }
-  llvm::Error supports(const AttentionSpec &spec,
-                       const Target &target) const override {
-    if (auto err = spec.validate())
-      return err;
-    if (spec.headDim != 64 && spec.headDim != 128 && spec.headDim != 256)
-      return llvm::createStringError("test_pipelined: head dim 64/128/256");
-    if (target.computeCapability < 80)
-      return llvm::createStringError("test_pipelined: needs sm_80");
-    return llvm::Error::success();
-  }
+  std::vector<int64_t> headDims() const override { return {64, 128, 256}; }
   llvm::Error checkConfig(const AttentionSpec &,
                           const TileConfig &config) const override {
     if (config.family != family() || config.warps != config.blockM / 16)
@@ -60,10 +51,10 @@ public:
               {"test_pipelined", blockM, blockN, stages, blockM / 16});
     return out;
   }
-  llvm::Error build(mlir::OpBuilder &, mlir::Location, const AttentionSpec &,
-                    const TileConfig &, llvm::StringRef) const override {
-    return llvm::createStringError("test_pipelined builds no IR");
-  }
+
+protected:
+  void emit(mlir::OpBuilder &, mlir::Location, const AttentionSpec &,
+            const TileConfig &, llvm::StringRef) const override {}
 };
 
 const PipelinedTestTemplate kPipelined;

@@ -21,17 +21,18 @@ public:
 
   llvm::StringRef family() const override { return "cuda_core"; }
   int minComputeCapability() const override { return 80; }
-  llvm::Error supports(const AttentionSpec &spec,
-                       const Target &target) const override;
+  std::vector<int64_t> headDims() const override { return {32, 64, 128, 256}; }
   llvm::Error checkConfig(const AttentionSpec &spec,
                           const TileConfig &config) const override;
   TemplateResources resources(const AttentionSpec &spec,
                               const TileConfig &config) const override;
   std::vector<TileConfig>
   candidates(const AttentionSpec &spec) const override;
-  llvm::Error build(mlir::OpBuilder &builder, mlir::Location loc,
-                    const AttentionSpec &spec, const TileConfig &config,
-                    llvm::StringRef name) const override;
+
+protected:
+  void emit(mlir::OpBuilder &builder, mlir::Location loc,
+            const AttentionSpec &spec, const TileConfig &config,
+            llvm::StringRef name) const override;
 };
 
 } // namespace flashjit

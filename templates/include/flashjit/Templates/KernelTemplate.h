@@ -37,10 +37,12 @@ public:
   virtual llvm::StringRef family() const = 0;
   /// Lowest compute capability the template runs on (e.g. 80).
   virtual int minComputeCapability() const = 0;
-  /// Whether the template can build this problem for this target; the error
-  /// says what it supports.
-  virtual llvm::Error supports(const AttentionSpec &spec,
-                               const Target &target) const = 0;
+  /// Head dims the template builds, ascending.
+  virtual std::vector<int64_t> headDims() const = 0;
+  /// Whether the template can build this problem for this target (a valid
+  /// spec, one of headDims(), compute capability at least the minimum); the
+  /// error says what it supports.
+  llvm::Error supports(const AttentionSpec &spec, const Target &target) const;
   /// Whether the config is one this template can build for the spec.
   virtual llvm::Error checkConfig(const AttentionSpec &spec,
                                   const TileConfig &config) const = 0;
@@ -50,12 +52,17 @@ public:
   /// Every config the template can build for the spec (autotuner input).
   virtual std::vector<TileConfig>
   candidates(const AttentionSpec &spec) const = 0;
-  /// Emits `gpu.func @name` for the spec and config at the builder's
-  /// insertion point (inside a gpu.module). Call checkConfig first.
-  virtual llvm::Error build(mlir::OpBuilder &builder, mlir::Location loc,
-                            const AttentionSpec &spec,
-                            const TileConfig &config,
-                            llvm::StringRef name) const = 0;
+  /// Checks the config, then emits `gpu.func @name` for the spec and config
+  /// at the builder's insertion point (inside a gpu.module).
+  llvm::Error build(mlir::OpBuilder &builder, mlir::Location loc,
+                    const AttentionSpec &spec, const TileConfig &config,
+                    llvm::StringRef name) const;
+
+protected:
+  /// The template's IR builder; the config has passed checkConfig.
+  virtual void emit(mlir::OpBuilder &builder, mlir::Location loc,
+                    const AttentionSpec &spec, const TileConfig &config,
+                    llvm::StringRef name) const = 0;
 };
 
 /// All templates, most capable first.

@@ -1,0 +1,41 @@
+//===- MmaSyncForward.h - the tensor-core forward template (sm_80+) -*- C++ -*-===//
+// Why: FlashAttention-2's kernel on the tensor cores of sm_80 and newer
+// (it also runs on Hopper). Each warp owns 16 query rows; S = Q K^T and
+// O += P V are mma.sync m16n8k16 with f32 accumulation, P stays in
+// registers between the two products, and K/V tiles stream through shared
+// memory with cp.async while the previous product computes.
+#ifndef FLASHJIT_TEMPLATES_MMASYNCFORWARD_H
+#define FLASHJIT_TEMPLATES_MMASYNCFORWARD_H
+
+#include "flashjit/Templates/KernelTemplate.h"
+
+namespace flashjit {
+
+class MmaSyncForward final : public KernelTemplate {
+public:
+  /// Query rows of one warp (the M of mma.sync m16n8k16).
+  static constexpr int64_t kRowsPerWarp = 16;
+  /// Elements of padding after each shared-memory row: rows then start 16
+  /// bytes apart modulo 128, so the 8 row addresses of an ldmatrix hit
+  /// distinct banks.
+  static constexpr int64_t kRowPadding = 8;
+
+  llvm::StringRef family() const override { return "mma_sync"; }
+  int minComputeCapability() const override { return 80; }
+  std::vector<int64_t> headDims() const override { return {64, 96, 128, 256}; }
+  llvm::Error checkConfig(const AttentionSpec &spec,
+                          const TileConfig &config) const override;
+  TemplateResources resources(const AttentionSpec &spec,
+                              const TileConfig &config) const override;
+  std::vector<TileConfig>
+  candidates(const AttentionSpec &spec) const override;
+
+protected:
+  void emit(mlir::OpBuilder &builder, mlir::Location loc,
+            const AttentionSpec &spec, const TileConfig &config,
+            llvm::StringRef name) const override;
+};
+
+} // namespace flashjit
+
+#endif

@@ -1,0 +1,161 @@
+//===- KernelIR.cpp - shared IR-building helpers of the templates ---------===//
+// Why: see KernelIR.h; the bodies are small but every template needs them.
+#include "KernelIR.h"
+
+#include <cmath>
+
+using namespace mlir;
+
+namespace flashjit {
+
+KernelIR::KernelIR(OpBuilder &b, Location loc, const AttentionSpec &spec)
+    : b(b), loc(loc), spec(spec) {
+  elt = spec.dtype == DType::BF16 ? Type(b.getBF16Type())
+                                  : Type(b.getF16Type());
+  f32 = b.getF32Type();
+  i64 = b.getI64Type();
+  i32 = b.getI32Type();
+  globalPtr = LLVM::LLVMPointerType::get(b.getContext(), /*addressSpace=*/1);
+}
+
+ForwardParams KernelIR::beginForwardKernel(StringRef name, int64_t threads) {
+  SmallVector<Type> argTypes(5, globalPtr);
+  argTypes.append(15, i64);
+  argTypes.append({i32, i32, f32});
+  auto func = gpu::GPUFuncOp::create(b, loc, name,
+                                     b.getFunctionType(argTypes, {}));
+  func->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
+  func.setKnownBlockSizeAttr(
+      b.getDenseI32ArrayAttr({static_cast<int32_t>(threads), 1, 1}));
+  Block &entry = func.getBody().front();
+  b.setInsertionPointToStart(&entry);
+
+  ValueRange args = entry.getArguments();
+  ForwardParams p;
+  p.q = args[0];
+  p.k = args[1];
+  p.v = args[2];
+  p.o = args[3];
+  p.lse = args[4];
+  p.qStrides.assign(args.begin() + 5, args.begin() + 8);
+  p.kStrides.assign(args.begin() + 8, args.begin() + 11);
+  p.vStrides.assign(args.begin() + 11, args.begin() + 14);
+  p.oStrides.assign(args.begin() + 14, args.begin() + 17);
+  p.lseStrides.assign(args.begin() + 17, args.begin() + 20);
+  p.seqlenQ = arith::ExtSIOp::create(b, loc, i64, args[20]);
+  p.seqlenK = arith::ExtSIOp::create(b, loc, i64, args[21]);
+  p.scaleLog2 = args[22];
+  return p;
+}
+
+BlockCoordinates KernelIR::blockCoordinates() {
+  BlockCoordinates c;
+  Value blockX = toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::x));
+  c.head = toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::y));
+  c.batch = toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::z));
+  c.queryBlock = blockX;
+  if (spec.causal) {
+    Value gridX = toI64(gpu::GridDimOp::create(b, loc, gpu::Dimension::x));
+    c.queryBlock = sub(sub(gridX, c64(1)), blockX);
+  }
+  c.kvHead = divU(c.head, spec.groupSize());
+  return c;
+}
+
+Value KernelIR::c64(int64_t v) {
+  return arith::ConstantOp::create(b, loc, b.getI64IntegerAttr(v));
+}
+Value KernelIR::c32(int32_t v) {
+  return arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(v));
+}
+Value KernelIR::cIdx(int64_t v) {
+  return arith::ConstantIndexOp::create(b, loc, v);
+}
+Value KernelIR::cF32(float v) {
+  return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(v));
+}
+Value KernelIR::add(Value x, Value y) {
+  return arith::AddIOp::create(b, loc, x, y);
+}
+Value KernelIR::sub(Value x, Value y) {
+  return arith::SubIOp::create(b, loc, x, y);
+}
+Value KernelIR::mul(Value x, Value y) {
+  return arith::MulIOp::create(b, loc, x, y);
+}
+Value KernelIR::divU(Value x, int64_t d) {
+  Value c = x.getType() == i32 ? c32(d) : c64(d);
+  return arith::DivUIOp::create(b, loc, x, c);
+}
+Value KernelIR::remU(Value x, int64_t d) {
+  Value c = x.getType() == i32 ? c32(d) : c64(d);
+  return arith::RemUIOp::create(b, loc, x, c);
+}
+Value KernelIR::minS(Value x, Value y) {
+  return arith::MinSIOp::create(b, loc, x, y);
+}
+Value KernelIR::cmp(arith::CmpIPredicate p, Value x, Value y) {
+  return arith::CmpIOp::create(b, loc, p, x, y);
+}
+Value KernelIR::toI64(Value v) {
+  if (v.getType().isIndex())
+    return arith::IndexCastOp::create(b, loc, i64, v);
+  return arith::ExtUIOp::create(b, loc, i64, v);
+}
+Value KernelIR::toI32(Value v) {
+  if (v.getType().isIndex())
+    return arith::IndexCastOp::create(b, loc, i32, v);
+  return arith::TruncIOp::create(b, loc, i32, v);
+}
+Value KernelIR::toIndex(Value i64Value) {
+  return arith::IndexCastOp::create(b, loc, b.getIndexType(), i64Value);
+}
+Value KernelIR::threadIdX() {
+  return toI64(gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x));
+}
+
+Value KernelIR::exp2(Value x) {
+  return LLVM::CallIntrinsicOp::create(
+             b, loc, f32, b.getStringAttr("llvm.nvvm.ex2.approx.ftz.f"),
+             ValueRange{x})
+      .getResult(0);
+}
+Value KernelIR::log2(Value x) {
+  return LLVM::CallIntrinsicOp::create(
+             b, loc, f32, b.getStringAttr("llvm.nvvm.lg2.approx.f"),
+             ValueRange{x})
+      .getResult(0);
+}
+Value KernelIR::maxF(Value x, Value y) {
+  return arith::MaximumFOp::create(b, loc, x, y);
+}
+
+Value KernelIR::shuffleXorReduce(Value x, int64_t width, bool isMax) {
+  for (int64_t offset = width / 2; offset >= 1; offset /= 2) {
+    Value other =
+        gpu::ShuffleOp::create(b, loc, x, offset, 32, gpu::ShuffleMode::XOR)
+            .getShuffleResult();
+    x = isMax ? maxF(x, other)
+              : Value(arith::AddFOp::create(b, loc, x, other));
+  }
+  return x;
+}
+
+Value KernelIR::rowOffset(ValueRange strides, Value batch, Value head,
+                          Value row) {
+  return add(add(mul(batch, strides[0]), mul(head, strides[1])),
+             mul(row, strides[2]));
+}
+
+Value KernelIR::globalAddress(Value base, Type type, Value offset) {
+  return LLVM::GEPOp::create(b, loc, globalPtr, type, base,
+                             ValueRange{offset});
+}
+
+Value KernelIR::lseFromBase2(Value maxBase2, Value sum) {
+  Value log2Sum = arith::AddFOp::create(b, loc, maxBase2, log2(sum));
+  return arith::MulFOp::create(b, loc, log2Sum,
+                               cF32(static_cast<float>(M_LN2)));
+}
+
+} // namespace flashjit

@@ -1,0 +1,84 @@
+//===- KernelIR.h - shared IR-building helpers of the templates --*- C++ -*-===//
+// Why: every kernel family emits the same forward signature (KernelABI.h),
+// finds its (query block, head, batch) the same way and needs the same small
+// arithmetic helpers; they live here once instead of in each IR builder.
+#ifndef FLASHJIT_TEMPLATES_KERNELIR_H
+#define FLASHJIT_TEMPLATES_KERNELIR_H
+
+#include "flashjit/Dialect/AttentionSpec.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/IR/Builders.h"
+
+namespace flashjit {
+
+/// The kernel's parameters (KernelABI.h) as IR values; seqlens widened to i64.
+struct ForwardParams {
+  mlir::Value q, k, v, o, lse;
+  llvm::SmallVector<mlir::Value, 3> qStrides, kStrides, vStrides, oStrides,
+      lseStrides;
+  mlir::Value seqlenQ, seqlenK, scaleLog2;
+};
+
+/// Where a thread block sits in the grid (KernelABI.h: x query block,
+/// y head, z batch), as i64.
+struct BlockCoordinates {
+  /// Query block this block computes (reversed for causal: the blocks with
+  /// the most tiles start first, the short ones fill the last wave).
+  mlir::Value queryBlock;
+  mlir::Value head, kvHead, batch;
+};
+
+class KernelIR {
+public:
+  KernelIR(mlir::OpBuilder &b, mlir::Location loc, const AttentionSpec &spec);
+
+  /// Creates `gpu.func @name` with the forward ABI, marked as a kernel with
+  /// a known block size, and moves the insertion point into its body.
+  ForwardParams beginForwardKernel(llvm::StringRef name, int64_t threads);
+  BlockCoordinates blockCoordinates();
+
+  // Constants and integer arithmetic.
+  mlir::Value c64(int64_t v);
+  mlir::Value c32(int32_t v);
+  mlir::Value cIdx(int64_t v);
+  mlir::Value cF32(float v);
+  mlir::Value add(mlir::Value x, mlir::Value y);
+  mlir::Value sub(mlir::Value x, mlir::Value y);
+  mlir::Value mul(mlir::Value x, mlir::Value y);
+  mlir::Value divU(mlir::Value x, int64_t d);
+  mlir::Value remU(mlir::Value x, int64_t d);
+  mlir::Value minS(mlir::Value x, mlir::Value y);
+  mlir::Value cmp(mlir::arith::CmpIPredicate p, mlir::Value x, mlir::Value y);
+  mlir::Value toI64(mlir::Value v);
+  mlir::Value toI32(mlir::Value v);
+  mlir::Value toIndex(mlir::Value i64Value);
+  mlir::Value threadIdX();
+
+  /// 2^x and log2(x) as one ex2.approx.ftz / lg2.approx instruction.
+  mlir::Value exp2(mlir::Value x);
+  mlir::Value log2(mlir::Value x);
+  mlir::Value maxF(mlir::Value x, mlir::Value y);
+  /// Butterfly reduction over `width` adjacent lanes (a power of two).
+  mlir::Value shuffleXorReduce(mlir::Value x, int64_t width, bool isMax);
+
+  /// Offset in elements of row `row` of (batch, head) for (b, h, row) strides.
+  mlir::Value rowOffset(mlir::ValueRange strides, mlir::Value batch,
+                        mlir::Value head, mlir::Value row);
+  /// Address of element `offset` (i64) of a global tensor of `type`.
+  mlir::Value globalAddress(mlir::Value base, mlir::Type type,
+                            mlir::Value offset);
+  /// LSE in natural log from the base-2 running max and sum.
+  mlir::Value lseFromBase2(mlir::Value maxBase2, mlir::Value sum);
+
+  mlir::OpBuilder &b;
+  mlir::Location loc;
+  const AttentionSpec &spec;
+  mlir::Type elt, f32, i64, i32, globalPtr;
+};
+
+} // namespace flashjit
+
+#endif

@@ -1,0 +1,426 @@
+//===- MmaSyncForward.cpp - IR builder of the mma_sync template -----------===//
+// Why: emits the tensor-core FlashAttention-2 forward kernel as a gpu.func
+// of upstream dialects (gpu, scf, arith, vector, llvm, nvvm), so the
+// standard NVVM lowering turns it into PTX with mma.sync, ldmatrix and
+// cp.async.
+//
+// Work split: a block owns block_m query rows of one (batch, head); warp w
+// owns rows [16w, 16w + 16) and keeps their Q fragments in registers for
+// the whole kernel. Per KV tile of block_n rows:
+//   S = Q K^T      mma.sync m16n8k16, K fragments by ldmatrix from shared;
+//   softmax        per row: max by two xor shuffles inside a quad, scale
+//                  folded into one multiply, p = ex2(s - m), the running
+//                  sum kept per thread and reduced once at the end;
+//   O += P V       the S accumulators of two n8 tiles are exactly the A
+//                  fragment of one k16 step, so P never leaves registers;
+//                  V fragments by ldmatrix.trans.
+// Pipeline: Q and K[0] load first; in iteration j, V[j] loads (cp.async)
+// while S and the softmax compute, and K[j+1] loads while P V computes.
+// Masks: only tiles that cross the sequence end or the causal diagonal run
+// the per-element selects; causal tiles past the diagonal are never visited.
+//
+// Shared layout: Q tile [block_m][D + 8], K tile [block_n][D + 8], V tile
+// [block_n][D + 8]; the 8 elements of padding make the 8 row addresses of
+// each ldmatrix fall in distinct banks.
+#include "flashjit/Templates/MmaSyncForward.h"
+
+#include "KernelIR.h"
+
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+
+#include <limits>
+
+using namespace mlir;
+
+namespace flashjit {
+namespace {
+
+using Pred = arith::CmpIPredicate;
+
+/// Accumulator registers of one m16n8 tile per thread.
+constexpr int64_t kAccPerTile = 4;
+
+class Builder : public KernelIR {
+public:
+  Builder(OpBuilder &b, Location loc, const AttentionSpec &spec,
+          const TileConfig &config)
+      : KernelIR(b, loc, spec), cfg(config), d(spec.headDim),
+        threads(config.warps * 32),
+        rowElems(spec.headDim + MmaSyncForward::kRowPadding),
+        eltBytes(dtypeBytes(spec.dtype)) {
+    MLIRContext *ctx = b.getContext();
+    sharedPtr = LLVM::LLVMPointerType::get(ctx, /*addressSpace=*/3);
+    accType = LLVM::LLVMStructType::getLiteral(ctx, {f32, f32, f32, f32});
+    frag4Type = LLVM::LLVMStructType::getLiteral(ctx, {i32, i32, i32, i32});
+    pair = VectorType::get({2}, elt);
+  }
+
+  void build(StringRef name);
+
+private:
+  /// Copies rows [firstRow, firstRow + rows) of one (batch, head) into the
+  /// shared tile at byte offset `tileOffset` with 16-byte cp.async; rows past
+  /// `lastRow` repeat it (their scores are masked, any finite data will do).
+  void copyTile(Value base, ValueRange strides, Value batch, Value head,
+                Value firstRow, Value lastRow, int64_t rows,
+                int64_t tileOffset);
+  /// ldmatrix.x4 at `byteOffset` (i32) of shared memory.
+  SmallVector<Value, 4> ldmatrix(Value byteOffset, bool transpose);
+  /// D = A B + C for one m16n8k16 step; A, B packed pairs as i32.
+  SmallVector<Value, 4> mma(ArrayRef<Value> a, ArrayRef<Value> bFrag,
+                            ArrayRef<Value> c);
+  /// Two f32 values rounded to the element type and packed into an i32.
+  Value packPair(Value lo, Value hi);
+  Value sharedAddress(Value byteOffset);
+
+  const TileConfig &cfg;
+  const int64_t d, threads, rowElems, eltBytes;
+  Value smemBase, tid;
+  Type sharedPtr;
+  LLVM::LLVMStructType accType, frag4Type;
+  VectorType pair;
+};
+
+Value Builder::sharedAddress(Value byteOffset) {
+  return LLVM::GEPOp::create(b, loc, sharedPtr, b.getI8Type(), smemBase,
+                             ValueRange{byteOffset});
+}
+
+void Builder::copyTile(Value base, ValueRange strides, Value batch,
+                       Value head, Value firstRow, Value lastRow,
+                       int64_t rows, int64_t tileOffset) {
+  const int64_t chunksPerRow = d / 8;
+  const int64_t chunks = rows * chunksPerRow;
+  for (int64_t first = 0; first < chunks; first += threads) {
+    OpBuilder::InsertionGuard guard(b);
+    Value chunk = add(tid, c64(first));
+    if (first + threads > chunks) {
+      auto inRange = scf::IfOp::create(b, loc, cmp(Pred::slt, chunk, c64(chunks)),
+                                       /*withElse=*/false);
+      b.setInsertionPoint(inRange.thenBlock()->getTerminator());
+    }
+    Value row = divU(chunk, chunksPerRow);
+    Value column = mul(remU(chunk, chunksPerRow), c64(8));
+    Value seqRow = minS(add(firstRow, row), lastRow);
+    Value src = globalAddress(
+        base, elt, add(rowOffset(strides, batch, head, seqRow), column));
+    Value dstOffset = toI32(add(
+        c64(tileOffset), mul(add(mul(row, c64(rowElems)), column),
+                             c64(eltBytes))));
+    NVVM::CpAsyncOp::create(b, loc, sharedAddress(dstOffset), src,
+                            /*size=*/16, NVVM::LoadCacheModifierKind::CG,
+                            /*cpSize=*/Value());
+  }
+}
+
+SmallVector<Value, 4> Builder::ldmatrix(Value byteOffset, bool transpose) {
+  auto shape = NVVM::LdStMatrixShapeAttr::get(b.getContext(), 8, 8);
+  Value frags = NVVM::LdMatrixOp::create(
+      b, loc, frag4Type, sharedAddress(byteOffset), /*num=*/4,
+      transpose ? NVVM::MMALayout::col : NVVM::MMALayout::row, shape,
+      NVVM::LdStMatrixEltType::B16);
+  SmallVector<Value, 4> out;
+  for (int64_t i = 0; i < 4; ++i)
+    out.push_back(LLVM::ExtractValueOp::create(b, loc, frags, i));
+  return out;
+}
+
+SmallVector<Value, 4> Builder::mma(ArrayRef<Value> a, ArrayRef<Value> bFrag,
+                                   ArrayRef<Value> c) {
+  SmallVector<Value> aOps(a), bOps(bFrag);
+  std::array<NVVM::MMATypes, 2> types = {NVVM::MMATypes::bf16,
+                                         NVVM::MMATypes::bf16};
+  if (spec.dtype == DType::F16) {
+    // f16 operands are typed vector<2xf16>; bf16 ones stay packed in i32.
+    for (Value &v : aOps)
+      v = LLVM::BitcastOp::create(b, loc, pair, v);
+    for (Value &v : bOps)
+      v = LLVM::BitcastOp::create(b, loc, pair, v);
+    types = {NVVM::MMATypes::f16, NVVM::MMATypes::f16};
+  }
+  Value res = NVVM::MmaOp::create(
+      b, loc, accType, aOps, bOps, c, ArrayRef<int64_t>{16, 8, 16},
+      std::nullopt, std::nullopt, types,
+      std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row,
+                                     NVVM::MMALayout::col});
+  SmallVector<Value, 4> out;
+  for (int64_t i = 0; i < kAccPerTile; ++i)
+    out.push_back(LLVM::ExtractValueOp::create(b, loc, res, i));
+  return out;
+}
+
+Value Builder::packPair(Value lo, Value hi) {
+  auto f32Pair = VectorType::get({2}, f32);
+  Value wide = vector::FromElementsOp::create(b, loc, f32Pair,
+                                              ValueRange{lo, hi});
+  Value narrow = arith::TruncFOp::create(b, loc, pair, wide);
+  return LLVM::BitcastOp::create(b, loc, i32, narrow);
+}
+
+void Builder::build(StringRef name) {
+  // Dynamic shared memory: one external array per kernel.
+  std::string smemName = (name + "_smem").str();
+  LLVM::GlobalOp::create(b, loc,
+                         LLVM::LLVMArrayType::get(b.getI8Type(), 0),
+                         /*isConstant=*/false, LLVM::Linkage::External,
+                         smemName, Attribute(), /*alignment=*/128,
+                         /*addrSpace=*/3);
+  OpBuilder::InsertionGuard funcGuard(b);
+  ForwardParams p = beginForwardKernel(name, threads);
+  smemBase = LLVM::AddressOfOp::create(b, loc, sharedPtr, smemName);
+  tid = threadIdX();
+  BlockCoordinates at = blockCoordinates();
+
+  const int64_t nTiles = cfg.blockN / 8;   // n8 score tiles per row block
+  const int64_t dTiles = d / 8;            // n8 output tiles
+  const int64_t qSteps = d / 16;           // k16 steps of Q K^T
+  const int64_t pSteps = cfg.blockN / 16;  // k16 steps of P V
+  const int64_t rowBytes = rowElems * eltBytes;
+  const int64_t qTileOffset = 0;
+  const int64_t kTileOffset = cfg.blockM * rowBytes;
+  const int64_t vTileOffset = kTileOffset + cfg.blockN * rowBytes;
+
+  Value lane = remU(tid, 32), warp = divU(tid, 32);
+  Value quadRow = divU(lane, 4);            // g: row within an 8-row half
+  Value quadCol = mul(remU(lane, 4), c64(2)); // 2t: first column of a pair
+  Value m0 = mul(at.queryBlock, c64(cfg.blockM));
+  Value warpRow0 = add(m0, mul(warp, c64(MmaSyncForward::kRowsPerWarp)));
+  // The two query rows of this thread's accumulator registers (h = 0, 1).
+  Value myRows[2] = {add(warpRow0, quadRow), add(add(warpRow0, quadRow), c64(8))};
+  Value lastQueryRow = sub(p.seqlenQ, c64(1));
+  Value lastKeyRow = sub(p.seqlenK, c64(1));
+
+  // KV tiles to visit: causal blocks stop at their last row's diagonal.
+  Value kvEnd = p.seqlenK;
+  if (spec.causal)
+    kvEnd = minS(p.seqlenK, add(m0, c64(cfg.blockM)));
+  Value numTiles = divU(add(kvEnd, c64(cfg.blockN - 1)), cfg.blockN);
+
+  // ---- prologue: Q and K[0] into shared, Q fragments into registers ----
+  copyTile(p.q, p.qStrides, at.batch, at.head, m0, lastQueryRow, cfg.blockM,
+           qTileOffset);
+  copyTile(p.k, p.kStrides, at.batch, at.kvHead, c64(0), lastKeyRow,
+           cfg.blockN, kTileOffset);
+  NVVM::CpAsyncCommitGroupOp::create(b, loc);
+  NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
+  gpu::BarrierOp::create(b, loc);
+
+  // Per-lane ldmatrix row addresses (bytes). x4 matrices, lane l gives a
+  // row of matrix l / 8.
+  Value matrix = divU(lane, 8), matrixRow = remU(lane, 8);
+  // Q (A operand): matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15).
+  Value qLane = add(c64(qTileOffset),
+                    mul(add(mul(add(mul(warp, c64(16)), remU(lane, 16)),
+                                c64(rowElems)),
+                            mul(divU(lane, 16), c64(8))),
+                        c64(eltBytes)));
+  // K (B operand of S): matrices (keys 0-7, k 0-7), (keys 0-7, k 8-15),
+  // (keys 8-15, k 0-7), (keys 8-15, k 8-15): two n8 tiles of one k16 step.
+  Value kLane = add(c64(kTileOffset),
+                    mul(add(mul(add(matrixRow, mul(divU(matrix, 2), c64(8))),
+                                c64(rowElems)),
+                            mul(remU(matrix, 2), c64(8))),
+                        c64(eltBytes)));
+  // V (B operand of O, transposed): matrices (keys 0-7, d 0-7),
+  // (keys 8-15, d 0-7), (keys 0-7, d 8-15), (keys 8-15, d 8-15).
+  Value vLane = add(c64(vTileOffset),
+                    mul(add(mul(add(matrixRow, mul(remU(matrix, 2), c64(8))),
+                                c64(rowElems)),
+                            mul(divU(matrix, 2), c64(8))),
+                        c64(eltBytes)));
+  auto at32 = [&](Value laneBase, int64_t bytes) {
+    return toI32(add(laneBase, c64(bytes)));
+  };
+
+  SmallVector<SmallVector<Value, 4>> qFrags;
+  for (int64_t ks = 0; ks < qSteps; ++ks)
+    qFrags.push_back(ldmatrix(at32(qLane, ks * 16 * eltBytes), false));
+
+  // ---- the loop over KV tiles --------------------------------------------
+  const float negInf = -std::numeric_limits<float>::infinity();
+  // State: running max (base 2) and per-thread partial sum of rows h = 0, 1,
+  // then the O accumulators [dTile][4].
+  SmallVector<Value> init = {cF32(negInf), cF32(negInf), cF32(0.0f),
+                             cF32(0.0f)};
+  init.append(dTiles * kAccPerTile, cF32(0.0f));
+
+  auto loop = scf::ForOp::create(
+      b, loc, cIdx(0), toIndex(numTiles), cIdx(1), init,
+      [&](OpBuilder &, Location, Value tileIndex, ValueRange state) {
+        Value j = toI64(tileIndex);
+        Value n0 = mul(j, c64(cfg.blockN));
+        // V[j] streams in while S and the softmax compute.
+        copyTile(p.v, p.vStrides, at.batch, at.kvHead, n0, lastKeyRow,
+                 cfg.blockN, vTileOffset);
+        NVVM::CpAsyncCommitGroupOp::create(b, loc);
+
+        // S = Q K^T.
+        SmallVector<Value> s(nTiles * kAccPerTile, cF32(0.0f));
+        for (int64_t ks = 0; ks < qSteps; ++ks)
+          for (int64_t np = 0; np < nTiles / 2; ++np) {
+            auto kFrag = ldmatrix(
+                at32(kLane, (np * 16 * rowElems + ks * 16) * eltBytes), false);
+            for (int64_t half = 0; half < 2; ++half) {
+              int64_t nt = 2 * np + half;
+              auto out = mma(qFrags[ks], {kFrag[2 * half], kFrag[2 * half + 1]},
+                             ArrayRef<Value>(s).slice(nt * kAccPerTile,
+                                                      kAccPerTile));
+              std::copy(out.begin(), out.end(), s.begin() + nt * kAccPerTile);
+            }
+          }
+        // Into base 2: s * scale * log2(e).
+        for (Value &x : s)
+          x = arith::MulFOp::create(b, loc, x, p.scaleLog2);
+
+        // Masks, only on tiles that cross the end or the diagonal.
+        Value needMask = cmp(Pred::sgt, add(n0, c64(cfg.blockN)), p.seqlenK);
+        if (spec.causal)
+          needMask = arith::OrIOp::create(
+              b, loc, needMask,
+              cmp(Pred::sgt, add(n0, c64(cfg.blockN - 1)), m0));
+        SmallVector<Type> sTypes(s.size(), f32);
+        auto masked = scf::IfOp::create(b, loc, sTypes, needMask,
+                                        /*withElseRegion=*/true);
+        {
+          OpBuilder::InsertionGuard g(b);
+          b.setInsertionPointToStart(masked.thenBlock());
+          SmallVector<Value> out;
+          for (int64_t nt = 0; nt < nTiles; ++nt)
+            for (int64_t r = 0; r < kAccPerTile; ++r) {
+              Value col = add(add(n0, quadCol), c64(nt * 8 + r % 2));
+              Value valid = cmp(Pred::slt, col, p.seqlenK);
+              if (spec.causal)
+                valid = arith::AndIOp::create(
+                    b, loc, valid, cmp(Pred::sle, col, myRows[r / 2]));
+              out.push_back(arith::SelectOp::create(
+                  b, loc, valid, s[nt * kAccPerTile + r], cF32(negInf)));
+            }
+          scf::YieldOp::create(b, loc, out);
+          b.setInsertionPointToStart(masked.elseBlock());
+          scf::YieldOp::create(b, loc, s);
+        }
+        for (size_t i = 0; i < s.size(); ++i)
+          s[i] = masked.getResult(i);
+
+        // Online softmax per row half h: new max, rescale factor alpha.
+        SmallVector<Value> next(state.begin(), state.end());
+        Value alpha[2], shift[2];
+        for (int64_t h = 0; h < 2; ++h) {
+          Value rowMax = state[h];
+          for (int64_t nt = 0; nt < nTiles; ++nt)
+            for (int64_t e = 0; e < 2; ++e)
+              rowMax = maxF(rowMax, s[nt * kAccPerTile + 2 * h + e]);
+          rowMax = shuffleXorReduce(rowMax, 4, /*isMax=*/true);
+          // A row with every score masked so far keeps m = -inf; shift by 0
+          // then, so no -inf - -inf appears.
+          Value isEmpty = arith::CmpFOp::create(
+              b, loc, arith::CmpFPredicate::OEQ, rowMax, cF32(negInf));
+          shift[h] = arith::SelectOp::create(b, loc, isEmpty, cF32(0.0f),
+                                             rowMax);
+          alpha[h] = exp2(arith::SubFOp::create(b, loc, state[h], shift[h]));
+          next[h] = rowMax;
+        }
+        SmallVector<Value> pv(s.size());
+        Value partialSum[2] = {
+            arith::MulFOp::create(b, loc, state[2], alpha[0]),
+            arith::MulFOp::create(b, loc, state[3], alpha[1])};
+        for (int64_t nt = 0; nt < nTiles; ++nt)
+          for (int64_t r = 0; r < kAccPerTile; ++r) {
+            int64_t i = nt * kAccPerTile + r;
+            pv[i] = exp2(arith::SubFOp::create(b, loc, s[i], shift[r / 2]));
+            partialSum[r / 2] =
+                arith::AddFOp::create(b, loc, partialSum[r / 2], pv[i]);
+          }
+        next[2] = partialSum[0];
+        next[3] = partialSum[1];
+        SmallVector<Value> acc;
+        for (int64_t i = 0; i < dTiles * kAccPerTile; ++i)
+          acc.push_back(arith::MulFOp::create(b, loc, state[4 + i],
+                                              alpha[(i % kAccPerTile) / 2]));
+
+        // V[j] has landed and every warp is done with K[j]: K[j+1] streams
+        // in while P V computes.
+        NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
+        gpu::BarrierOp::create(b, loc);
+        {
+          OpBuilder::InsertionGuard g(b);
+          Value nextTile = add(j, c64(1));
+          auto more = scf::IfOp::create(b, loc, cmp(Pred::slt, nextTile, numTiles),
+                                        /*withElse=*/false);
+          b.setInsertionPoint(more.thenBlock()->getTerminator());
+          copyTile(p.k, p.kStrides, at.batch, at.kvHead,
+                   add(n0, c64(cfg.blockN)), lastKeyRow, cfg.blockN,
+                   kTileOffset);
+        }
+        NVVM::CpAsyncCommitGroupOp::create(b, loc);
+
+        // O += P V: S tiles 2kk and 2kk+1 form the A fragment of step kk.
+        for (int64_t kk = 0; kk < pSteps; ++kk) {
+          const Value *t0 = &pv[(2 * kk) * kAccPerTile];
+          const Value *t1 = &pv[(2 * kk + 1) * kAccPerTile];
+          SmallVector<Value, 4> aFrag = {packPair(t0[0], t0[1]),
+                                         packPair(t0[2], t0[3]),
+                                         packPair(t1[0], t1[1]),
+                                         packPair(t1[2], t1[3])};
+          for (int64_t dp = 0; dp < dTiles / 2; ++dp) {
+            auto vFrag = ldmatrix(
+                at32(vLane, (kk * 16 * rowElems + dp * 16) * eltBytes), true);
+            for (int64_t half = 0; half < 2; ++half) {
+              int64_t dt = 2 * dp + half;
+              auto out = mma(aFrag, {vFrag[2 * half], vFrag[2 * half + 1]},
+                             ArrayRef<Value>(acc).slice(dt * kAccPerTile,
+                                                        kAccPerTile));
+              std::copy(out.begin(), out.end(), acc.begin() + dt * kAccPerTile);
+            }
+          }
+        }
+        // K[j+1] has landed and every warp is done with V[j].
+        NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
+        gpu::BarrierOp::create(b, loc);
+        std::copy(acc.begin(), acc.end(), next.begin() + 4);
+        scf::YieldOp::create(b, loc, next);
+      });
+
+  // ---- epilogue: O = acc / l, LSE = (m + log2 l) ln 2 -----------------------
+  for (int64_t h = 0; h < 2; ++h) {
+    Value rowMax = loop.getResult(h);
+    Value rowSum = shuffleXorReduce(loop.getResult(2 + h), 4, /*isMax=*/false);
+    Value inverse = arith::DivFOp::create(b, loc, cF32(1.0f), rowSum);
+    Value row = myRows[h];
+    OpBuilder::InsertionGuard g(b);
+    auto inRange = scf::IfOp::create(b, loc, cmp(Pred::slt, row, p.seqlenQ),
+                                     /*withElse=*/false);
+    b.setInsertionPoint(inRange.thenBlock()->getTerminator());
+    Value oRow = add(rowOffset(p.oStrides, at.batch, at.head, row), quadCol);
+    for (int64_t dt = 0; dt < dTiles; ++dt) {
+      Value lo = arith::MulFOp::create(
+          b, loc, loop.getResult(4 + dt * kAccPerTile + 2 * h), inverse);
+      Value hi = arith::MulFOp::create(
+          b, loc, loop.getResult(4 + dt * kAccPerTile + 2 * h + 1), inverse);
+      LLVM::StoreOp::create(b, loc, packPair(lo, hi),
+                            globalAddress(p.o, elt, add(oRow, c64(dt * 8))),
+                            /*alignment=*/4);
+    }
+    auto firstOfQuad = scf::IfOp::create(
+        b, loc, cmp(Pred::eq, quadCol, c64(0)), /*withElse=*/false);
+    b.setInsertionPoint(firstOfQuad.thenBlock()->getTerminator());
+    LLVM::StoreOp::create(
+        b, loc, lseFromBase2(rowMax, rowSum),
+        globalAddress(p.lse, f32,
+                      rowOffset(p.lseStrides, at.batch, at.head, row)),
+        /*alignment=*/4);
+  }
+  gpu::ReturnOp::create(b, loc);
+}
+
+} // namespace
+
+void MmaSyncForward::emit(OpBuilder &builder, Location loc,
+                    const AttentionSpec &spec, const TileConfig &config,
+                    StringRef name) const {
+  Builder(builder, loc, spec, config).build(name);
+}
+
+} // namespace flashjit
