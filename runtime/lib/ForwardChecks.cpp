@@ -157,8 +157,10 @@ llvm::Error checkForwardArgs(const AttentionSpec &spec,
                                 "the kernel would read what it writes",
                                 name));
   }
-  if (args.scale && !(std::isfinite(*args.scale)))
-    return fail("scale must be a finite number");
+  // The kernels keep the running max of the unscaled scores and fold the
+  // scale into one multiply-add per score, which needs scale > 0.
+  if (args.scale && !(std::isfinite(*args.scale) && *args.scale > 0))
+    return fail("scale must be a positive finite number");
   return llvm::Error::success();
 }
 

@@ -270,10 +270,6 @@ void Builder::build(StringRef name) {
               std::copy(out.begin(), out.end(), s.begin() + nt * kAccPerTile);
             }
           }
-        // Into base 2: s * scale * log2(e).
-        for (Value &x : s)
-          x = arith::MulFOp::create(b, loc, x, p.scaleLog2);
-
         // Masks, only on tiles that cross the end or the diagonal.
         Value needMask = cmp(Pred::sgt, add(n0, c64(cfg.blockN)), p.seqlenK);
         if (spec.causal)
@@ -304,7 +300,10 @@ void Builder::build(StringRef name) {
         for (size_t i = 0; i < s.size(); ++i)
           s[i] = masked.getResult(i);
 
-        // Online softmax per row half h: new max, rescale factor alpha.
+        // Online softmax per row half h: new max, rescale factor alpha. The
+        // max is kept unscaled; scale * log2(e) > 0 (the runtime checks the
+        // scale) folds into one multiply-add per score:
+        // p = 2^(s * c - m * c).
         SmallVector<Value> next(state.begin(), state.end());
         Value alpha[2], shift[2];
         for (int64_t h = 0; h < 2; ++h) {
@@ -317,9 +316,11 @@ void Builder::build(StringRef name) {
           // then, so no -inf - -inf appears.
           Value isEmpty = arith::CmpFOp::create(
               b, loc, arith::CmpFPredicate::OEQ, rowMax, cF32(negInf));
+          Value scaledMax = arith::MulFOp::create(b, loc, rowMax, p.scaleLog2);
           shift[h] = arith::SelectOp::create(b, loc, isEmpty, cF32(0.0f),
-                                             rowMax);
-          alpha[h] = exp2(arith::SubFOp::create(b, loc, state[h], shift[h]));
+                                             scaledMax);
+          Value oldScaled = arith::MulFOp::create(b, loc, state[h], p.scaleLog2);
+          alpha[h] = exp2(arith::SubFOp::create(b, loc, oldScaled, shift[h]));
           next[h] = rowMax;
         }
         SmallVector<Value> pv(s.size());
@@ -329,7 +330,9 @@ void Builder::build(StringRef name) {
         for (int64_t nt = 0; nt < nTiles; ++nt)
           for (int64_t r = 0; r < kAccPerTile; ++r) {
             int64_t i = nt * kAccPerTile + r;
-            pv[i] = exp2(arith::SubFOp::create(b, loc, s[i], shift[r / 2]));
+            Value negShift = arith::NegFOp::create(b, loc, shift[r / 2]);
+            pv[i] = exp2(LLVM::FMAOp::create(b, loc, s[i], p.scaleLog2,
+                                             negShift));
             partialSum[r / 2] =
                 arith::AddFOp::create(b, loc, partialSum[r / 2], pv[i]);
           }
@@ -383,9 +386,9 @@ void Builder::build(StringRef name) {
         scf::YieldOp::create(b, loc, next);
       });
 
-  // ---- epilogue: O = acc / l, LSE = (m + log2 l) ln 2 -----------------------
+  // ---- epilogue: O = acc / l, LSE = (m c + log2 l) ln 2 ---------------------
   for (int64_t h = 0; h < 2; ++h) {
-    Value rowMax = loop.getResult(h);
+    Value rowMax = arith::MulFOp::create(b, loc, loop.getResult(h), p.scaleLog2);
     Value rowSum = shuffleXorReduce(loop.getResult(2 + h), 4, /*isMax=*/false);
     Value inverse = arith::DivFOp::create(b, loc, cF32(1.0f), rowSum);
     Value row = myRows[h];

@@ -65,7 +65,12 @@ TEST_CASE("each bad argument has its message") {
       {[](ForwardArgs &a) { a.lse.strides = {1, 1, 1}; }, "lse strides [1, 1, 1] make distinct outputs share memory"},
       {[](ForwardArgs &a) { a.o.data = a.v.data; }, "the outputs overlap input v"},
       {[](ForwardArgs &a) { a.lse.data = static_cast<float *>(a.o.data); }, "o and lse overlap in memory"},
-      {[](ForwardArgs &a) { a.scale = NAN; }, "scale must be a finite number"},
+      {[](ForwardArgs &a) { a.scale = NAN; },
+       "scale must be a positive finite number"},
+      {[](ForwardArgs &a) { a.scale = -0.125; },
+       "scale must be a positive finite number"},
+      {[](ForwardArgs &a) { a.scale = 0.0; },
+       "scale must be a positive finite number"},
   };
   for (const Case &c : cases) {
     ForwardArgs a = good();
