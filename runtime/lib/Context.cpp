@@ -1,17 +1,18 @@
 //===- Context.cpp - device, cache and compiler behind one object ---------===//
 // Why: the runtime's front door. compile() goes memory -> disk -> JIT, and
 // loads the module on the GPU once; forward() checks, then launches.
+// Every error it returns carries an ErrorCode saying what kind it is.
 #include "flashjit/FlashJIT.h"
 
 #include "flashjit/Autotune/KnownGPUs.h"
 #include "flashjit/Compiler/Compiler.h"
 #include "flashjit/Compiler/ConfigChoice.h"
 #include "flashjit/Runtime/CudaDriver.h"
+#include "flashjit/Runtime/ErrorCode.h"
 #include "flashjit/Runtime/ForwardChecks.h"
 #include "flashjit/Runtime/KernelCache.h"
 #include "flashjit/Runtime/Launch.h"
 #include "flashjit/Runtime/ModuleLoader.h"
-
 
 #include <map>
 #include <mutex>
@@ -41,22 +42,23 @@ Kernel::Kernel(AttentionSpec spec, KernelInfo info, std::string ptx,
 Kernel::~Kernel() = default;
 
 llvm::Error Kernel::check(const ForwardArgs &args) const {
-  return checkForwardArgs(Spec, args);
+  return withCode(ErrorCode::InvalidArgument, checkForwardArgs(Spec, args));
 }
 
 llvm::Error Kernel::forward(const ForwardArgs &args) const {
-  if (auto err = checkForwardArgs(Spec, args))
+  if (auto err = check(args))
     return err;
   if (!Module)
-    return llvm::createStringError(
-        "cannot launch " + Info.name + ": no GPU is available (" +
-        DeviceError + ")");
+    return makeError(ErrorCode::NoDevice, "cannot launch " + Info.name +
+                                              ": no GPU is available (" +
+                                              DeviceError + ")");
   ForwardKernelArgs kernelArgs =
       toKernelArgs(args, args.scale.value_or(Spec.defaultScale()));
   auto params = kernelArgs.paramPointers();
   LaunchGeometry geometry =
       forwardGeometry(Info, args.q.shape[0], args.q.shape[2]);
-  return launch(Module->function(), geometry, params.data(), args.stream);
+  return withCode(ErrorCode::LaunchError, launch(Module->function(), geometry,
+                                                 params.data(), args.stream));
 }
 
 /// Kernels already handed out, by the fields of the spec: the hot path
@@ -98,12 +100,12 @@ llvm::Expected<std::unique_ptr<Context>> Context::create(ContextOptions options)
     auto target = Target::fromComputeCapability(ctx->Device->computeMajor,
                                                 ctx->Device->computeMinor);
     if (!target)
-      return target.takeError();
+      return withCode(ErrorCode::Unsupported, target.takeError());
     chip = target->chip;
   }
   auto target = Target::parse(chip.empty() ? "sm_90a" : chip);
   if (!target)
-    return target.takeError();
+    return withCode(ErrorCode::InvalidArgument, target.takeError());
   ctx->TargetChip = *target;
   return std::move(ctx);
 }
@@ -118,11 +120,11 @@ Context::compile(const AttentionSpec &spec) {
       return it->second;
   }
   if (auto err = spec.validate())
-    return std::move(err);
+    return withCode(ErrorCode::InvalidArgument, std::move(err));
   std::string canonical = spec.canonical();
   auto config = chooseTileConfig(spec, TargetChip, HeuristicDevice);
-  if (!config)
-    return config.takeError();
+  if (!config) // no template or tile config handles this spec here
+    return withCode(ErrorCode::Unsupported, config.takeError());
 
   ToolchainVersions versions = toolchainVersions();
   CacheKeyInputs inputs{canonical,        config->canonical(),
@@ -143,14 +145,14 @@ Context::compile(const AttentionSpec &spec) {
         return e;
       });
   if (!entry)
-    return entry.takeError();
+    return withCode(ErrorCode::CompileError, entry.takeError());
 
   std::unique_ptr<LoadedModule> module;
   if (Device) {
     auto loaded = LoadedModule::load((*entry)->info, (*entry)->ptx,
                                      (*entry)->cubin, Options.device);
     if (!loaded)
-      return loaded.takeError();
+      return withCode(ErrorCode::DriverError, loaded.takeError());
     if (loaded->linkedFromPtx() && !loaded->cubin().empty())
       if (auto err = Cache->storeCubin(key, loaded->cubin()))
         llvm::consumeError(std::move(err)); // the PTX entry stays usable

@@ -8,12 +8,15 @@
 //   flashjit::AttentionSpec spec;  spec.headDim = 128; spec.causal = true;
 //   auto kernel = (*ctx)->compile(spec);
 //   llvm::Error err = (*kernel)->forward(args);   // args: q, k, v, o, lse
+// Each error they return carries an ErrorCode (invalid argument,
+// unsupported, no device, ...): flashjit::takeErrorParts(std::move(err)).
 #ifndef FLASHJIT_FLASHJIT_H
 #define FLASHJIT_FLASHJIT_H
 
 #include "flashjit/Dialect/AttentionSpec.h"
 #include "flashjit/Runtime/CacheOptions.h"
 #include "flashjit/Runtime/DeviceInfo.h"
+#include "flashjit/Runtime/ErrorCode.h"
 #include "flashjit/Templates/KernelABI.h"
 #include "flashjit/Templates/Target.h"
 

@@ -1,0 +1,347 @@
+"""ctypes bindings for libflashjit.so's C API (runtime/include/flashjit/flashjit.h).
+
+Why: the benchmark runs flashjit beside PyTorch in one Python process, on
+machines that have PyTorch but no compiler, so it reaches the library the
+way any foreign runtime would: through the C ABI and DLPack's DLTensor.
+This module needs neither torch nor a GPU; its self_test() checks the
+struct layouts and the argument marshalling against the real library.
+"""
+
+import ctypes
+import math
+import os
+
+from self_check import Checks
+
+# flashjit_status_t, in the header's order (flashjit_status_name gives
+# the same words; self_test checks both agree).
+STATUS_NAMES = {
+    0: "ok",
+    1: "invalid argument",
+    2: "unsupported",
+    3: "no device",
+    4: "compile error",
+    5: "driver error",
+    6: "launch error",
+    7: "internal error",
+}
+OK, INVALID_ARGUMENT, UNSUPPORTED, NO_DEVICE = 0, 1, 2, 3
+C_API_VERSION = 1
+
+DTYPE_CODES = {"f16": 1, "bf16": 2}  # flashjit_dtype_t
+
+# DLPack (dlpack.h v0.6 and later): device types and type codes.
+KDL_CPU, KDL_CUDA = 1, 2
+KDL_INT, KDL_UINT, KDL_FLOAT, KDL_BFLOAT = 0, 1, 2, 4
+# element type name -> (DLDataTypeCode, bits)
+DL_DTYPES = {
+    "bf16": (KDL_BFLOAT, 16),
+    "f16": (KDL_FLOAT, 16),
+    "f32": (KDL_FLOAT, 32),
+    "int8": (KDL_INT, 8),
+}
+
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
+                ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class AttentionSpec(ctypes.Structure):
+    """flashjit_attention_spec_t (version 1: 40 bytes)."""
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("head_dim", ctypes.c_int64),
+        ("dtype", ctypes.c_int32),
+        ("causal", ctypes.c_int32),
+        ("num_heads", ctypes.c_int64),
+        ("num_kv_heads", ctypes.c_int64),
+    ]
+
+
+class TensorArg:
+    """A DLTensor plus the shape and stride arrays it points to (ctypes
+    does not keep them alive on its own)."""
+
+    def __init__(self, data_ptr, shape, strides, dtype, device_id=0,
+                 device_type=KDL_CUDA, byte_offset=0):
+        code, bits = DL_DTYPES[dtype]
+        n = len(shape)
+        self.shape = (ctypes.c_int64 * n)(*shape)
+        self.strides = (ctypes.c_int64 * n)(*strides) if strides is not None else None
+        self.dl = DLTensor()
+        self.dl.data = data_ptr
+        self.dl.device = DLDevice(device_type, device_id)
+        self.dl.ndim = n
+        self.dl.dtype = DLDataType(code, bits, 1)
+        self.dl.shape = ctypes.cast(self.shape, ctypes.POINTER(ctypes.c_int64))
+        self.dl.strides = (ctypes.cast(self.strides, ctypes.POINTER(ctypes.c_int64))
+                           if self.strides is not None else None)
+        self.dl.byte_offset = byte_offset
+
+    @classmethod
+    def from_torch(cls, tensor):
+        """Describes a CUDA torch tensor (no copy: the same memory)."""
+        import torch  # only the benchmark needs torch
+        names = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
+        if tensor.dtype not in names:
+            raise ValueError(f"no DLPack mapping here for {tensor.dtype}")
+        if tensor.device.type != "cuda":
+            raise ValueError(f"tensor is on {tensor.device}, not a CUDA device")
+        return cls(tensor.data_ptr(), list(tensor.shape), list(tensor.stride()),
+                   names[tensor.dtype], device_id=tensor.device.index or 0)
+
+
+class FlashjitError(RuntimeError):
+    def __init__(self, function, status, message):
+        self.function, self.status, self.message = function, status, message
+        super().__init__(f"{STATUS_NAMES.get(status, status)}: {message}")
+
+
+def default_library_path():
+    """$FLASHJIT_LIB, else .device-bundle/lib/libflashjit.so (the stripped
+    install the GPU machine receives), from the repository root."""
+    env = os.environ.get("FLASHJIT_LIB")
+    if env:
+        return env
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return os.path.join(root, ".device-bundle", "lib", "libflashjit.so")
+
+
+class Library:
+    """libflashjit.so with typed entry points. Every call checks its status
+    and raises FlashjitError with the library's message."""
+
+    def __init__(self, path=None):
+        self.path = path or default_library_path()
+        self.lib = ctypes.CDLL(self.path)
+        L, P = self.lib, ctypes.POINTER
+        status = ctypes.c_int
+        sigs = {
+            "flashjit_last_error": (ctypes.c_char_p, []),
+            "flashjit_status_name": (ctypes.c_char_p, [status]),
+            "flashjit_get_version": (status, [P(ctypes.c_int32)] * 4),
+            "flashjit_context_create": (status, [ctypes.c_int32, ctypes.c_char_p,
+                                                 ctypes.c_char_p, P(ctypes.c_void_p)]),
+            "flashjit_context_destroy": (status, [ctypes.c_void_p]),
+            "flashjit_context_chip": (status, [ctypes.c_void_p, P(ctypes.c_char_p)]),
+            "flashjit_context_device": (status, [ctypes.c_void_p, P(ctypes.c_int32),
+                                                 P(ctypes.c_char_p)]),
+            "flashjit_kernel_compile": (status, [ctypes.c_void_p, ctypes.c_void_p,
+                                                 P(ctypes.c_void_p)]),
+            "flashjit_kernel_release": (status, [ctypes.c_void_p]),
+            "flashjit_kernel_describe": (status, [ctypes.c_void_p, P(ctypes.c_char_p),
+                                                  P(ctypes.c_char_p)]),
+            "flashjit_kernel_forward": (status, [ctypes.c_void_p] + [P(DLTensor)] * 5
+                                        + [ctypes.c_double, ctypes.c_void_p]),
+        }
+        for name, (restype, argtypes) in sigs.items():
+            fn = getattr(L, name)
+            fn.restype, fn.argtypes = restype, argtypes
+
+    def call(self, name, *args):
+        """Calls `name`; raises FlashjitError unless it returns OK."""
+        status = getattr(self.lib, name)(*args)
+        if status != OK:
+            message = self.lib.flashjit_last_error().decode(errors="replace")
+            raise FlashjitError(name, status, message)
+
+    def status_name(self, status):
+        return self.lib.flashjit_status_name(status).decode()
+
+    def version(self):
+        parts = [ctypes.c_int32() for _ in range(4)]
+        self.call("flashjit_get_version", *[ctypes.byref(p) for p in parts])
+        major, minor, patch, api = (p.value for p in parts)
+        return f"{major}.{minor}.{patch}", api
+
+
+class Context:
+    def __init__(self, lib, device=0, cache_dir=None, chip=None):
+        self.lib, self.handle = lib, ctypes.c_void_p()
+        lib.call("flashjit_context_create", device,
+                 cache_dir.encode() if cache_dir is not None else None,
+                 chip.encode() if chip else None, ctypes.byref(self.handle))
+
+    def close(self):
+        if self.handle:
+            self.lib.call("flashjit_context_destroy", self.handle)
+            self.handle = ctypes.c_void_p()
+
+    def chip(self):
+        out = ctypes.c_char_p()
+        self.lib.call("flashjit_context_chip", self.handle, ctypes.byref(out))
+        return out.value.decode()
+
+    def device(self):
+        """(has_device, reason when not)."""
+        has, reason = ctypes.c_int32(), ctypes.c_char_p()
+        self.lib.call("flashjit_context_device", self.handle, ctypes.byref(has),
+                      ctypes.byref(reason))
+        return bool(has.value), (reason.value or b"").decode(errors="replace")
+
+    def compile(self, head_dim, dtype="bf16", causal=False, num_heads=1,
+                num_kv_heads=None):
+        spec = make_spec(head_dim, dtype, causal, num_heads,
+                         num_kv_heads if num_kv_heads is not None else num_heads)
+        return Kernel(self.lib, self._compile_spec(spec))
+
+    def _compile_spec(self, spec):
+        handle = ctypes.c_void_p()
+        self.lib.call("flashjit_kernel_compile", self.handle, ctypes.byref(spec),
+                      ctypes.byref(handle))
+        return handle
+
+
+def make_spec(head_dim, dtype, causal, num_heads, num_kv_heads):
+    return AttentionSpec(ctypes.sizeof(AttentionSpec), head_dim, DTYPE_CODES[dtype],
+                         1 if causal else 0, num_heads, num_kv_heads)
+
+
+class Kernel:
+    def __init__(self, lib, handle):
+        self.lib, self.handle = lib, handle
+
+    def release(self):
+        if self.handle:
+            self.lib.call("flashjit_kernel_release", self.handle)
+            self.handle = ctypes.c_void_p()
+
+    def describe(self):
+        name, config = ctypes.c_char_p(), ctypes.c_char_p()
+        self.lib.call("flashjit_kernel_describe", self.handle, ctypes.byref(name),
+                      ctypes.byref(config))
+        return name.value.decode(), config.value.decode()
+
+    def bind(self, q, k, v, o, lse, scale=None, stream=None):
+        """A no-argument function that launches forward on these TensorArgs
+        (built once, so a timed loop pays only the ctypes call)."""
+        fn, handle = self.lib.lib.flashjit_kernel_forward, self.handle
+        args = [ctypes.byref(t.dl) for t in (q, k, v, o, lse)]
+        scale = math.nan if scale is None else float(scale)
+        stream = ctypes.c_void_p(stream or 0)
+        keep = (q, k, v, o, lse)  # the DLTensors must outlive the closure
+
+        def launch():
+            status = fn(handle, *args, scale, stream)
+            if status != OK:
+                message = self.lib.lib.flashjit_last_error().decode(errors="replace")
+                raise FlashjitError("flashjit_kernel_forward", status, message)
+        launch.keep = keep
+        return launch
+
+
+def fake_bhsd(address, b, h, s, d, dtype="bf16", strides=True):
+    """A [B, H, S, D] TensorArg over an address nothing reads (for checks
+    that fail, or a forward that cannot launch, before memory is touched)."""
+    st = [h * s * d, s * d, d, 1]
+    return TensorArg(address, [b, h, s, d], st if strides else None, dtype)
+
+
+def self_test(path=None, out=print):
+    """Checks the bindings against the real library without torch or a GPU.
+    Returns the number of failed checks."""
+    check = Checks(out)
+
+    def status_of(thunk):
+        try:
+            thunk()
+            return OK, ""
+        except FlashjitError as e:
+            return e.status, e.message
+
+    check("sizeof(DLTensor) is 48 bytes", ctypes.sizeof(DLTensor) == 48,
+          str(ctypes.sizeof(DLTensor)))
+    check("sizeof(flashjit_attention_spec_t) is 40 bytes",
+          ctypes.sizeof(AttentionSpec) == 40, str(ctypes.sizeof(AttentionSpec)))
+    lib = Library(path)
+    out(f"     library: {lib.path}")
+    version, api = lib.version()
+    out(f"     flashjit {version}, C API {api}")
+    check("C API version", api == C_API_VERSION, f"{api} != {C_API_VERSION}")
+    for code, name in STATUS_NAMES.items():
+        check(f"status {code} is '{name}'", lib.status_name(code) == name,
+              lib.status_name(code))
+
+    ctx = Context(lib, cache_dir="")  # memory-only cache
+    has_device, reason = ctx.device()
+    out(f"     chip {ctx.chip()}, GPU: {'yes' if has_device else 'no (' + reason + ')'}")
+    b, h, s, d = 2, 4, 40, 64
+    kernel = ctx.compile(d, "bf16", causal=True, num_heads=h)
+    name, config = kernel.describe()
+    check("compile names the kernel", name == f"flashjit_fwd_d{d}_bf16_causal_h{h}_kv{h}",
+          name)
+    check("compile reports its tile config", config.startswith("cuda_core"), config)
+
+    st, msg = status_of(lambda: ctx.compile(48, "bf16", num_heads=h))
+    check("head dim 48 is unsupported", st == UNSUPPORTED and "head dim 48" in msg,
+          f"{STATUS_NAMES.get(st)}: {msg}")
+    # The library reads struct_size from this struct: a nonzero byte past
+    # what it knows must be refused.
+    class Longer(ctypes.Structure):
+        _fields_ = [("spec", AttentionSpec), ("future", ctypes.c_int64)]
+    longer = Longer(make_spec(d, "bf16", False, h, h), 7)
+    longer.spec.struct_size = ctypes.sizeof(Longer)
+    st, msg = status_of(lambda: ctx._compile_spec(longer))
+    check("a spec field past version 1 is refused", st == UNSUPPORTED and "byte 40" in msg,
+          f"{STATUS_NAMES.get(st)}: {msg}")
+
+    def args(**change):
+        t = {n: fake_bhsd(0x10000000 * (i + 1), b, h, s, d)
+             for i, n in enumerate(("q", "k", "v", "o"))}
+        t["lse"] = TensorArg(0x50000000, [b, h, s], [h * s, s, 1], "f32")
+        t.update(change)
+        return [t[n] for n in ("q", "k", "v", "o", "lse")]
+
+    def forward(tensors, scale=None):
+        return status_of(kernel.bind(*tensors, scale=scale))
+
+    bad = {
+        "q with 3 dimensions": (dict(q=TensorArg(0x10000000, [b, h, s], None, "bf16")),
+                                "q has 3 dimensions"),
+        "k of int8": (dict(k=fake_bhsd(0x20000000, b, h, s, d, "int8")), "k has dtype int8"),
+        "v on the CPU": (dict(v=TensorArg(0x30000000, [b, h, s, d], None, "bf16",
+                                          device_type=KDL_CPU)), "v is on kDLCPU"),
+        "o of f16 for a bf16 kernel": (dict(o=fake_bhsd(0x40000000, b, h, s, d, "f16")),
+                                       "o is f16"),
+        "q of another head dim": (dict(q=fake_bhsd(0x10000000, b, h, s, 128)),
+                                  "q head dim is 128"),
+        "lse of bf16": (dict(lse=TensorArg(0x50000000, [b, h, s], None, "bf16")),
+                        "lse has dtype bf16"),
+        "q at an odd byte offset": (dict(q=TensorArg(0x10000000, [b, h, s, d], None, "bf16",
+                                                     byte_offset=2)), "16-byte aligned"),
+    }
+    for what, (change, expect) in bad.items():
+        st, msg = forward(args(**change))
+        check(f"forward refuses {what}", st == INVALID_ARGUMENT and expect in msg,
+              f"{STATUS_NAMES.get(st)}: {msg}")
+    if not has_device:
+        st, msg = forward(args())
+        check("forward without a GPU is 'no device'", st == NO_DEVICE, f"{STATUS_NAMES.get(st)}: {msg}")
+        compact = args(**{n: fake_bhsd(0x10000000 * (i + 1), b, h, s, d, strides=False)
+                          for i, n in enumerate(("q", "k", "v", "o"))})
+        st, msg = forward(compact, scale=0.125)
+        check("null strides and an explicit scale pass the checks", st == NO_DEVICE,
+              f"{STATUS_NAMES.get(st)}: {msg}")
+    else:
+        out("     a GPU is present: skipped the forward calls that would launch")
+    kernel.release()
+    ctx.close()
+    out(f"self-test: {len(check.failed)} failed" if check.failed else "self-test: all passed")
+    return len(check.failed)

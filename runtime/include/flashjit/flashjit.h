@@ -1,0 +1,172 @@
+/*===- flashjit.h - flashjit's C API ---------------------------------------===
+ * Why: runtimes written in other languages (Python through ctypes, Rust,
+ * Go, Julia) need an ABI that does not change with the C++ API or the
+ * compiler that built it. This header is plain C (C99 and C++): opaque
+ * handles, a status code from every function, a thread-local message for
+ * the last failure, and DLPack tensors (dlpack/dlpack.h, v0.6 or later).
+ *
+ *   flashjit_context_t ctx;
+ *   flashjit_context_create(0, NULL, NULL, &ctx);
+ *   flashjit_attention_spec_t spec;
+ *   flashjit_attention_spec_init(&spec);      // then set head_dim, causal...
+ *   flashjit_kernel_t kernel;
+ *   if (flashjit_kernel_compile(ctx, &spec, &kernel) != FLASHJIT_STATUS_OK)
+ *     fprintf(stderr, "%s\n", flashjit_last_error());
+ *   flashjit_kernel_forward(kernel, &q, &k, &v, &o, &lse, NAN, stream);
+ *   flashjit_kernel_release(kernel);
+ *   flashjit_context_destroy(ctx);
+ *
+ * ABI rules: functions and enum values are only added, never changed;
+ * flashjit_attention_spec_t only grows at its end, and its struct_size
+ * says which fields the caller knows. No function aborts, exits or lets a
+ * C++ exception out; handles may be used from several threads at once.
+ *===----------------------------------------------------------------------===*/
+#ifndef FLASHJIT_C_API_H
+#define FLASHJIT_C_API_H
+
+#include <dlpack/dlpack.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define FLASHJIT_API __attribute__((visibility("default")))
+#else
+#define FLASHJIT_API
+#endif
+
+/* Raised when a function or a field is added (flashjit_get_version's
+ * api_version tells what the loaded library implements). */
+#define FLASHJIT_C_API_VERSION 1
+
+typedef enum flashjit_status {
+  FLASHJIT_STATUS_OK = 0,
+  /* A null handle or pointer, a malformed tensor (dtype, device, ndim,
+   * shape, strides, alignment) or spec, an unknown chip. */
+  FLASHJIT_STATUS_INVALID_ARGUMENT = 1,
+  /* Well-formed but not handled by any kernel template (e.g. head dim 48),
+   * or a spec field this version of the library does not know. */
+  FLASHJIT_STATUS_UNSUPPORTED = 2,
+  /* No CUDA driver or GPU: kernels compile to PTX but cannot launch. */
+  FLASHJIT_STATUS_NO_DEVICE = 3,
+  /* Generating or compiling the kernel failed. */
+  FLASHJIT_STATUS_COMPILE_ERROR = 4,
+  /* The CUDA driver refused to JIT or load the kernel's module. */
+  FLASHJIT_STATUS_DRIVER_ERROR = 5,
+  /* The kernel launch failed. */
+  FLASHJIT_STATUS_LAUNCH_ERROR = 6,
+  /* Out of memory, or a failure flashjit has no better word for. */
+  FLASHJIT_STATUS_INTERNAL = 7
+} flashjit_status_t;
+
+/* Element type of q, k, v and o (0 is left unused: a zeroed spec is
+ * refused rather than read as some type). */
+typedef enum flashjit_dtype {
+  FLASHJIT_DTYPE_F16 = 1,
+  FLASHJIT_DTYPE_BF16 = 2
+} flashjit_dtype_t;
+
+typedef struct flashjit_context *flashjit_context_t;
+typedef struct flashjit_kernel *flashjit_kernel_t;
+
+/* What one attention computes. Fill it with flashjit_attention_spec_init,
+ * which sets struct_size to this header's sizeof and every field to its
+ * default, then change the fields you need. */
+typedef struct flashjit_attention_spec {
+  size_t struct_size;   /* sizeof(flashjit_attention_spec_t) of the caller */
+  int64_t head_dim;     /* default 128 */
+  int32_t dtype;        /* flashjit_dtype_t, default FLASHJIT_DTYPE_BF16 */
+  int32_t causal;       /* 0 or 1 (top-left aligned, as PyTorch's is_causal) */
+  int64_t num_heads;    /* query heads, default 1 */
+  int64_t num_kv_heads; /* key/value heads, divides num_heads, default 1 */
+} flashjit_attention_spec_t;
+
+static inline void
+flashjit_attention_spec_init(flashjit_attention_spec_t *spec) {
+  spec->struct_size = sizeof(flashjit_attention_spec_t);
+  spec->head_dim = 128;
+  spec->dtype = FLASHJIT_DTYPE_BF16;
+  spec->causal = 0;
+  spec->num_heads = 1;
+  spec->num_kv_heads = 1;
+}
+
+/* The message of the last failed call on this thread ("" after a call that
+ * succeeded). Valid until the next flashjit call on this thread. */
+FLASHJIT_API const char *flashjit_last_error(void);
+
+/* "ok", "invalid argument", ... ("unknown status" for other values). */
+FLASHJIT_API const char *flashjit_status_name(flashjit_status_t status);
+
+/* The library's version (major.minor.patch) and the C API version it
+ * implements (FLASHJIT_C_API_VERSION of its header). Null pointers are
+ * skipped. */
+FLASHJIT_API flashjit_status_t flashjit_get_version(int32_t *major,
+                                                    int32_t *minor,
+                                                    int32_t *patch,
+                                                    int32_t *api_version);
+
+/* A context on CUDA device `device`. cache_dir: NULL for the default
+ * ($FLASHJIT_CACHE_DIR, else $XDG_CACHE_HOME/flashjit, else
+ * ~/.cache/flashjit), "" for an in-memory cache only. chip: NULL or "" for
+ * the device's (sm_90a when there is no GPU), else e.g. "sm_80". Without a
+ * driver or GPU the context is still created: it compiles kernels, and
+ * forward reports FLASHJIT_STATUS_NO_DEVICE. */
+FLASHJIT_API flashjit_status_t flashjit_context_create(int32_t device,
+                                                       const char *cache_dir,
+                                                       const char *chip,
+                                                       flashjit_context_t *out);
+
+/* Destroys a context (NULL: nothing to do). Kernels compiled by it stay
+ * valid until released. */
+FLASHJIT_API flashjit_status_t flashjit_context_destroy(flashjit_context_t ctx);
+
+/* The chip kernels are compiled for, e.g. "sm_90a" (owned by ctx). */
+FLASHJIT_API flashjit_status_t flashjit_context_chip(flashjit_context_t ctx,
+                                                     const char **chip);
+
+/* Whether a GPU was opened (*has_device = 1), and if not, why (*reason,
+ * owned by ctx; may be NULL if not wanted). */
+FLASHJIT_API flashjit_status_t flashjit_context_device(flashjit_context_t ctx,
+                                                       int32_t *has_device,
+                                                       const char **reason);
+
+/* The kernel for `spec`: from memory, the disk cache, or compiled now.
+ * Release it with flashjit_kernel_release. */
+FLASHJIT_API flashjit_status_t flashjit_kernel_compile(
+    flashjit_context_t ctx, const flashjit_attention_spec_t *spec,
+    flashjit_kernel_t *out);
+
+/* Releases a kernel (NULL: nothing to do). */
+FLASHJIT_API flashjit_status_t
+flashjit_kernel_release(flashjit_kernel_t kernel);
+
+/* The kernel's symbol name and its tile config, e.g.
+ * "flashjit_fwd_d128_bf16_causal_h16_kv16" and "cuda_core:m128:n16:s1:w4"
+ * (owned by the kernel). Either pointer may be NULL. */
+FLASHJIT_API flashjit_status_t flashjit_kernel_describe(
+    flashjit_kernel_t kernel, const char **name, const char **config);
+
+/* o = softmax(scale * q k^T) v, and lse = its log-sum-exp, launched on
+ * `stream` (a CUstream; NULL: the legacy default stream).
+ *   q, o:  [batch, num_heads, seqlen_q, head_dim]
+ *   k, v:  [batch, num_kv_heads, seqlen_k, head_dim]
+ *   lse:   [batch, num_heads, seqlen_q], kDLFloat 32 bits
+ * q, k, v, o: kDLFloat 16 bits (f16) or kDLBfloat 16 bits (bf16) as the
+ * spec says, lanes 1; all on device kDLCUDA of the context's device.
+ * Strides are in elements (NULL: compact row-major); head_dim must have
+ * stride 1 and the others be multiples of 8. Any other layout (BSHD,
+ * BHSD) is just strides. scale: NaN for 1/sqrt(head_dim). Nothing is
+ * launched unless every check passes. */
+FLASHJIT_API flashjit_status_t flashjit_kernel_forward(
+    flashjit_kernel_t kernel, const DLTensor *q, const DLTensor *k,
+    const DLTensor *v, DLTensor *o, DLTensor *lse, double scale, void *stream);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* FLASHJIT_C_API_H */

@@ -1,0 +1,327 @@
+//===- CApi.cpp - flashjit.h over the C++ Context and Kernel --------------===//
+// Why: the C ABI is a thin shell around the C++ API. Each function checks
+// its C arguments, calls Context/Kernel, and turns the result into a
+// status: an llvm::Error's ErrorCode picks the status and its text becomes
+// the thread-local last error. Nothing may cross the C boundary as an
+// exception or an abort, so every body runs inside guarded().
+#include "flashjit/flashjit.h"
+
+#include "DLPackTensors.h"
+
+#include "flashjit/FlashJIT.h"
+#include "flashjit/Runtime/ErrorCode.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <exception>
+#include <new>
+
+struct flashjit_context {
+  std::unique_ptr<flashjit::Context> context;
+  int device = 0;
+};
+
+struct flashjit_kernel {
+  std::shared_ptr<const flashjit::Kernel> kernel;
+  int device = 0;
+  std::string config;
+};
+
+namespace {
+
+using flashjit::ErrorCode;
+
+thread_local std::string LastError;
+
+flashjit_status_t statusOf(ErrorCode code) {
+  switch (code) {
+  case ErrorCode::InvalidArgument:
+    return FLASHJIT_STATUS_INVALID_ARGUMENT;
+  case ErrorCode::Unsupported:
+    return FLASHJIT_STATUS_UNSUPPORTED;
+  case ErrorCode::NoDevice:
+    return FLASHJIT_STATUS_NO_DEVICE;
+  case ErrorCode::CompileError:
+    return FLASHJIT_STATUS_COMPILE_ERROR;
+  case ErrorCode::DriverError:
+    return FLASHJIT_STATUS_DRIVER_ERROR;
+  case ErrorCode::LaunchError:
+    return FLASHJIT_STATUS_LAUNCH_ERROR;
+  case ErrorCode::Internal:
+    return FLASHJIT_STATUS_INTERNAL;
+  }
+  return FLASHJIT_STATUS_INTERNAL;
+}
+
+flashjit_status_t succeed() {
+  LastError.clear();
+  return FLASHJIT_STATUS_OK;
+}
+
+/// Records "<function>: <message>" as the last error.
+flashjit_status_t fail(const char *function, flashjit_status_t status,
+                       const std::string &message) {
+  LastError = std::string(function) + ": " + message;
+  return status;
+}
+
+flashjit_status_t fail(const char *function, llvm::Error err) {
+  flashjit::ErrorParts parts = flashjit::takeErrorParts(std::move(err));
+  return fail(function, statusOf(parts.code), parts.message);
+}
+
+/// Runs `body`, turning any exception into FLASHJIT_STATUS_INTERNAL.
+template <typename Body>
+flashjit_status_t guarded(const char *function, Body &&body) noexcept {
+  try {
+    return body(function);
+  } catch (const std::bad_alloc &) {
+    return fail(function, FLASHJIT_STATUS_INTERNAL, "out of memory");
+  } catch (const std::exception &e) {
+    return fail(function, FLASHJIT_STATUS_INTERNAL,
+                std::string("unexpected exception: ") + e.what());
+  } catch (...) {
+    return fail(function, FLASHJIT_STATUS_INTERNAL, "unexpected exception");
+  }
+}
+
+/// Largest struct_size believed: anything above is an uninitialised field.
+constexpr size_t kMaxSpecSize = 4096;
+/// The size of the first published flashjit_attention_spec_t.
+constexpr size_t kSpecV1Size =
+    offsetof(flashjit_attention_spec_t, num_kv_heads) + sizeof(int64_t);
+
+/// The caller's spec as the C++ AttentionSpec. Fields the caller's header
+/// did not have keep their defaults; fields this library does not know must
+/// be zero (then they ask for nothing new).
+llvm::Expected<flashjit::AttentionSpec>
+readSpec(const flashjit_attention_spec_t *given) {
+  auto invalid = [](const llvm::Twine &message) {
+    return flashjit::makeError(ErrorCode::InvalidArgument, message);
+  };
+  if (!given)
+    return invalid("spec is a null pointer");
+  const size_t size = given->struct_size;
+  if (size < kSpecV1Size || size > kMaxSpecSize)
+    return invalid(llvm::formatv(
+        "spec struct_size is {0}, expected {1} to {2} bytes: fill the spec "
+        "with flashjit_attention_spec_init()",
+        size, kSpecV1Size, kMaxSpecSize));
+  const auto *bytes = reinterpret_cast<const unsigned char *>(given);
+  for (size_t i = sizeof(flashjit_attention_spec_t); i < size; ++i)
+    if (bytes[i] != 0)
+      return flashjit::makeError(
+          ErrorCode::Unsupported,
+          llvm::formatv("spec sets a field at byte {0}, beyond the {1} "
+                        "bytes this flashjit (C API version {2}) knows",
+                        i, sizeof(flashjit_attention_spec_t),
+                        FLASHJIT_C_API_VERSION));
+
+  flashjit_attention_spec_t s;
+  flashjit_attention_spec_init(&s);
+  std::memcpy(&s, given, std::min(size, sizeof(s)));
+
+  flashjit::AttentionSpec spec;
+  if (s.dtype == FLASHJIT_DTYPE_F16)
+    spec.dtype = flashjit::DType::F16;
+  else if (s.dtype == FLASHJIT_DTYPE_BF16)
+    spec.dtype = flashjit::DType::BF16;
+  else
+    return invalid(llvm::formatv("spec dtype code {0} is not a "
+                                 "flashjit_dtype_t: expected {1} "
+                                 "(FLASHJIT_DTYPE_F16) or {2} "
+                                 "(FLASHJIT_DTYPE_BF16)",
+                                 s.dtype, int(FLASHJIT_DTYPE_F16),
+                                 int(FLASHJIT_DTYPE_BF16)));
+  if (s.causal != 0 && s.causal != 1)
+    return invalid(
+        llvm::formatv("spec causal is {0}: expected 0 or 1", s.causal));
+  spec.headDim = s.head_dim;
+  spec.causal = s.causal == 1;
+  spec.numHeads = s.num_heads;
+  spec.numKVHeads = s.num_kv_heads;
+  return spec;
+}
+
+} // namespace
+
+extern "C" {
+
+const char *flashjit_last_error(void) { return LastError.c_str(); }
+
+const char *flashjit_status_name(flashjit_status_t status) {
+  switch (status) {
+  case FLASHJIT_STATUS_OK:
+    return "ok";
+  case FLASHJIT_STATUS_INVALID_ARGUMENT:
+    return flashjit::errorCodeName(ErrorCode::InvalidArgument);
+  case FLASHJIT_STATUS_UNSUPPORTED:
+    return flashjit::errorCodeName(ErrorCode::Unsupported);
+  case FLASHJIT_STATUS_NO_DEVICE:
+    return flashjit::errorCodeName(ErrorCode::NoDevice);
+  case FLASHJIT_STATUS_COMPILE_ERROR:
+    return flashjit::errorCodeName(ErrorCode::CompileError);
+  case FLASHJIT_STATUS_DRIVER_ERROR:
+    return flashjit::errorCodeName(ErrorCode::DriverError);
+  case FLASHJIT_STATUS_LAUNCH_ERROR:
+    return flashjit::errorCodeName(ErrorCode::LaunchError);
+  case FLASHJIT_STATUS_INTERNAL:
+    return flashjit::errorCodeName(ErrorCode::Internal);
+  }
+  return "unknown status";
+}
+
+flashjit_status_t flashjit_get_version(int32_t *major, int32_t *minor,
+                                       int32_t *patch, int32_t *api_version) {
+  // The numbers come from CMake's project(VERSION ...).
+  if (major)
+    *major = FLASHJIT_VERSION_MAJOR;
+  if (minor)
+    *minor = FLASHJIT_VERSION_MINOR;
+  if (patch)
+    *patch = FLASHJIT_VERSION_PATCH;
+  if (api_version)
+    *api_version = FLASHJIT_C_API_VERSION;
+  return succeed();
+}
+
+flashjit_status_t flashjit_context_create(int32_t device, const char *cache_dir,
+                                          const char *chip,
+                                          flashjit_context_t *out) {
+  return guarded(__func__, [&](const char *fn) {
+    if (!out)
+      return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
+                  "out is a null pointer");
+    *out = nullptr;
+    if (device < 0)
+      return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
+                  "device ordinal " + std::to_string(device) + " is negative");
+    flashjit::ContextOptions options;
+    options.device = device;
+    if (chip)
+      options.chip = chip;
+    if (cache_dir)
+      options.cache.directory = cache_dir;
+    auto context = flashjit::Context::create(std::move(options));
+    if (!context)
+      return fail(fn, context.takeError());
+    *out = new flashjit_context{std::move(*context), device};
+    return succeed();
+  });
+}
+
+flashjit_status_t flashjit_context_destroy(flashjit_context_t ctx) {
+  return guarded(__func__, [&](const char *) {
+    delete ctx;
+    return succeed();
+  });
+}
+
+flashjit_status_t flashjit_context_chip(flashjit_context_t ctx,
+                                        const char **chip) {
+  return guarded(__func__, [&](const char *fn) {
+    if (!ctx || !chip)
+      return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
+                  !ctx ? "ctx is a null handle" : "chip is a null pointer");
+    *chip = ctx->context->target().chip.c_str();
+    return succeed();
+  });
+}
+
+flashjit_status_t flashjit_context_device(flashjit_context_t ctx,
+                                          int32_t *has_device,
+                                          const char **reason) {
+  return guarded(__func__, [&](const char *fn) {
+    if (!ctx || !has_device)
+      return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
+                  !ctx ? "ctx is a null handle"
+                       : "has_device is a null pointer");
+    *has_device = ctx->context->device().has_value() ? 1 : 0;
+    if (reason)
+      *reason = ctx->context->deviceError().c_str();
+    return succeed();
+  });
+}
+
+flashjit_status_t flashjit_kernel_compile(flashjit_context_t ctx,
+                                          const flashjit_attention_spec_t *spec,
+                                          flashjit_kernel_t *out) {
+  return guarded(__func__, [&](const char *fn) {
+    if (!out)
+      return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
+                  "out is a null pointer");
+    *out = nullptr;
+    if (!ctx)
+      return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT, "ctx is a null handle");
+    auto parsed = readSpec(spec);
+    if (!parsed)
+      return fail(fn, parsed.takeError());
+    auto kernel = ctx->context->compile(*parsed);
+    if (!kernel)
+      return fail(fn, kernel.takeError());
+    *out = new flashjit_kernel{*kernel, ctx->device,
+                               (*kernel)->info().config.canonical()};
+    return succeed();
+  });
+}
+
+flashjit_status_t flashjit_kernel_release(flashjit_kernel_t kernel) {
+  return guarded(__func__, [&](const char *) {
+    delete kernel;
+    return succeed();
+  });
+}
+
+flashjit_status_t flashjit_kernel_describe(flashjit_kernel_t kernel,
+                                           const char **name,
+                                           const char **config) {
+  return guarded(__func__, [&](const char *fn) {
+    if (!kernel)
+      return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
+                  "kernel is a null handle");
+    if (name)
+      *name = kernel->kernel->info().name.c_str();
+    if (config)
+      *config = kernel->config.c_str();
+    return succeed();
+  });
+}
+
+flashjit_status_t flashjit_kernel_forward(flashjit_kernel_t kernel,
+                                          const DLTensor *q, const DLTensor *k,
+                                          const DLTensor *v, DLTensor *o,
+                                          DLTensor *lse, double scale,
+                                          void *stream) {
+  return guarded(__func__, [&](const char *fn) {
+    if (!kernel)
+      return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
+                  "kernel is a null handle");
+    flashjit::ForwardArgs args;
+    const std::pair<const char *, const DLTensor *> tensors[] = {
+        {"q", q}, {"k", k}, {"v", v}, {"o", o}};
+    flashjit::TensorRef *refs[] = {&args.q, &args.k, &args.v, &args.o};
+    for (size_t i = 0; i < 4; ++i) {
+      auto ref = flashjit::toTensorRef(tensors[i].first, tensors[i].second,
+                                       kernel->device);
+      if (!ref)
+        return fail(fn, ref.takeError());
+      *refs[i] = *ref;
+    }
+    auto lseRef = flashjit::toLseRef("lse", lse, kernel->device);
+    if (!lseRef)
+      return fail(fn, lseRef.takeError());
+    args.lse = *lseRef;
+    if (!std::isnan(scale))
+      args.scale = scale;
+    args.stream = static_cast<CUstream>(stream);
+    if (llvm::Error err = kernel->kernel->forward(args))
+      return fail(fn, std::move(err));
+    return succeed();
+  });
+}
+
+} // extern "C"

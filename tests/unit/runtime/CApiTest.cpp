@@ -1,0 +1,500 @@
+//===- CApiTest.cpp - the C API of libflashjit.so without a GPU -----------===//
+// Why: the C API is the boundary other languages cross; every bad input
+// must come back as the right status with a message that names the
+// problem, and nothing may crash. This binary links libflashjit.so itself,
+// so it also proves the flashjit_* functions are exported. Pointers given
+// as tensor data are never dereferenced without a GPU: fake addresses do.
+#include "flashjit/flashjit.h"
+
+#include "llvm/ADT/SmallString.h"
+#include "llvm/Support/FileSystem.h"
+
+#include <dlfcn.h>
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern "C" int flashjit_c_api_round_trip(char *message, size_t size);
+
+namespace {
+
+bool has(const std::string &text, const std::string &part) {
+  return text.find(part) != std::string::npos;
+}
+
+std::string lastError() { return flashjit_last_error(); }
+
+/// A fresh directory, removed with everything in it.
+struct TempDir {
+  llvm::SmallString<128> path;
+  TempDir() {
+    if (llvm::sys::fs::createUniqueDirectory("flashjit-capi", path))
+      path.clear();
+  }
+  ~TempDir() {
+    if (!path.empty())
+      llvm::sys::fs::remove_directories(path, /*IgnoreErrors=*/true);
+  }
+};
+
+bool driverLoadable() {
+  void *h = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (h)
+    ::dlclose(h);
+  return h != nullptr;
+}
+
+/// A DLTensor over a fake device address, with its own shape and strides.
+struct Tensor {
+  std::vector<int64_t> shape, strides;
+  DLTensor dl{};
+
+  Tensor(uintptr_t address, std::vector<int64_t> extents, DLDataType dtype,
+         bool withStrides = true)
+      : shape(std::move(extents)) {
+    strides.assign(shape.size(), 1);
+    for (size_t i = shape.size() - 1; i-- > 0;)
+      strides[i] = strides[i + 1] * shape[i + 1];
+    dl.data = reinterpret_cast<void *>(address);
+    dl.device = {kDLCUDA, 0};
+    dl.ndim = static_cast<int32_t>(shape.size());
+    dl.dtype = dtype;
+    dl.shape = shape.data();
+    dl.strides = withStrides ? strides.data() : nullptr;
+    dl.byte_offset = 0;
+  }
+  Tensor(const Tensor &) = delete;
+};
+
+constexpr DLDataType kBF16{kDLBfloat, 16, 1};
+constexpr DLDataType kF16{kDLFloat, 16, 1};
+constexpr DLDataType kF32{kDLFloat, 32, 1};
+
+/// q, k, v, o [2, 4, 40, 64] and lse [2, 4, 40] at distinct fake addresses,
+/// matching the spec from smallSpec().
+struct Args {
+  Tensor q, k, v, o, lse;
+  explicit Args(DLDataType dtype = kBF16, int64_t kvHeads = 2)
+      : q(0x10000000, {2, 4, 40, 64}, dtype),
+        k(0x20000000, {2, kvHeads, 40, 64}, dtype),
+        v(0x30000000, {2, kvHeads, 40, 64}, dtype),
+        o(0x40000000, {2, 4, 40, 64}, dtype),
+        lse(0x50000000, {2, 4, 40}, kF32) {}
+};
+
+flashjit_attention_spec_t smallSpec() {
+  flashjit_attention_spec_t spec;
+  flashjit_attention_spec_init(&spec);
+  spec.head_dim = 64;
+  spec.num_heads = 4;
+  spec.num_kv_heads = 2;
+  return spec;
+}
+
+/// A context with a memory-only cache, destroyed with the fixture.
+struct Ctx {
+  flashjit_context_t ctx = nullptr;
+  Ctx() {
+    REQUIRE(flashjit_context_create(0, "", nullptr, &ctx) ==
+            FLASHJIT_STATUS_OK);
+  }
+  ~Ctx() { flashjit_context_destroy(ctx); }
+};
+
+/// A kernel for smallSpec() (or `spec`) in its own memory-only context.
+struct CompiledKernel : Ctx {
+  flashjit_kernel_t kernel = nullptr;
+  explicit CompiledKernel(flashjit_attention_spec_t spec = smallSpec()) {
+    REQUIRE(flashjit_kernel_compile(ctx, &spec, &kernel) == FLASHJIT_STATUS_OK);
+  }
+  ~CompiledKernel() { flashjit_kernel_release(kernel); }
+
+  flashjit_status_t forward(Args &a, double scale = NAN) {
+    return flashjit_kernel_forward(kernel, &a.q.dl, &a.k.dl, &a.v.dl, &a.o.dl,
+                                   &a.lse.dl, scale, nullptr);
+  }
+};
+
+/// forward(a) is INVALID_ARGUMENT with a message containing `part`.
+void expectRefused(CompiledKernel &k, Args &a, const std::string &part) {
+  flashjit_status_t status = k.forward(a);
+  std::string why = lastError();
+  INFO(why);
+  CHECK(status == FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(has(why, part));
+}
+
+} // namespace
+
+TEST_CASE("version, status names, and the last error after success") {
+  int32_t major = -1, minor = -1, patch = -1, api = -1;
+  CHECK(flashjit_get_version(&major, &minor, &patch, &api) ==
+        FLASHJIT_STATUS_OK);
+  CHECK(std::to_string(major) + "." + std::to_string(minor) + "." +
+            std::to_string(patch) ==
+        FLASHJIT_TEST_VERSION);
+  CHECK(api == FLASHJIT_C_API_VERSION);
+  CHECK(flashjit_get_version(nullptr, nullptr, nullptr, nullptr) ==
+        FLASHJIT_STATUS_OK);
+
+  CHECK(std::string(flashjit_status_name(FLASHJIT_STATUS_OK)) == "ok");
+  CHECK(std::string(flashjit_status_name(FLASHJIT_STATUS_NO_DEVICE)) ==
+        "no device");
+  CHECK(std::string(flashjit_status_name(FLASHJIT_STATUS_UNSUPPORTED)) ==
+        "unsupported");
+  CHECK(std::string(flashjit_status_name(static_cast<flashjit_status_t>(99))) ==
+        "unknown status");
+
+  flashjit_context_t ctx = nullptr;
+  CHECK(flashjit_context_create(-1, "", nullptr, &ctx) ==
+        FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(lastError() != "");
+  CHECK(flashjit_context_create(0, "", nullptr, &ctx) == FLASHJIT_STATUS_OK);
+  CHECK(lastError() == "");
+  flashjit_context_destroy(ctx);
+}
+
+TEST_CASE("null handles and pointers are refused with a message") {
+  CHECK(flashjit_context_create(0, "", nullptr, nullptr) ==
+        FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(lastError() == "flashjit_context_create: out is a null pointer");
+
+  flashjit_context_t ctx = reinterpret_cast<flashjit_context_t>(0x1);
+  CHECK(flashjit_context_create(-3, "", nullptr, &ctx) ==
+        FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(ctx == nullptr);
+  CHECK(has(lastError(), "device ordinal -3 is negative"));
+
+  flashjit_attention_spec_t spec = smallSpec();
+  flashjit_kernel_t kernel = reinterpret_cast<flashjit_kernel_t>(0x1);
+  CHECK(flashjit_kernel_compile(nullptr, &spec, &kernel) ==
+        FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(kernel == nullptr);
+  CHECK(lastError() == "flashjit_kernel_compile: ctx is a null handle");
+
+  Ctx c;
+  CHECK(flashjit_kernel_compile(c.ctx, nullptr, &kernel) ==
+        FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(has(lastError(), "spec is a null pointer"));
+  CHECK(flashjit_kernel_compile(c.ctx, &spec, nullptr) ==
+        FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(has(lastError(), "out is a null pointer"));
+
+  Args a;
+  CHECK(flashjit_kernel_forward(nullptr, &a.q.dl, &a.k.dl, &a.v.dl, &a.o.dl,
+                                &a.lse.dl, NAN,
+                                nullptr) == FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(lastError() == "flashjit_kernel_forward: kernel is a null handle");
+
+  const char *text = nullptr;
+  int32_t hasDevice = 0;
+  CHECK(flashjit_context_chip(nullptr, &text) ==
+        FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(flashjit_context_chip(c.ctx, nullptr) ==
+        FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(flashjit_context_device(nullptr, &hasDevice, nullptr) ==
+        FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(flashjit_kernel_describe(nullptr, &text, nullptr) ==
+        FLASHJIT_STATUS_INVALID_ARGUMENT);
+
+  // Releasing nothing is allowed, as free(NULL) is.
+  CHECK(flashjit_context_destroy(nullptr) == FLASHJIT_STATUS_OK);
+  CHECK(flashjit_kernel_release(nullptr) == FLASHJIT_STATUS_OK);
+}
+
+TEST_CASE("a context names its chip, and an unknown chip is refused") {
+  flashjit_context_t ctx = nullptr;
+  REQUIRE(flashjit_context_create(0, "", "sm_80", &ctx) == FLASHJIT_STATUS_OK);
+  const char *chip = nullptr;
+  CHECK(flashjit_context_chip(ctx, &chip) == FLASHJIT_STATUS_OK);
+  CHECK(std::string(chip) == "sm_80");
+  flashjit_context_destroy(ctx);
+
+  CHECK(flashjit_context_create(0, "", "sm_12", &ctx) ==
+        FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(ctx == nullptr);
+  CHECK(has(lastError(), "sm_12"));
+}
+
+TEST_CASE("the spec is read by its struct_size, and bad fields are named") {
+  Ctx c;
+  flashjit_kernel_t kernel = nullptr;
+  std::string why; // the message, kept before release clears it
+  auto compile = [&](const flashjit_attention_spec_t &spec) {
+    flashjit_status_t status = flashjit_kernel_compile(c.ctx, &spec, &kernel);
+    why = lastError();
+    flashjit_kernel_release(kernel);
+    kernel = nullptr;
+    return status;
+  };
+
+  flashjit_attention_spec_t spec = smallSpec();
+  spec.struct_size = 0; // never initialised
+  CHECK(compile(spec) == FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(has(why, "struct_size is 0"));
+  CHECK(has(why, "flashjit_attention_spec_init"));
+
+  spec = smallSpec();
+  spec.dtype = 0;
+  CHECK(compile(spec) == FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(has(why, "dtype code 0"));
+  spec.dtype = 7;
+  CHECK(compile(spec) == FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(has(why, "dtype code 7"));
+
+  spec = smallSpec();
+  spec.causal = 2;
+  CHECK(compile(spec) == FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(has(why, "causal is 2"));
+
+  spec = smallSpec();
+  spec.num_heads = 6;
+  spec.num_kv_heads = 4;
+  CHECK(compile(spec) == FLASHJIT_STATUS_INVALID_ARGUMENT);
+
+  // A newer caller's larger struct: zero extra fields ask for nothing new;
+  // a set one is a feature this library lacks.
+  struct Newer {
+    flashjit_attention_spec_t v1;
+    int64_t future = 0;
+  } newer;
+  newer.v1 = smallSpec();
+  newer.v1.struct_size = sizeof(Newer);
+  CHECK(flashjit_kernel_compile(c.ctx, &newer.v1, &kernel) ==
+        FLASHJIT_STATUS_OK);
+  flashjit_kernel_release(kernel);
+  newer.future = 1;
+  CHECK(flashjit_kernel_compile(c.ctx, &newer.v1, &kernel) ==
+        FLASHJIT_STATUS_UNSUPPORTED);
+  CHECK(kernel == nullptr);
+  CHECK(has(lastError(), "byte 40"));
+}
+
+TEST_CASE("an unsupported head dim is UNSUPPORTED and named") {
+  Ctx c;
+  flashjit_attention_spec_t spec = smallSpec();
+  spec.head_dim = 48; // a multiple of 8, but no template handles it
+  flashjit_kernel_t kernel = nullptr;
+  CHECK(flashjit_kernel_compile(c.ctx, &spec, &kernel) ==
+        FLASHJIT_STATUS_UNSUPPORTED);
+  CHECK(kernel == nullptr);
+  CHECK(has(lastError(), "head dim 48"));
+
+  spec.head_dim = 300; // outside what any attention kernel takes
+  CHECK(flashjit_kernel_compile(c.ctx, &spec, &kernel) ==
+        FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(has(lastError(), "300"));
+}
+
+TEST_CASE("a valid spec compiles to a kernel without a GPU") {
+  TempDir dir;
+  REQUIRE(!dir.path.empty());
+  flashjit_context_t ctx = nullptr;
+  REQUIRE(flashjit_context_create(0, dir.path.c_str(), "sm_90a", &ctx) ==
+          FLASHJIT_STATUS_OK);
+  flashjit_attention_spec_t spec = smallSpec();
+  spec.causal = 1;
+  flashjit_kernel_t kernel = nullptr;
+  REQUIRE(flashjit_kernel_compile(ctx, &spec, &kernel) == FLASHJIT_STATUS_OK);
+  REQUIRE(kernel != nullptr);
+  const char *name = nullptr, *config = nullptr;
+  CHECK(flashjit_kernel_describe(kernel, &name, &config) == FLASHJIT_STATUS_OK);
+  CHECK(std::string(name) == "flashjit_fwd_d64_bf16_causal_h4_kv2");
+  CHECK(has(config, "cuda_core"));
+
+  // The cache directory given is the one used.
+  std::error_code ec;
+  bool empty = true;
+  for (llvm::sys::fs::directory_iterator it(dir.path, ec), end;
+       !ec && it != end; it.increment(ec))
+    empty = false;
+  CHECK_FALSE(empty);
+
+  // The kernel outlives its context.
+  flashjit_context_destroy(ctx);
+  CHECK(flashjit_kernel_describe(kernel, &name, nullptr) == FLASHJIT_STATUS_OK);
+  CHECK(std::string(name) == "flashjit_fwd_d64_bf16_causal_h4_kv2");
+  flashjit_kernel_release(kernel);
+}
+
+TEST_CASE("the header works from C: a C file runs the handle life cycle") {
+  char message[256];
+  CHECK(flashjit_c_api_round_trip(message, sizeof message) ==
+        FLASHJIT_STATUS_OK);
+  CHECK(std::string(message) == "flashjit_fwd_d64_bf16_causal_h4_kv2");
+}
+
+TEST_CASE("forward without a GPU: valid arguments give NO_DEVICE") {
+  if (driverLoadable()) {
+    MESSAGE("libcuda.so.1 is loadable here: no-device check skipped");
+    return;
+  }
+  CompiledKernel k;
+  int32_t hasDevice = 1;
+  const char *reason = nullptr;
+  CHECK(flashjit_context_device(k.ctx, &hasDevice, &reason) ==
+        FLASHJIT_STATUS_OK);
+  CHECK(hasDevice == 0);
+  CHECK(has(reason, "libcuda.so.1"));
+
+  Args a;
+  CHECK(k.forward(a) == FLASHJIT_STATUS_NO_DEVICE);
+  CHECK(has(lastError(), "no GPU is available"));
+  CHECK(k.forward(a, 0.125) == FLASHJIT_STATUS_NO_DEVICE);
+
+  // Null strides mean compact row-major (DLPack's rule).
+  Args compact;
+  for (Tensor *t :
+       {&compact.q, &compact.k, &compact.v, &compact.o, &compact.lse})
+    t->dl.strides = nullptr;
+  CHECK(k.forward(compact) == FLASHJIT_STATUS_NO_DEVICE);
+
+  // BSHD memory, viewed as [B, H, S, D] by its strides: {S*H*D, D, H*D, 1}.
+  Args bshd;
+  for (Tensor *t : {&bshd.q, &bshd.k, &bshd.v, &bshd.o}) {
+    int64_t h = t->shape[1], s = t->shape[2], d = t->shape[3];
+    t->strides = {s * h * d, d, h * d, 1};
+  }
+  CHECK(k.forward(bshd) == FLASHJIT_STATUS_NO_DEVICE);
+}
+
+TEST_CASE("forward refuses malformed DLTensors before anything else") {
+  CompiledKernel k;
+  auto refused = [&](Args &a, const std::string &part) {
+    expectRefused(k, a, part);
+  };
+
+  {
+    Args a;
+    CHECK(flashjit_kernel_forward(k.kernel, &a.q.dl, nullptr, &a.v.dl, &a.o.dl,
+                                  &a.lse.dl, NAN,
+                                  nullptr) == FLASHJIT_STATUS_INVALID_ARGUMENT);
+    CHECK(has(lastError(), "k is a null DLTensor pointer"));
+  }
+  {
+    Args a;
+    a.v.dl.dtype = {kDLInt, 8, 1};
+    refused(a, "v has dtype int8");
+  }
+  {
+    Args a;
+    a.q.dl.dtype = {kDLBfloat, 16, 2};
+    refused(a, "q has dtype bf16x2");
+  }
+  {
+    Args a;
+    a.k.dl.dtype = {static_cast<uint8_t>(42), 16, 1};
+    refused(a, "type code 42");
+  }
+  {
+    Args a;
+    a.q.dl.ndim = 3;
+    refused(a, "q has 3 dimensions, expected 4");
+  }
+  {
+    Args a;
+    a.lse.dl.ndim = 4;
+    a.lse.shape.push_back(1);
+    a.lse.dl.shape = a.lse.shape.data();
+    refused(a, "lse has 4 dimensions, expected 3");
+  }
+  {
+    Args a;
+    a.o.dl.device = {kDLCPU, 0};
+    refused(a, "o is on kDLCPU (1)");
+  }
+  {
+    Args a;
+    a.k.dl.device = {kDLCUDA, 1};
+    refused(a, "k is on CUDA device 1 but the context uses device 0");
+  }
+  {
+    Args a;
+    a.q.dl.data = nullptr;
+    refused(a, "q has a null data pointer");
+  }
+  {
+    Args a;
+    a.q.dl.shape = nullptr;
+    refused(a, "q has a null shape pointer");
+  }
+  {
+    Args a;
+    a.v.shape[2] = -5;
+    refused(a, "v dimension 2 has extent -5");
+  }
+  {
+    Args a;
+    a.lse.dl.dtype = kBF16;
+    refused(a, "lse has dtype bf16: expected f32");
+  }
+}
+
+TEST_CASE("forward's own checks apply to what DLPack describes") {
+  CompiledKernel k; // bf16, head dim 64, 4 heads, 2 kv heads
+  auto refused = [&](Args &a, const std::string &part) {
+    expectRefused(k, a, part);
+  };
+  {
+    Args a(kF16);
+    refused(a, "q is f16 but the kernel was compiled for bf16");
+  }
+  {
+    Args a(kBF16, /*kvHeads=*/4);
+    refused(a, "kv heads");
+  }
+  {
+    Args a;
+    a.o.shape[2] = 41; // o must match q
+    refused(a, "o shape [2, 4, 41, 64] must equal q shape [2, 4, 40, 64]");
+  }
+  {
+    Args a;
+    a.q.shape[3] = 128;
+    a.q.strides = {4 * 40 * 128, 40 * 128, 128, 1};
+    refused(a, "q head dim is 128 but the kernel was compiled for head dim 64");
+  }
+  {
+    Args a;
+    a.lse.shape[2] = 39;
+    refused(a, "lse shape [2, 4, 39]");
+  }
+  {
+    Args a;
+    a.k.strides[3] = 2;
+    refused(a, "k head-dim stride is 2");
+  }
+  {
+    Args a;
+    a.q.dl.byte_offset = 2; // byte_offset counts: the rows lose alignment
+    refused(a, "not 16-byte aligned");
+  }
+  {
+    Args a;
+    a.o.dl.data = a.q.dl.data; // the output overwrites an input
+    refused(a, "overlap input q");
+  }
+  {
+    Args a;
+    CHECK(k.forward(a, INFINITY) == FLASHJIT_STATUS_INVALID_ARGUMENT);
+    CHECK(has(lastError(), "scale must be a finite number"));
+  }
+}
+
+TEST_CASE("the last error is per thread") {
+  CHECK(flashjit_kernel_release(nullptr) == FLASHJIT_STATUS_OK);
+  CHECK(lastError() == "");
+  std::string seenThere;
+  std::thread other([&] {
+    flashjit_context_create(0, "", nullptr, nullptr);
+    seenThere = lastError();
+  });
+  other.join();
+  CHECK(has(seenThere, "out is a null pointer"));
+  CHECK(lastError() == "");
+}
