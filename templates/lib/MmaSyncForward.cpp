@@ -4,9 +4,11 @@
 // standard NVVM lowering turns it into PTX with mma.sync, ldmatrix and
 // cp.async.
 //
-// Work split: a block owns block_m query rows of one (batch, head); warp w
-// owns rows [16w, 16w + 16) and keeps their Q fragments in registers for
-// the whole kernel. Per KV tile of block_n rows:
+// Work split: a block owns block_m query rows of one (batch, head); each
+// warp owns 16 or 32 of them (one or two m16 tiles). With one tile the Q
+// fragments stay in registers for the whole kernel; with two, each K/V
+// fragment read from shared memory feeds two mma.sync (half the shared
+// traffic per FLOP) and Q is re-read at each k step. Per KV tile:
 //   S = Q K^T      mma.sync m16n8k16, K fragments by ldmatrix from shared;
 //   softmax        per row: max by two xor shuffles inside a quad, scale
 //                  folded into one multiply, p = ex2(s - m), the running
@@ -173,6 +175,7 @@ void Builder::build(StringRef name) {
   tid = threadIdX();
   BlockCoordinates at = blockCoordinates();
 
+  const int64_t mTiles = cfg.blockM / (cfg.warps * 16); // m16 tiles per warp
   const int64_t nTiles = cfg.blockN / 8;   // n8 score tiles per row block
   const int64_t dTiles = d / 8;            // n8 output tiles
   const int64_t qSteps = d / 16;           // k16 steps of Q K^T
@@ -181,14 +184,27 @@ void Builder::build(StringRef name) {
   const int64_t qTileOffset = 0;
   const int64_t kTileOffset = cfg.blockM * rowBytes;
   const int64_t vTileOffset = kTileOffset + cfg.blockN * rowBytes;
+  // Register state per thread: for each (m tile, row half h) a running max
+  // and a partial sum, then the O accumulators [m tile][d tile][4].
+  const int64_t rowsState = mTiles * 2;
+  auto maxAt = [&](int64_t mt, int64_t h) { return mt * 2 + h; };
+  auto sumAt = [&](int64_t mt, int64_t h) { return rowsState + mt * 2 + h; };
+  auto accAt = [&](int64_t mt, int64_t dt) {
+    return (mt * dTiles + dt) * kAccPerTile;
+  };
+  auto sAt = [&](int64_t mt, int64_t nt) {
+    return (mt * nTiles + nt) * kAccPerTile;
+  };
 
   Value lane = remU(tid, 32), warp = divU(tid, 32);
   Value quadRow = divU(lane, 4);            // g: row within an 8-row half
   Value quadCol = mul(remU(lane, 4), c64(2)); // 2t: first column of a pair
   Value m0 = mul(at.queryBlock, c64(cfg.blockM));
-  Value warpRow0 = add(m0, mul(warp, c64(MmaSyncForward::kRowsPerWarp)));
-  // The two query rows of this thread's accumulator registers (h = 0, 1).
-  Value myRows[2] = {add(warpRow0, quadRow), add(add(warpRow0, quadRow), c64(8))};
+  Value warpRow0 = mul(warp, c64(16 * mTiles)); // within the block
+  // The query row of accumulator row half h of m tile mt of this thread.
+  auto myRow = [&](int64_t mt, int64_t h) {
+    return add(add(m0, warpRow0), add(quadRow, c64(16 * mt + 8 * h)));
+  };
   Value lastQueryRow = sub(p.seqlenQ, c64(1));
   Value lastKeyRow = sub(p.seqlenK, c64(1));
 
@@ -198,7 +214,7 @@ void Builder::build(StringRef name) {
     kvEnd = minS(p.seqlenK, add(m0, c64(cfg.blockM)));
   Value numTiles = divU(add(kvEnd, c64(cfg.blockN - 1)), cfg.blockN);
 
-  // ---- prologue: Q and K[0] into shared, Q fragments into registers ----
+  // ---- prologue: Q and K[0] into shared ------------------------------------
   copyTile(p.q, p.qStrides, at.batch, at.head, m0, lastQueryRow, cfg.blockM,
            qTileOffset);
   copyTile(p.k, p.kStrides, at.batch, at.kvHead, c64(0), lastKeyRow,
@@ -212,8 +228,7 @@ void Builder::build(StringRef name) {
   Value matrix = divU(lane, 8), matrixRow = remU(lane, 8);
   // Q (A operand): matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15).
   Value qLane = add(c64(qTileOffset),
-                    mul(add(mul(add(mul(warp, c64(16)), remU(lane, 16)),
-                                c64(rowElems)),
+                    mul(add(mul(add(warpRow0, remU(lane, 16)), c64(rowElems)),
                             mul(divU(lane, 16), c64(8))),
                         c64(eltBytes)));
   // K (B operand of S): matrices (keys 0-7, k 0-7), (keys 0-7, k 8-15),
@@ -233,18 +248,24 @@ void Builder::build(StringRef name) {
   auto at32 = [&](Value laneBase, int64_t bytes) {
     return toI32(add(laneBase, c64(bytes)));
   };
-
+  auto loadQ = [&](int64_t mt, int64_t ks) {
+    return ldmatrix(
+        at32(qLane, (mt * 16 * rowElems + ks * 16) * eltBytes), false);
+  };
+  // One m tile per warp keeps its Q fragments in registers for the whole
+  // kernel; two re-read them from shared memory at each k step (the
+  // registers go to the second tile's accumulators instead).
   SmallVector<SmallVector<Value, 4>> qFrags;
-  for (int64_t ks = 0; ks < qSteps; ++ks)
-    qFrags.push_back(ldmatrix(at32(qLane, ks * 16 * eltBytes), false));
+  if (mTiles == 1)
+    for (int64_t ks = 0; ks < qSteps; ++ks)
+      qFrags.push_back(loadQ(0, ks));
 
   // ---- the loop over KV tiles --------------------------------------------
   const float negInf = -std::numeric_limits<float>::infinity();
-  // State: running max (base 2) and per-thread partial sum of rows h = 0, 1,
-  // then the O accumulators [dTile][4].
-  SmallVector<Value> init = {cF32(negInf), cF32(negInf), cF32(0.0f),
-                             cF32(0.0f)};
-  init.append(dTiles * kAccPerTile, cF32(0.0f));
+  SmallVector<Value> init(rowsState, cF32(negInf));
+  init.append(rowsState, cF32(0.0f));
+  init.append(mTiles * dTiles * kAccPerTile, cF32(0.0f));
+  const int64_t accBase = 2 * rowsState;
 
   auto loop = scf::ForOp::create(
       b, loc, cIdx(0), toIndex(numTiles), cIdx(1), init,
@@ -257,19 +278,24 @@ void Builder::build(StringRef name) {
         NVVM::CpAsyncCommitGroupOp::create(b, loc);
 
         // S = Q K^T.
-        SmallVector<Value> s(nTiles * kAccPerTile, cF32(0.0f));
-        for (int64_t ks = 0; ks < qSteps; ++ks)
+        SmallVector<Value> s(mTiles * nTiles * kAccPerTile, cF32(0.0f));
+        for (int64_t ks = 0; ks < qSteps; ++ks) {
+          SmallVector<SmallVector<Value, 4>> q;
+          for (int64_t mt = 0; mt < mTiles; ++mt)
+            q.push_back(mTiles == 1 ? qFrags[ks] : loadQ(mt, ks));
           for (int64_t np = 0; np < nTiles / 2; ++np) {
             auto kFrag = ldmatrix(
                 at32(kLane, (np * 16 * rowElems + ks * 16) * eltBytes), false);
-            for (int64_t half = 0; half < 2; ++half) {
-              int64_t nt = 2 * np + half;
-              auto out = mma(qFrags[ks], {kFrag[2 * half], kFrag[2 * half + 1]},
-                             ArrayRef<Value>(s).slice(nt * kAccPerTile,
-                                                      kAccPerTile));
-              std::copy(out.begin(), out.end(), s.begin() + nt * kAccPerTile);
-            }
+            for (int64_t mt = 0; mt < mTiles; ++mt)
+              for (int64_t half = 0; half < 2; ++half) {
+                int64_t slot = sAt(mt, 2 * np + half);
+                auto out = mma(q[mt], {kFrag[2 * half], kFrag[2 * half + 1]},
+                               ArrayRef<Value>(s).slice(slot, kAccPerTile));
+                std::copy(out.begin(), out.end(), s.begin() + slot);
+              }
           }
+        }
+
         // Masks, only on tiles that cross the end or the diagonal.
         Value needMask = cmp(Pred::sgt, add(n0, c64(cfg.blockN)), p.seqlenK);
         if (spec.causal)
@@ -283,16 +309,19 @@ void Builder::build(StringRef name) {
           OpBuilder::InsertionGuard g(b);
           b.setInsertionPointToStart(masked.thenBlock());
           SmallVector<Value> out;
-          for (int64_t nt = 0; nt < nTiles; ++nt)
-            for (int64_t r = 0; r < kAccPerTile; ++r) {
-              Value col = add(add(n0, quadCol), c64(nt * 8 + r % 2));
-              Value valid = cmp(Pred::slt, col, p.seqlenK);
-              if (spec.causal)
-                valid = arith::AndIOp::create(
-                    b, loc, valid, cmp(Pred::sle, col, myRows[r / 2]));
-              out.push_back(arith::SelectOp::create(
-                  b, loc, valid, s[nt * kAccPerTile + r], cF32(negInf)));
-            }
+          for (int64_t mt = 0; mt < mTiles; ++mt) {
+            Value rows[2] = {myRow(mt, 0), myRow(mt, 1)};
+            for (int64_t nt = 0; nt < nTiles; ++nt)
+              for (int64_t r = 0; r < kAccPerTile; ++r) {
+                Value col = add(add(n0, quadCol), c64(nt * 8 + r % 2));
+                Value valid = cmp(Pred::slt, col, p.seqlenK);
+                if (spec.causal)
+                  valid = arith::AndIOp::create(
+                      b, loc, valid, cmp(Pred::sle, col, rows[r / 2]));
+                out.push_back(arith::SelectOp::create(
+                    b, loc, valid, s[sAt(mt, nt) + r], cF32(negInf)));
+              }
+          }
           scf::YieldOp::create(b, loc, out);
           b.setInsertionPointToStart(masked.elseBlock());
           scf::YieldOp::create(b, loc, s);
@@ -300,48 +329,53 @@ void Builder::build(StringRef name) {
         for (size_t i = 0; i < s.size(); ++i)
           s[i] = masked.getResult(i);
 
-        // Online softmax per row half h: new max, rescale factor alpha. The
-        // max is kept unscaled; scale * log2(e) > 0 (the runtime checks the
-        // scale) folds into one multiply-add per score:
-        // p = 2^(s * c - m * c).
+        // Online softmax per row: new max, rescale factor alpha. The max is
+        // kept unscaled; scale * log2(e) > 0 (the runtime checks the scale)
+        // folds into one multiply-add per score: p = 2^(s * c - m * c).
         SmallVector<Value> next(state.begin(), state.end());
-        Value alpha[2], shift[2];
-        for (int64_t h = 0; h < 2; ++h) {
-          Value rowMax = state[h];
-          for (int64_t nt = 0; nt < nTiles; ++nt)
-            for (int64_t e = 0; e < 2; ++e)
-              rowMax = maxF(rowMax, s[nt * kAccPerTile + 2 * h + e]);
-          rowMax = shuffleXorReduce(rowMax, 4, /*isMax=*/true);
-          // A row with every score masked so far keeps m = -inf; shift by 0
-          // then, so no -inf - -inf appears.
-          Value isEmpty = arith::CmpFOp::create(
-              b, loc, arith::CmpFPredicate::OEQ, rowMax, cF32(negInf));
-          Value scaledMax = arith::MulFOp::create(b, loc, rowMax, p.scaleLog2);
-          shift[h] = arith::SelectOp::create(b, loc, isEmpty, cF32(0.0f),
-                                             scaledMax);
-          Value oldScaled = arith::MulFOp::create(b, loc, state[h], p.scaleLog2);
-          alpha[h] = exp2(arith::SubFOp::create(b, loc, oldScaled, shift[h]));
-          next[h] = rowMax;
-        }
-        SmallVector<Value> pv(s.size());
-        Value partialSum[2] = {
-            arith::MulFOp::create(b, loc, state[2], alpha[0]),
-            arith::MulFOp::create(b, loc, state[3], alpha[1])};
-        for (int64_t nt = 0; nt < nTiles; ++nt)
-          for (int64_t r = 0; r < kAccPerTile; ++r) {
-            int64_t i = nt * kAccPerTile + r;
-            Value negShift = arith::NegFOp::create(b, loc, shift[r / 2]);
-            pv[i] = exp2(LLVM::FMAOp::create(b, loc, s[i], p.scaleLog2,
-                                             negShift));
-            partialSum[r / 2] =
-                arith::AddFOp::create(b, loc, partialSum[r / 2], pv[i]);
+        SmallVector<Value> alpha(rowsState), negShift(rowsState);
+        for (int64_t mt = 0; mt < mTiles; ++mt)
+          for (int64_t h = 0; h < 2; ++h) {
+            Value rowMax = state[maxAt(mt, h)];
+            for (int64_t nt = 0; nt < nTiles; ++nt)
+              for (int64_t e = 0; e < 2; ++e)
+                rowMax = maxF(rowMax, s[sAt(mt, nt) + 2 * h + e]);
+            rowMax = shuffleXorReduce(rowMax, 4, /*isMax=*/true);
+            // A row with every score masked so far keeps m = -inf; shift
+            // by 0 then, so no -inf - -inf appears.
+            Value isEmpty = arith::CmpFOp::create(
+                b, loc, arith::CmpFPredicate::OEQ, rowMax, cF32(negInf));
+            Value scaledMax =
+                arith::MulFOp::create(b, loc, rowMax, p.scaleLog2);
+            Value shift = arith::SelectOp::create(b, loc, isEmpty, cF32(0.0f),
+                                                  scaledMax);
+            Value oldScaled =
+                arith::MulFOp::create(b, loc, state[maxAt(mt, h)], p.scaleLog2);
+            alpha[maxAt(mt, h)] =
+                exp2(arith::SubFOp::create(b, loc, oldScaled, shift));
+            negShift[maxAt(mt, h)] = arith::NegFOp::create(b, loc, shift);
+            next[maxAt(mt, h)] = rowMax;
           }
-        next[2] = partialSum[0];
-        next[3] = partialSum[1];
+        SmallVector<Value> pv(s.size());
+        for (int64_t mt = 0; mt < mTiles; ++mt)
+          for (int64_t h = 0; h < 2; ++h) {
+            Value sum = arith::MulFOp::create(b, loc, state[sumAt(mt, h)],
+                                              alpha[maxAt(mt, h)]);
+            for (int64_t nt = 0; nt < nTiles; ++nt)
+              for (int64_t e = 0; e < 2; ++e) {
+                int64_t i = sAt(mt, nt) + 2 * h + e;
+                pv[i] = exp2(LLVM::FMAOp::create(b, loc, s[i], p.scaleLog2,
+                                                 negShift[maxAt(mt, h)]));
+                sum = arith::AddFOp::create(b, loc, sum, pv[i]);
+              }
+            next[sumAt(mt, h)] = sum;
+          }
         SmallVector<Value> acc;
-        for (int64_t i = 0; i < dTiles * kAccPerTile; ++i)
-          acc.push_back(arith::MulFOp::create(b, loc, state[4 + i],
-                                              alpha[(i % kAccPerTile) / 2]));
+        for (int64_t mt = 0; mt < mTiles; ++mt)
+          for (int64_t i = 0; i < dTiles * kAccPerTile; ++i)
+            acc.push_back(arith::MulFOp::create(
+                b, loc, state[accBase + accAt(mt, 0) + i],
+                alpha[maxAt(mt, (i % kAccPerTile) / 2)]));
 
         // V[j] has landed and every warp is done with K[j]: K[j+1] streams
         // in while P V computes.
@@ -361,60 +395,63 @@ void Builder::build(StringRef name) {
 
         // O += P V: S tiles 2kk and 2kk+1 form the A fragment of step kk.
         for (int64_t kk = 0; kk < pSteps; ++kk) {
-          const Value *t0 = &pv[(2 * kk) * kAccPerTile];
-          const Value *t1 = &pv[(2 * kk + 1) * kAccPerTile];
-          SmallVector<Value, 4> aFrag = {packPair(t0[0], t0[1]),
-                                         packPair(t0[2], t0[3]),
-                                         packPair(t1[0], t1[1]),
-                                         packPair(t1[2], t1[3])};
+          SmallVector<SmallVector<Value, 4>> aFrag;
+          for (int64_t mt = 0; mt < mTiles; ++mt) {
+            const Value *t0 = &pv[sAt(mt, 2 * kk)];
+            const Value *t1 = &pv[sAt(mt, 2 * kk + 1)];
+            aFrag.push_back({packPair(t0[0], t0[1]), packPair(t0[2], t0[3]),
+                             packPair(t1[0], t1[1]), packPair(t1[2], t1[3])});
+          }
           for (int64_t dp = 0; dp < dTiles / 2; ++dp) {
             auto vFrag = ldmatrix(
                 at32(vLane, (kk * 16 * rowElems + dp * 16) * eltBytes), true);
-            for (int64_t half = 0; half < 2; ++half) {
-              int64_t dt = 2 * dp + half;
-              auto out = mma(aFrag, {vFrag[2 * half], vFrag[2 * half + 1]},
-                             ArrayRef<Value>(acc).slice(dt * kAccPerTile,
-                                                        kAccPerTile));
-              std::copy(out.begin(), out.end(), acc.begin() + dt * kAccPerTile);
-            }
+            for (int64_t mt = 0; mt < mTiles; ++mt)
+              for (int64_t half = 0; half < 2; ++half) {
+                int64_t slot = accAt(mt, 2 * dp + half);
+                auto out = mma(aFrag[mt], {vFrag[2 * half], vFrag[2 * half + 1]},
+                               ArrayRef<Value>(acc).slice(slot, kAccPerTile));
+                std::copy(out.begin(), out.end(), acc.begin() + slot);
+              }
           }
         }
         // K[j+1] has landed and every warp is done with V[j].
         NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
         gpu::BarrierOp::create(b, loc);
-        std::copy(acc.begin(), acc.end(), next.begin() + 4);
+        std::copy(acc.begin(), acc.end(), next.begin() + accBase);
         scf::YieldOp::create(b, loc, next);
       });
 
   // ---- epilogue: O = acc / l, LSE = (m c + log2 l) ln 2 ---------------------
-  for (int64_t h = 0; h < 2; ++h) {
-    Value rowMax = arith::MulFOp::create(b, loc, loop.getResult(h), p.scaleLog2);
-    Value rowSum = shuffleXorReduce(loop.getResult(2 + h), 4, /*isMax=*/false);
-    Value inverse = arith::DivFOp::create(b, loc, cF32(1.0f), rowSum);
-    Value row = myRows[h];
-    OpBuilder::InsertionGuard g(b);
-    auto inRange = scf::IfOp::create(b, loc, cmp(Pred::slt, row, p.seqlenQ),
-                                     /*withElse=*/false);
-    b.setInsertionPoint(inRange.thenBlock()->getTerminator());
-    Value oRow = add(rowOffset(p.oStrides, at.batch, at.head, row), quadCol);
-    for (int64_t dt = 0; dt < dTiles; ++dt) {
-      Value lo = arith::MulFOp::create(
-          b, loc, loop.getResult(4 + dt * kAccPerTile + 2 * h), inverse);
-      Value hi = arith::MulFOp::create(
-          b, loc, loop.getResult(4 + dt * kAccPerTile + 2 * h + 1), inverse);
-      LLVM::StoreOp::create(b, loc, packPair(lo, hi),
-                            globalAddress(p.o, elt, add(oRow, c64(dt * 8))),
-                            /*alignment=*/4);
+  for (int64_t mt = 0; mt < mTiles; ++mt)
+    for (int64_t h = 0; h < 2; ++h) {
+      Value rowMax = arith::MulFOp::create(b, loc, loop.getResult(maxAt(mt, h)),
+                                           p.scaleLog2);
+      Value rowSum = shuffleXorReduce(loop.getResult(sumAt(mt, h)), 4,
+                                      /*isMax=*/false);
+      Value inverse = arith::DivFOp::create(b, loc, cF32(1.0f), rowSum);
+      Value row = myRow(mt, h);
+      OpBuilder::InsertionGuard g(b);
+      auto inRange = scf::IfOp::create(b, loc, cmp(Pred::slt, row, p.seqlenQ),
+                                       /*withElse=*/false);
+      b.setInsertionPoint(inRange.thenBlock()->getTerminator());
+      Value oRow = add(rowOffset(p.oStrides, at.batch, at.head, row), quadCol);
+      for (int64_t dt = 0; dt < dTiles; ++dt) {
+        int64_t i = accBase + accAt(mt, dt) + 2 * h;
+        Value lo = arith::MulFOp::create(b, loc, loop.getResult(i), inverse);
+        Value hi = arith::MulFOp::create(b, loc, loop.getResult(i + 1), inverse);
+        LLVM::StoreOp::create(b, loc, packPair(lo, hi),
+                              globalAddress(p.o, elt, add(oRow, c64(dt * 8))),
+                              /*alignment=*/4);
+      }
+      auto firstOfQuad = scf::IfOp::create(
+          b, loc, cmp(Pred::eq, quadCol, c64(0)), /*withElse=*/false);
+      b.setInsertionPoint(firstOfQuad.thenBlock()->getTerminator());
+      LLVM::StoreOp::create(
+          b, loc, lseFromBase2(rowMax, rowSum),
+          globalAddress(p.lse, f32,
+                        rowOffset(p.lseStrides, at.batch, at.head, row)),
+          /*alignment=*/4);
     }
-    auto firstOfQuad = scf::IfOp::create(
-        b, loc, cmp(Pred::eq, quadCol, c64(0)), /*withElse=*/false);
-    b.setInsertionPoint(firstOfQuad.thenBlock()->getTerminator());
-    LLVM::StoreOp::create(
-        b, loc, lseFromBase2(rowMax, rowSum),
-        globalAddress(p.lse, f32,
-                      rowOffset(p.lseStrides, at.batch, at.head, row)),
-        /*alignment=*/4);
-  }
   gpu::ReturnOp::create(b, loc);
 }
 

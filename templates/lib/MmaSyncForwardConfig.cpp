@@ -26,12 +26,14 @@ llvm::Error MmaSyncForward::checkConfig(const AttentionSpec &spec,
                       "compute, the next K while P V computes), got {0}",
                       config.stages)
             .str());
-  if (config.warps < 1 || config.blockM != config.warps * kRowsPerWarp)
+  if (config.warps < 1 || (config.blockM != config.warps * kRowsPerTile &&
+                           config.blockM != config.warps * 2 * kRowsPerTile))
     return configError(
-        llvm::formatv("each warp owns {0} query rows: block_m {1} needs {2} "
-                      "warps, not {3}",
-                      kRowsPerWarp, config.blockM,
-                      config.blockM / kRowsPerWarp, config.warps)
+        llvm::formatv("each warp owns {0} or {1} query rows: block_m {2} "
+                      "needs {3} or {4} warps, not {5}",
+                      kRowsPerTile, 2 * kRowsPerTile, config.blockM,
+                      config.blockM / kRowsPerTile,
+                      config.blockM / (2 * kRowsPerTile), config.warps)
             .str());
   if (config.warps > 16)
     return configError(
@@ -54,12 +56,15 @@ TemplateResources MmaSyncForward::resources(const AttentionSpec &spec,
   int64_t rowBytes = (spec.headDim + kRowPadding) * dtypeBytes(spec.dtype);
   r.sharedMemoryBytes = static_cast<unsigned>(
       (config.blockM + 2 * config.blockN) * rowBytes);
-  // Per thread: O accumulator D/2 f32, scores block_n/2 f32, Q fragments
-  // D/4 registers, P fragments block_n/4, and about 36 for addresses,
-  // the running max/sum and loop state.
+  // Per thread, per m tile: O accumulator D/2 f32, scores block_n/2 f32 and
+  // their packed P block_n/4. One m tile keeps Q in registers (D/4) with
+  // about 36 more for addresses, the running max/sum and loop state; two
+  // re-read Q (8) and need about 48 more (fitted to ptxas -v on sm_90a:
+  // within 12 registers of it for head dims 64 and 128).
+  int64_t mTiles = config.blockM / (config.warps * kRowsPerTile);
+  int64_t perTile = spec.headDim / 2 + config.blockN / 2 + config.blockN / 4;
   r.registersPerThread = static_cast<unsigned>(
-      spec.headDim / 2 + config.blockN / 2 + spec.headDim / 4 +
-      config.blockN / 4 + 36);
+      mTiles == 1 ? perTile + spec.headDim / 4 + 36 : 2 * perTile + 8 + 48);
   return r;
 }
 
@@ -71,7 +76,9 @@ MmaSyncForward::candidates(const AttentionSpec &spec) const {
       // Wide score tiles next to a wide accumulator run out of registers.
       if (spec.headDim >= 256 && blockN > 64)
         continue;
-      out.push_back({family().str(), blockM, blockN, 2, blockM / kRowsPerWarp});
+      for (int64_t rowsPerWarp : {kRowsPerTile, 2 * kRowsPerTile})
+        out.push_back(
+            {family().str(), blockM, blockN, 2, blockM / rowsPerWarp});
     }
   return out;
 }

@@ -1,6 +1,6 @@
 //===- MmaSyncForward.h - the tensor-core forward template (sm_80+) -*- C++ -*-===//
 // Why: FlashAttention-2's kernel on the tensor cores of sm_80 and newer
-// (it also runs on Hopper). Each warp owns 16 query rows; S = Q K^T and
+// (it also runs on Hopper). Each warp owns 16 or 32 query rows; S = Q K^T and
 // O += P V are mma.sync m16n8k16 with f32 accumulation, P stays in
 // registers between the two products, and K/V tiles stream through shared
 // memory with cp.async while the previous product computes.
@@ -13,8 +13,9 @@ namespace flashjit {
 
 class MmaSyncForward final : public KernelTemplate {
 public:
-  /// Query rows of one warp (the M of mma.sync m16n8k16).
-  static constexpr int64_t kRowsPerWarp = 16;
+  /// Query rows of one m tile (the M of mma.sync m16n8k16); a warp owns
+  /// one or two m tiles.
+  static constexpr int64_t kRowsPerTile = 16;
   /// Elements of padding after each shared-memory row: rows then start 16
   /// bytes apart modulo 128, so the 8 row addresses of an ldmatrix hit
   /// distinct banks.

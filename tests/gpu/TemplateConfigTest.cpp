@@ -1,0 +1,57 @@
+//===- TemplateConfigTest.cpp - every tile config of every template -------===//
+// Why: the heuristic and the tuner may pick any candidate a template
+// offers, so each one (not only today's default) must be exact: odd
+// lengths, both dtypes, causal and not, against the float64 reference.
+#include "GpuTestUtil.h"
+
+#include "flashjit/Templates/KernelTemplate.h"
+
+using namespace flashjit;
+using namespace flashjit::test;
+
+namespace {
+
+void checkConfig(const AttentionSpec &spec, const TileConfig &config,
+                 int64_t seqlen) {
+  CheckOptions o;
+  o.batch = 1;
+  o.seqlenQ = seqlen;
+  o.seqlenK = seqlen;
+  o.seed = freshSeed();
+  o.rowsPerHead = 32;
+  INFO(describe(spec, o) << " config " << config.canonical());
+  auto kernel = gpuContext().compile(spec, config);
+  REQUIRE_MESSAGE(bool(kernel), llvm::toString(kernel.takeError()));
+  CHECK((*kernel)->info().config == config);
+  auto report = runAndCheck(**kernel, o);
+  REQUIRE_MESSAGE(bool(report), llvm::toString(report.takeError()));
+  INFO(report->summary());
+  CHECK(report->nonFinite == 0);
+  CHECK(report->passed);
+}
+
+} // namespace
+
+TEST_CASE("every candidate config of every template is exact") {
+  const Target &target = gpuContext().target();
+  for (const KernelTemplate *tmpl : allTemplates())
+    for (int64_t d : tmpl->headDims())
+      for (bool causal : {false, true}) {
+        AttentionSpec spec;
+        spec.headDim = d;
+        spec.causal = causal;
+        spec.dtype = causal ? DType::F16 : DType::BF16;
+        spec.numHeads = 2;
+        spec.numKVHeads = 1;
+        if (llvm::Error err = tmpl->supports(spec, target)) {
+          llvm::consumeError(std::move(err));
+          continue;
+        }
+        for (const TileConfig &config : tmpl->candidates(spec)) {
+          // Configs beyond the register file are never chosen.
+          if (tmpl->resources(spec, config).registersPerThread > 255)
+            continue;
+          checkConfig(spec, config, causal ? 333 : 200);
+        }
+      }
+}
