@@ -6,6 +6,8 @@
 
 #include "JsonFields.h"
 
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/bit.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -136,6 +138,35 @@ std::vector<ShapeBucket> defaultBuckets() {
     return {};
   }
   return *buckets;
+}
+
+llvm::Expected<std::vector<ShapeBucket>>
+filterBuckets(llvm::ArrayRef<ShapeBucket> buckets,
+              llvm::ArrayRef<std::string> patterns) {
+  if (patterns.empty())
+    return buckets.vec();
+  std::vector<ShapeBucket> kept;
+  for (const ShapeBucket &bucket : buckets) {
+    std::string text = bucket.describe();
+    if (llvm::any_of(patterns, [&](const std::string &pattern) {
+          return text.find(pattern) != std::string::npos;
+        }))
+      kept.push_back(bucket);
+  }
+  if (!kept.empty())
+    return kept;
+  std::vector<std::string> quoted, names;
+  for (const std::string &pattern : patterns)
+    quoted.push_back("'" + pattern + "'");
+  for (const ShapeBucket &bucket : buckets)
+    names.push_back(bucket.describe());
+  return llvm::createStringError(
+      llvm::formatv("the bucket list is empty: no bucket matches {0} (the "
+                    "buckets are: {1})",
+                    llvm::join(quoted, ", "),
+                    names.empty() ? std::string("none")
+                                  : llvm::join(names, "; "))
+          .str());
 }
 
 llvm::Error checkBuckets(llvm::ArrayRef<ShapeBucket> buckets) {

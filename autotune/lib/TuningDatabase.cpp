@@ -9,6 +9,7 @@
 #include "flashjit/Autotune/ConfigJson.h"
 #include "flashjit/Autotune/DeviceModel.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
@@ -158,6 +159,16 @@ llvm::Error TuningDatabase::upsert(TuningEntry entry) {
   return llvm::Error::success();
 }
 
+size_t TuningDatabase::replace(TuningEntry entry) {
+  size_t before = entries.size();
+  llvm::erase_if(entries, [&](const TuningEntry &existing) {
+    return existing.bucket.overlaps(entry.bucket);
+  });
+  size_t removed = before - entries.size();
+  entries.push_back(std::move(entry));
+  return removed;
+}
+
 std::optional<TileConfig> TuningDatabase::lookup(const AttentionSpec &spec,
                                                  int64_t seqlen) const {
   for (const TuningEntry &entry : entries)
@@ -278,11 +289,11 @@ llvm::Expected<TuningDatabase> TuningDatabase::load(llvm::StringRef path) {
                             /*allow_exceptions=*/false);
   if (parsed.is_discarded())
     return fail("is not valid JSON: " + parseErrorMessage(text) +
-                "; delete it or run `flashjit autotune` again");
+                "; delete it or run `flashjit autotune --replace`");
   auto db = fromJson(parsed);
   if (!db)
     return fail("wrong schema: " + toString(db.takeError()) +
-                "; delete it or run `flashjit autotune` again");
+                "; delete it or run `flashjit autotune --replace`");
   return db;
 }
 

@@ -8,13 +8,17 @@
 
 namespace flashjit {
 
+llvm::Expected<autotune::DeviceModel>
+heuristicDeviceModel(const Target &target, llvm::StringRef device) {
+  return device.empty() ? autotune::referenceGPU(target.computeCapability / 10,
+                                                 target.computeCapability % 10)
+                        : autotune::lookupKnownGPU(device);
+}
+
 llvm::Expected<autotune::Choice> explainTileConfig(const AttentionSpec &spec,
                                                    const Target &target,
                                                    llvm::StringRef device) {
-  auto model = device.empty()
-                   ? autotune::referenceGPU(target.computeCapability / 10,
-                                            target.computeCapability % 10)
-                   : autotune::lookupKnownGPU(device);
+  auto model = heuristicDeviceModel(target, device);
   if (!model)
     return model.takeError();
   return autotune::chooseConfig(spec, *model);

@@ -60,4 +60,11 @@ double AttentionSpec::defaultScale() const {
   return 1.0 / std::sqrt(static_cast<double>(headDim));
 }
 
+double forwardFlops(const AttentionSpec &spec, int64_t batch, int64_t seqlenQ,
+                    int64_t seqlenK) {
+  double flops = 4.0 * batch * spec.numHeads * double(seqlenQ) *
+                 double(seqlenK) * spec.headDim;
+  return spec.causal ? flops / 2 : flops;
+}
+
 } // namespace flashjit

@@ -1,9 +1,11 @@
 //===- Context.cpp - device, cache and compiler behind one object ---------===//
-// Why: the runtime's front door. compile() goes memory -> disk -> JIT, and
-// loads the module on the GPU once; forward() checks, then launches.
+// Why: the runtime's front door. compile() resolves the tile config
+// (caller's, tuning database's, heuristic's), goes memory -> disk -> JIT,
+// and loads the module on the GPU once; forward() checks, then launches.
 // Every error it returns carries an ErrorCode saying what kind it is.
 #include "flashjit/FlashJIT.h"
 
+#include "flashjit/Autotune/Candidates.h"
 #include "flashjit/Autotune/KnownGPUs.h"
 #include "flashjit/Compiler/Compiler.h"
 #include "flashjit/Compiler/ConfigChoice.h"
@@ -13,9 +15,14 @@
 #include "flashjit/Runtime/KernelCache.h"
 #include "flashjit/Runtime/Launch.h"
 #include "flashjit/Runtime/ModuleLoader.h"
+#include "flashjit/Templates/KernelTemplate.h"
+
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include <map>
 #include <mutex>
+#include <set>
 #include <tuple>
 
 namespace flashjit {
@@ -34,10 +41,24 @@ LseRef LseRef::contiguous(float *data, int64_t b, int64_t h, int64_t s) {
   return {data, {b, h, s}, {h * s, s, 1}};
 }
 
+const char *configSourceName(ConfigSource source) {
+  switch (source) {
+  case ConfigSource::Explicit:
+    return "explicit";
+  case ConfigSource::Tuned:
+    return "tuned";
+  case ConfigSource::Heuristic:
+    return "heuristic";
+  }
+  return "heuristic";
+}
+
 Kernel::Kernel(AttentionSpec spec, KernelInfo info, std::string ptx,
-               std::unique_ptr<LoadedModule> module, std::string deviceError)
+               std::unique_ptr<LoadedModule> module, std::string deviceError,
+               ConfigOrigin origin)
     : Spec(spec), Info(std::move(info)), Ptx(std::move(ptx)),
-      Module(std::move(module)), DeviceError(std::move(deviceError)) {}
+      Origin(std::move(origin)), Module(std::move(module)),
+      DeviceError(std::move(deviceError)) {}
 
 Kernel::~Kernel() = default;
 
@@ -61,24 +82,73 @@ llvm::Error Kernel::forward(const ForwardArgs &args) const {
                                                  params.data(), args.stream));
 }
 
-/// Kernels already handed out, by the fields of the spec: the hot path
-/// (no string formatting, one map lookup under a mutex).
+namespace {
+/// Slots of the kernel table besides a tuned entry's index.
+constexpr int64_t kHeuristicSlot = -1, kExplicitSlot = -2;
+
+/// The seqlen that picks a bucket when the caller gives none: the
+/// heuristic's hint, so both answer for the same size.
+int64_t defaultSeqlen() { return autotune::ProblemShape().seqlen; }
+
+llvm::Error checkSeqlenHint(const KernelOptions &options) {
+  if (options.seqlen && *options.seqlen < 1)
+    return llvm::createStringError(
+        llvm::formatv("the seqlen hint must be at least 1, got {0}",
+                      *options.seqlen)
+            .str());
+  return llvm::Error::success();
+}
+
+/// Whether a config from the database can be built for the spec here: a
+/// hand-edited or older database may name a family or tile that this
+/// flashjit does not build.
+llvm::Error checkTunedConfig(const AttentionSpec &spec,
+                             const TileConfig &config, const Target &target) {
+  auto tmpl = findTemplate(config.family);
+  if (!tmpl)
+    return tmpl.takeError();
+  if (auto err = (*tmpl)->supports(spec, target))
+    return err;
+  return (*tmpl)->checkConfig(spec, config);
+}
+} // namespace
+
+/// Kernels already handed out, by the fields of the spec and the slot of
+/// the request (a tuned entry, the heuristic, or a named config): the hot
+/// path (no string formatting for the first two, one map lookup under a
+/// mutex).
 struct Context::KernelTable {
-  using Key = std::tuple<int64_t, int, bool, int64_t, int64_t>;
-  static Key keyOf(const AttentionSpec &s) {
-    return {s.headDim, static_cast<int>(s.dtype), s.causal, s.numHeads,
-            s.numKVHeads};
+  using Key =
+      std::tuple<int64_t, int, bool, int64_t, int64_t, int64_t, std::string>;
+  static Key keyOf(const AttentionSpec &s, int64_t slot, std::string config) {
+    return {s.headDim,        static_cast<int>(s.dtype),
+            s.causal,         s.numHeads,
+            s.numKVHeads,     slot,
+            std::move(config)};
   }
   std::mutex mutex;
   std::map<Key, std::shared_ptr<const Kernel>> bySpec;
 };
 
+struct Context::WarnedEntries {
+  std::mutex mutex;
+  std::set<size_t> entries;
+};
+
 Context::~Context() = default;
+
+void Context::warn(llvm::StringRef message) const {
+  if (Options.onWarning)
+    Options.onWarning(message);
+  else
+    llvm::errs() << "flashjit: warning: " << message << "\n";
+}
 
 llvm::Expected<std::unique_ptr<Context>> Context::create(ContextOptions options) {
   std::unique_ptr<Context> ctx(new Context());
   ctx->Options = options;
   ctx->Kernels = std::make_unique<KernelTable>();
+  ctx->Warned = std::make_unique<WarnedEntries>();
   ctx->Cache = std::make_unique<KernelCache>(options.cache);
 
   if (auto driver = CudaDriver::get(); !driver) {
@@ -87,18 +157,30 @@ llvm::Expected<std::unique_ptr<Context>> Context::create(ContextOptions options)
     ctx->DeviceError = llvm::toString(device.takeError());
   } else {
     ctx->Device = *device;
-    // The heuristic reasons with the known-GPU table; a GPU it does not
-    // know gets the reference GPU of its compute capability.
-    if (auto model = autotune::lookupKnownGPU(device->name))
-      ctx->HeuristicDevice = device->name;
+  }
+
+  // The GPU kernels are built and tuned for: the local one, else the one
+  // the tuning options name (kernels built ahead of time).
+  std::optional<autotune::GpuIdentity> gpu = options.tuning.gpu;
+  if (!gpu && ctx->Device)
+    gpu = gpuIdentity(*ctx->Device);
+  // The heuristic reasons with the known-GPU table; a GPU it does not
+  // know gets the reference GPU of its compute capability.
+  std::string gpuName =
+      ctx->Device ? ctx->Device->name : (gpu ? gpu->name : std::string());
+  if (!gpuName.empty()) {
+    if (auto model = autotune::lookupKnownGPU(gpuName))
+      ctx->HeuristicDevice = gpuName;
     else
       llvm::consumeError(model.takeError());
   }
 
   std::string chip = options.chip;
-  if (chip.empty() && ctx->Device) {
-    auto target = Target::fromComputeCapability(ctx->Device->computeMajor,
-                                                ctx->Device->computeMinor);
+  if (chip.empty() && (ctx->Device || gpu)) {
+    auto target =
+        ctx->Device ? Target::fromComputeCapability(ctx->Device->computeMajor,
+                                                    ctx->Device->computeMinor)
+                    : Target::fromComputeCapability(gpu->ccMajor, gpu->ccMinor);
     if (!target)
       return withCode(ErrorCode::Unsupported, target.takeError());
     chip = target->chip;
@@ -107,35 +189,129 @@ llvm::Expected<std::unique_ptr<Context>> Context::create(ContextOptions options)
   if (!target)
     return withCode(ErrorCode::InvalidArgument, target.takeError());
   ctx->TargetChip = *target;
+
+  if (options.tuning.enabled && gpu) {
+    DatabaseLocation location = locateDatabase(
+        options.tuning.database, options.cache.directory, gpu->name);
+    const Context &self = *ctx;
+    ctx->Tuned = TunedConfigs::open(
+        location, *gpu, autotune::builtFlashjitVersion(),
+        [&self](llvm::StringRef message) { self.warn(message); });
+  }
   return std::move(ctx);
 }
 
+llvm::Expected<TileConfig>
+Context::heuristicConfig(const AttentionSpec &spec) const {
+  return chooseTileConfig(spec, TargetChip, HeuristicDevice);
+}
+
+llvm::Expected<ResolvedConfig>
+Context::resolveConfig(const AttentionSpec &spec,
+                       const KernelOptions &options) const {
+  if (auto err = spec.validate())
+    return withCode(ErrorCode::InvalidArgument, std::move(err));
+  if (auto err = checkSeqlenHint(options))
+    return withCode(ErrorCode::InvalidArgument, std::move(err));
+  if (options.config)
+    return ResolvedConfig{*options.config, {ConfigSource::Explicit, ""}};
+
+  int64_t seqlen = options.seqlen.value_or(defaultSeqlen());
+  std::string why = "no tuning database";
+  if (!Tuned.path().empty()) {
+    if (auto index = Tuned.find(spec, seqlen)) {
+      const autotune::TuningEntry &entry = Tuned.entry(*index);
+      std::string where = llvm::formatv("tuning database '{0}', bucket {1}",
+                                        Tuned.path(), entry.bucket.describe())
+                              .str();
+      llvm::Error bad = checkTunedConfig(spec, entry.config, TargetChip);
+      if (!bad)
+        return ResolvedConfig{entry.config, {ConfigSource::Tuned, where}};
+      why = llvm::formatv("the tuned config {0} ({1}) cannot be built here: "
+                          "{2}",
+                          entry.config.canonical(), where,
+                          llvm::toString(std::move(bad)))
+                .str();
+      std::lock_guard<std::mutex> lock(Warned->mutex);
+      if (Warned->entries.insert(*index).second)
+        warn(why + "; using the heuristic's tile config");
+    } else {
+      why = llvm::formatv("the tuning database '{0}' has no bucket for {1} "
+                          "at seqlen {2}",
+                          Tuned.path(), spec.canonical(), seqlen)
+                .str();
+    }
+  }
+  auto config = heuristicConfig(spec);
+  if (!config) // no template or tile config handles this spec here
+    return withCode(ErrorCode::Unsupported, config.takeError());
+  return ResolvedConfig{*config, {ConfigSource::Heuristic, why}};
+}
+
 llvm::Expected<std::shared_ptr<const Kernel>>
-Context::compile(const AttentionSpec &spec) {
-  const KernelTable::Key tableKey = KernelTable::keyOf(spec);
+Context::compile(const AttentionSpec &spec, const TileConfig &config) {
+  KernelOptions options;
+  options.config = config;
+  return compile(spec, options);
+}
+
+llvm::Expected<std::shared_ptr<const Kernel>>
+Context::compile(const AttentionSpec &spec, const KernelOptions &options) {
+  if (auto err = checkSeqlenHint(options))
+    return withCode(ErrorCode::InvalidArgument, std::move(err));
+  int64_t slot = kHeuristicSlot;
+  std::string named;
+  if (options.config) {
+    slot = kExplicitSlot;
+    named = options.config->canonical();
+  } else if (Tuned.size() > 0) {
+    if (auto index = Tuned.find(spec, options.seqlen.value_or(defaultSeqlen())))
+      slot = static_cast<int64_t>(*index);
+  }
+  KernelTable::Key tableKey = KernelTable::keyOf(spec, slot, std::move(named));
   {
     std::lock_guard<std::mutex> lock(Kernels->mutex);
     auto it = Kernels->bySpec.find(tableKey);
     if (it != Kernels->bySpec.end())
       return it->second;
   }
-  if (auto err = spec.validate())
-    return withCode(ErrorCode::InvalidArgument, std::move(err));
-  std::string canonical = spec.canonical();
-  auto config = chooseTileConfig(spec, TargetChip, HeuristicDevice);
-  if (!config) // no template or tile config handles this spec here
-    return withCode(ErrorCode::Unsupported, config.takeError());
+  auto resolved = resolveConfig(spec, options);
+  if (!resolved)
+    return resolved.takeError();
+  auto kernel = build(spec, *resolved);
+  if (!kernel && resolved->origin.source == ConfigSource::Tuned) {
+    // A database entry must never make a compile fail: fall back, once.
+    std::string why =
+        llvm::formatv("the tuned config {0} ({1}) failed to build: {2}",
+                      resolved->config.canonical(), resolved->origin.detail,
+                      llvm::toString(kernel.takeError()))
+            .str();
+    warn(why + "; using the heuristic's tile config");
+    auto config = heuristicConfig(spec);
+    if (!config)
+      return config.takeError();
+    kernel = build(spec, {*config, {ConfigSource::Heuristic, why}});
+  }
+  if (!kernel)
+    return kernel.takeError();
+  std::lock_guard<std::mutex> lock(Kernels->mutex);
+  return Kernels->bySpec.try_emplace(tableKey, *kernel).first->second;
+}
 
+llvm::Expected<std::shared_ptr<const Kernel>>
+Context::build(const AttentionSpec &spec, const ResolvedConfig &resolved) {
+  const TileConfig &config = resolved.config;
   ToolchainVersions versions = toolchainVersions();
-  CacheKeyInputs inputs{canonical,        config->canonical(),
-                        TargetChip.chip,  versions.flashjit,
-                        versions.llvm,    std::to_string(TargetChip.ptxVersion())};
+  CacheKeyInputs inputs{
+      spec.canonical(), config.canonical(),
+      TargetChip.chip,  versions.flashjit,
+      versions.llvm,    std::to_string(TargetChip.ptxVersion())};
   std::string key = KernelCache::makeKey(inputs);
   auto entry = Cache->getOrBuild(
       key, inputs, [&]() -> llvm::Expected<CacheEntry> {
         CompileOptions options;
         options.target = TargetChip;
-        options.config = *config;
+        options.config = config;
         auto compiled = compileAttention(spec, options);
         if (!compiled)
           return compiled.takeError();
@@ -158,10 +334,9 @@ Context::compile(const AttentionSpec &spec) {
         llvm::consumeError(std::move(err)); // the PTX entry stays usable
     module = std::make_unique<LoadedModule>(std::move(*loaded));
   }
-  auto kernel = std::make_shared<const Kernel>(
-      spec, (*entry)->info, (*entry)->ptx, std::move(module), DeviceError);
-  std::lock_guard<std::mutex> lock(Kernels->mutex);
-  return Kernels->bySpec.try_emplace(tableKey, kernel).first->second;
+  return std::make_shared<const Kernel>(spec, (*entry)->info, (*entry)->ptx,
+                                        std::move(module), DeviceError,
+                                        resolved.origin);
 }
 
 } // namespace flashjit

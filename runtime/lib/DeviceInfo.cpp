@@ -3,6 +3,9 @@
 #include "flashjit/Runtime/DeviceInfo.h"
 #include "flashjit/Runtime/CudaDriver.h"
 
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/MemoryBuffer.h"
+
 #include <nlohmann/json.hpp>
 
 namespace flashjit {
@@ -68,7 +71,38 @@ llvm::Expected<DeviceInfo> queryDevice(int ordinal) {
   if (llvm::Error err = FLASHJIT_CU(d, cuDriverGetVersion, &info.driverVersion))
     return std::move(err);
   info.driverVersionText = formatDriverVersion(info.driverVersion);
+  // procfs files report size 0: read them as a stream.
+  if (auto text =
+          llvm::MemoryBuffer::getFileAsStream("/proc/driver/nvidia/version"))
+    info.driverRelease = parseDriverRelease((*text)->getBuffer());
   return info;
+}
+
+std::string parseDriverRelease(llvm::StringRef text) {
+  llvm::StringRef line = text.split('\n').first;
+  size_t module = line.find("Kernel Module");
+  if (module == llvm::StringRef::npos)
+    return "";
+  llvm::SmallVector<llvm::StringRef, 8> words;
+  line.drop_front(module + llvm::StringRef("Kernel Module").size())
+      .split(words, ' ', -1, false);
+  // The release is the first word made of digits and dots ("580.159.04");
+  // open kernel modules write "Open Kernel Module for x86_64  580.159.04".
+  for (llvm::StringRef word : words)
+    if (word.contains('.') &&
+        llvm::all_of(word, [](char c) { return llvm::isDigit(c) || c == '.'; }))
+      return word.str();
+  return "";
+}
+
+autotune::GpuIdentity gpuIdentity(const DeviceInfo &info) {
+  autotune::GpuIdentity gpu;
+  gpu.name = info.name;
+  gpu.ccMajor = info.computeMajor;
+  gpu.ccMinor = info.computeMinor;
+  gpu.driver = info.driverRelease.empty() ? "CUDA " + info.driverVersionText
+                                          : info.driverRelease;
+  return gpu;
 }
 
 nlohmann::json toJson(const DeviceInfo &info) {
@@ -91,6 +125,7 @@ nlohmann::json toJson(const DeviceInfo &info) {
       {"total_memory_bytes", info.totalMemoryBytes},
       {"driver_version", info.driverVersion},
       {"driver_version_text", info.driverVersionText},
+      {"driver_release", info.driverRelease},
   };
 }
 

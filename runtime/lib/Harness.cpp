@@ -3,6 +3,8 @@
 #include "flashjit/Runtime/Harness.h"
 
 #include "flashjit/Runtime/CudaDriver.h"
+#include "flashjit/Runtime/DeviceBuffer.h"
+#include "flashjit/Runtime/EventTimer.h"
 #include "flashjit/Runtime/HostFloat.h"
 #include "flashjit/Runtime/Reference.h"
 
@@ -15,28 +17,6 @@
 namespace flashjit {
 namespace {
 
-/// Device memory freed on scope exit.
-class DeviceBuffer {
-public:
-  DeviceBuffer(const CudaDriver &drv) : Drv(drv) {}
-  ~DeviceBuffer() {
-    if (Ptr)
-      (void)Drv.cuMemFree(Ptr);
-  }
-  llvm::Error allocate(size_t bytes) {
-    Bytes = bytes;
-    return FLASHJIT_CU(Drv, cuMemAlloc, &Ptr, bytes);
-  }
-  void *data() const { return reinterpret_cast<void *>(Ptr); }
-  CUdeviceptr ptr() const { return Ptr; }
-  size_t bytes() const { return Bytes; }
-
-private:
-  const CudaDriver &Drv;
-  CUdeviceptr Ptr = 0;
-  size_t Bytes = 0;
-};
-
 /// Device element offset of (b, h, s, 0) in the chosen layout.
 int64_t offsetOf(Layout layout, int64_t b, int64_t h, int64_t s, int64_t H,
                  int64_t S, int64_t D) {
@@ -48,25 +28,6 @@ TensorRef tensorRef(Layout layout, void *data, DType dtype, int64_t b,
                     int64_t h, int64_t s, int64_t d) {
   return layout == Layout::BHSD ? TensorRef::bhsd(data, dtype, b, h, s, d)
                                 : TensorRef::bshd(data, dtype, b, h, s, d);
-}
-
-/// Fills `host` ([B,H,S,D] floats) with rounded normal samples and returns
-/// the device image in `layout`.
-std::vector<uint16_t> makeInput(std::vector<float> &host, DType dtype,
-                                Layout layout, int64_t B, int64_t H,
-                                int64_t S, int64_t D, std::mt19937_64 &rng) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  host.resize(B * H * S * D);
-  std::vector<uint16_t> device(host.size());
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t s = 0; s < S; ++s)
-        for (int64_t d = 0; d < D; ++d) {
-          uint16_t bits = floatToBits(dtype, normal(rng));
-          host[((b * H + h) * S + s) * D + d] = bitsToFloat(dtype, bits);
-          device[offsetOf(layout, b, h, s, H, S, D) + d] = bits;
-        }
-  return device;
 }
 
 /// Rows of one head to compare: all, or the first and last few and a
@@ -91,11 +52,26 @@ std::vector<int64_t> rowsToCheck(int64_t seqlen, int64_t wanted,
 }
 } // namespace
 
-double forwardFlops(const AttentionSpec &spec, int64_t batch, int64_t seqlenQ,
-                    int64_t seqlenK) {
-  double flops = 4.0 * batch * spec.numHeads * double(seqlenQ) *
-                 double(seqlenK) * spec.headDim;
-  return spec.causal ? flops / 2 : flops;
+std::vector<uint16_t> makeRandomInput(std::vector<float> &host, DType dtype,
+                                      Layout layout, int64_t B, int64_t H,
+                                      int64_t S, int64_t D,
+                                      std::mt19937_64 &rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  host.resize(B * H * S * D);
+  std::vector<uint16_t> device(host.size());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t s = 0; s < S; ++s)
+        for (int64_t d = 0; d < D; ++d) {
+          uint16_t bits = floatToBits(dtype, normal(rng));
+          host[((b * H + h) * S + s) * D + d] = bitsToFloat(dtype, bits);
+          device[offsetOf(layout, b, h, s, H, S, D) + d] = bits;
+        }
+  return device;
+}
+
+double checkTolerance(DType dtype) {
+  return dtype == DType::BF16 ? 1e-2 : 2e-3;
 }
 
 std::string CheckReport::summary() const {
@@ -125,9 +101,12 @@ llvm::Expected<CheckReport> runAndCheck(const Kernel &kernel,
   host.seqlenQ = Sq;
   host.seqlenK = Sk;
   host.scale = opt.scale.value_or(spec.defaultScale());
-  auto qBits = makeInput(host.q, spec.dtype, opt.layout, B, H, Sq, D, rng);
-  auto kBits = makeInput(host.k, spec.dtype, opt.layout, B, Hkv, Sk, D, rng);
-  auto vBits = makeInput(host.v, spec.dtype, opt.layout, B, Hkv, Sk, D, rng);
+  auto qBits =
+      makeRandomInput(host.q, spec.dtype, opt.layout, B, H, Sq, D, rng);
+  auto kBits =
+      makeRandomInput(host.k, spec.dtype, opt.layout, B, Hkv, Sk, D, rng);
+  auto vBits =
+      makeRandomInput(host.v, spec.dtype, opt.layout, B, Hkv, Sk, D, rng);
 
   DeviceBuffer q(drv), k(drv), v(drv), o(drv), lse(drv);
   for (auto [buf, bytes] :
@@ -169,7 +148,7 @@ llvm::Expected<CheckReport> runAndCheck(const Kernel &kernel,
     return std::move(err);
 
   CheckReport report;
-  report.tolerance = spec.dtype == DType::BF16 ? 1e-2 : 2e-3;
+  report.tolerance = checkTolerance(spec.dtype);
   for (uint16_t bits : oBits)
     if (!std::isfinite(bitsToFloat(spec.dtype, bits)))
       ++report.nonFinite;
@@ -205,36 +184,16 @@ llvm::Expected<CheckReport> runAndCheck(const Kernel &kernel,
                   report.lseRelError <= report.tolerance;
 
   if (opt.iterations > 0) {
-    CUevent start, stop;
-    if (auto err = FLASHJIT_CU(drv, cuEventCreate, &start, CU_EVENT_DEFAULT))
-      return std::move(err);
-    if (auto err = FLASHJIT_CU(drv, cuEventCreate, &stop, CU_EVENT_DEFAULT))
-      return std::move(err);
-    std::vector<float> times;
-    llvm::Error failure = llvm::Error::success();
-    for (int i = 0; i < opt.warmup + opt.iterations && !failure; ++i) {
-      if ((failure = FLASHJIT_CU(drv, cuEventRecord, start, nullptr)))
-        break;
-      if ((failure = kernel.forward(args)))
-        break;
-      if ((failure = FLASHJIT_CU(drv, cuEventRecord, stop, nullptr)))
-        break;
-      if ((failure = FLASHJIT_CU(drv, cuEventSynchronize, stop)))
-        break;
-      float ms = 0;
-      if ((failure = FLASHJIT_CU(drv, cuEventElapsedTime, &ms, start, stop)))
-        break;
-      if (i >= opt.warmup)
-        times.push_back(ms);
-    }
-    (void)drv.cuEventDestroy(start);
-    (void)drv.cuEventDestroy(stop);
-    if (failure)
-      return std::move(failure);
-    std::nth_element(times.begin(), times.begin() + times.size() / 2,
-                     times.end());
-    report.medianMs = times[times.size() / 2];
-    report.tflops = forwardFlops(spec, B, Sq, Sk) / (report.medianMs * 1e-3) / 1e12;
+    TimingOptions timingOptions;
+    timingOptions.warmup = opt.warmup;
+    timingOptions.iterations = opt.iterations;
+    auto timing = timeLaunches(
+        drv, [&] { return kernel.forward(args); }, timingOptions);
+    if (!timing)
+      return timing.takeError();
+    report.medianMs = timing->medianMs;
+    report.tflops =
+        forwardFlops(spec, B, Sq, Sk) / (report.medianMs * 1e-3) / 1e12;
   }
   return report;
 }

@@ -14,12 +14,13 @@ namespace flashjit::tools {
 
 extern llvm::cl::OptionCategory category;
 extern llvm::cl::SubCommand compileCommand, infoCommand, runCommand,
-    cacheCommand;
+    cacheCommand, autotuneCommand;
 
 int runCompile();
 int runInfo();
 int runRun();
 int runCache();
+int runAutotune();
 
 /// The attention described by --head-dim, --dtype, --causal, --heads,
 /// --kv-heads (shared by compile, run and autotune).

@@ -64,7 +64,10 @@ int runRun() {
     return reportError("run", llvm::createStringError(
                                   "no GPU: " + (*ctx)->deviceError()));
   auto start = std::chrono::steady_clock::now();
-  auto kernel = (*ctx)->compile(*spec);
+  // The run's length picks the tuning database's bucket.
+  KernelOptions kernelOptions;
+  kernelOptions.seqlen = seqlen;
+  auto kernel = (*ctx)->compile(*spec, kernelOptions);
   if (!kernel)
     return reportError("run", kernel.takeError());
   double compileMs = std::chrono::duration<double, std::milli>(
@@ -92,6 +95,8 @@ int runRun() {
         {"device", (*ctx)->device()->name},
         {"arch", (*ctx)->target().chip},
         {"config", info.config.canonical()},
+        {"config_source", configSourceName((*kernel)->configOrigin().source)},
+        {"config_detail", (*kernel)->configOrigin().detail},
         {"batch", options.batch},
         {"heads", spec->numHeads},
         {"kv_heads", spec->numKVHeads},
@@ -117,11 +122,12 @@ int runRun() {
   } else {
     llvm::outs() << info.name << " on " << (*ctx)->device()->name << " ("
                  << (*ctx)->target().chip << ", " << info.config.canonical()
+                 << ", " << configSourceName((*kernel)->configOrigin().source)
                  << ")\n"
                  << "  shape: batch " << options.batch << ", heads "
                  << spec->numHeads << "/" << spec->numKVHeads << ", seqlen "
-                 << options.seqlenQ << "x" << options.seqlenK << ", "
-                 << layout << "\n"
+                 << options.seqlenQ << "x" << options.seqlenK << ", " << layout
+                 << "\n"
                  << "  kernel ready in " << llvm::format("%.2f", compileMs)
                  << " ms (memory hits " << stats.memoryHits << ", disk hits "
                  << stats.diskHits << ", builds " << stats.builds << ")\n"

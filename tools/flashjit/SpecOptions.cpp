@@ -17,6 +17,9 @@ cl::SubCommand infoCommand("info", "Print the toolchain and the GPU");
 cl::SubCommand runCommand(
     "run", "Run a kernel on the GPU and check it against a float64 reference");
 cl::SubCommand cacheCommand("cache", "Inspect the on-disk kernel cache");
+cl::SubCommand autotuneCommand(
+    "autotune",
+    "Measure tile configs on this GPU and write the tuning database");
 
 static cl::opt<int64_t> headDim("head-dim", cl::desc("Head dimension"),
                                 cl::init(128), cl::sub(compileCommand),

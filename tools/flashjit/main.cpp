@@ -1,6 +1,6 @@
 //===- main.cpp - the `flashjit` command line -----------------------------===//
-// Why: one binary with subcommands (compile, info, run, cache); this file
-// parses the command line and dispatches.
+// Why: one binary with subcommands (compile, info, run, cache, autotune);
+// this file parses the command line and dispatches.
 #include "Commands.h"
 
 #include "llvm/Support/InitLLVM.h"
@@ -17,7 +17,8 @@ int main(int argc, char **argv) {
       "  flashjit compile   describe an attention, get PTX (or any stage)\n"
       "  flashjit run       run it on the GPU against a float64 reference\n"
       "  flashjit info      toolchain versions and the GPU\n"
-      "  flashjit cache     list | clear | path of the kernel cache\n");
+      "  flashjit cache     list | clear | path of the kernel cache\n"
+      "  flashjit autotune  measure tile configs, write the tuning database\n");
   if (compileCommand)
     return runCompile();
   if (infoCommand)
@@ -26,7 +27,9 @@ int main(int argc, char **argv) {
     return runRun();
   if (cacheCommand)
     return runCache();
-  llvm::errs() << "flashjit: give a subcommand (compile, run, info, cache); "
-                  "see flashjit --help\n";
+  if (autotuneCommand)
+    return runAutotune();
+  llvm::errs() << "flashjit: give a subcommand (compile, run, info, cache, "
+                  "autotune); see flashjit --help\n";
   return 1;
 }

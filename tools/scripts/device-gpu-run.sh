@@ -3,13 +3,7 @@
 # run` checks and timings, with logs into $OUT. Expects the stripped build
 # in .device-bundle and the LLVM runtime libraries in .device-carry.
 set -uo pipefail
-source .device-carry/unpack.sh
-export PATH=$PWD/.device-bundle/bin:$PATH
-export FLASHJIT_CACHE_DIR=/tmp/flashjit-cache
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
-flashjit info | tee "$OUT/info.txt"
+source "$(dirname "$0")/device-setup.sh"
 echo "== GPU test suite"
 timeout 420 flashjit-gpu-tests > "$OUT/gpu-tests.txt" 2>&1; rc=$?
 grep -vE "^\s*$" "$OUT/gpu-tests.txt" | tail -n 40; echo "gpu tests rc=$rc"

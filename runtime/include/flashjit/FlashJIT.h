@@ -1,8 +1,11 @@
-//===- FlashJIT.h - flashjit's public C++ API ---------------------*- C++ -*-===//
+//===- FlashJIT.h - flashjit's public C++ API ---------------------*- C++
+//-*-===//
 // Why: what an embedding runtime includes. A Context owns the device, the
-// kernel cache and the compiler; compile() returns a Kernel for an
-// AttentionSpec (from memory, disk, or a fresh JIT compile); forward()
-// checks its arguments and launches on the caller's stream.
+// kernel cache, the tuning database and the compiler; compile() returns a
+// Kernel for an AttentionSpec (from memory, disk, or a fresh JIT compile)
+// with the tile config the tuning database gives, else the heuristic's, or
+// one the caller names; forward() checks its arguments and launches on the
+// caller's stream.
 //
 //   auto ctx = flashjit::Context::create();
 //   flashjit::AttentionSpec spec;  spec.headDim = 128; spec.causal = true;
@@ -17,12 +20,15 @@
 #include "flashjit/Runtime/CacheOptions.h"
 #include "flashjit/Runtime/DeviceInfo.h"
 #include "flashjit/Runtime/ErrorCode.h"
+#include "flashjit/Runtime/TunedConfigs.h"
+#include "flashjit/Runtime/TuningOptions.h"
 #include "flashjit/Templates/KernelABI.h"
 #include "flashjit/Templates/Target.h"
 
 #include "llvm/Support/Error.h"
 #include <array>
 #include <cuda.h>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -65,11 +71,40 @@ struct ForwardArgs {
   CUstream stream = nullptr;
 };
 
+/// Where a kernel's tile config came from.
+enum class ConfigSource {
+  Explicit,  ///< named by the caller (KernelOptions::config)
+  Tuned,     ///< the tuning database's entry for the spec's bucket
+  Heuristic, ///< the autotuner's heuristic
+};
+/// "explicit", "tuned", "heuristic".
+const char *configSourceName(ConfigSource source);
+
+struct ConfigOrigin {
+  ConfigSource source = ConfigSource::Heuristic;
+  /// Tuned: the database and the bucket. Heuristic: why no tuned config
+  /// applied ("no tuning database", "no bucket for ..."). Explicit: empty.
+  std::string detail;
+};
+
+/// How to build one kernel; the defaults suit most callers.
+struct KernelOptions {
+  /// Build this tile config (cached under its own key) instead of the
+  /// tuning database's or the heuristic's.
+  std::optional<TileConfig> config;
+  /// The sequence length the kernel will mostly run at: it picks the tuning
+  /// database's bucket (the kernel still serves every length). None: the
+  /// heuristic's hint, 2048.
+  std::optional<int64_t> seqlen;
+};
+
 class Kernel {
 public:
   const AttentionSpec &spec() const { return Spec; }
   const KernelInfo &info() const { return Info; }
   const std::string &ptx() const { return Ptx; }
+  /// Where info().config came from.
+  const ConfigOrigin &configOrigin() const { return Origin; }
 
   /// Checks every argument (pointers, alignment, shapes against the spec,
   /// strides, overlap of the outputs), then launches on args.stream. A
@@ -79,13 +114,15 @@ public:
   llvm::Error check(const ForwardArgs &args) const;
 
   Kernel(AttentionSpec spec, KernelInfo info, std::string ptx,
-         std::unique_ptr<LoadedModule> module, std::string deviceError);
+         std::unique_ptr<LoadedModule> module, std::string deviceError,
+         ConfigOrigin origin = {});
   ~Kernel();
 
 private:
   AttentionSpec Spec;
   KernelInfo Info;
   std::string Ptx;
+  ConfigOrigin Origin;
   /// Null when there is no GPU; DeviceError then says why.
   std::unique_ptr<LoadedModule> Module;
   std::string DeviceError;
@@ -98,6 +135,19 @@ struct ContextOptions {
   std::string chip;
   /// Kernel cache location; default from $FLASHJIT_CACHE_DIR etc.
   CacheOptions cache = CacheOptions::fromEnvironment();
+  /// The tuning database; default from $FLASHJIT_TUNING_DB, else the one
+  /// under the kernel cache (see TuningOptions.h).
+  TuningOptions tuning = TuningOptions::fromEnvironment();
+  /// Receives the context's warnings (a tuning database that is ignored, a
+  /// tuned config that cannot be built) as one line each. Unset: stderr, as
+  /// "flashjit: warning: <text>".
+  std::function<void(llvm::StringRef)> onWarning;
+};
+
+/// A tile config and where it came from, before anything is compiled.
+struct ResolvedConfig {
+  TileConfig config;
+  ConfigOrigin origin;
 };
 
 class Context {
@@ -109,9 +159,27 @@ public:
   ~Context();
 
   /// The kernel for `spec`: from memory (a few hundred ns), from the disk
-  /// cache, or compiled now. On a GPU the module is also loaded.
+  /// cache, or compiled now. On a GPU the module is also loaded. Its config
+  /// is options.config, else the tuning database's for the spec's bucket,
+  /// else the heuristic's. A tuned config that cannot be built falls back to
+  /// the heuristic's with a warning.
   llvm::Expected<std::shared_ptr<const Kernel>>
-  compile(const AttentionSpec &spec);
+  compile(const AttentionSpec &spec, const KernelOptions &options);
+  llvm::Expected<std::shared_ptr<const Kernel>>
+  compile(const AttentionSpec &spec) {
+    return compile(spec, KernelOptions());
+  }
+  /// The kernel of `spec` with exactly `config`.
+  llvm::Expected<std::shared_ptr<const Kernel>>
+  compile(const AttentionSpec &spec, const TileConfig &config);
+
+  /// The config compile() would build and where it comes from, without
+  /// compiling. Errors: a bad spec or seqlen, or no config fits.
+  llvm::Expected<ResolvedConfig>
+  resolveConfig(const AttentionSpec &spec,
+                const KernelOptions &options = {}) const;
+  /// The heuristic's config for `spec` on this context's GPU.
+  llvm::Expected<TileConfig> heuristicConfig(const AttentionSpec &spec) const;
 
   const Target &target() const { return TargetChip; }
   /// The device, when one was opened.
@@ -119,9 +187,19 @@ public:
   /// Why there is no device (empty when there is one).
   const std::string &deviceError() const { return DeviceError; }
   KernelCache &cache() { return *Cache; }
+  /// The tuning database in use (empty when there is none).
+  const TunedConfigs &tuning() const { return Tuned; }
+  /// The known GPU the heuristic reasons with; empty: the reference GPU of
+  /// the target (see heuristicDeviceModel in ConfigChoice.h).
+  const std::string &heuristicDevice() const { return HeuristicDevice; }
 
 private:
   Context() = default;
+  void warn(llvm::StringRef message) const;
+  /// Looks the config up in the cache or builds it, and loads it on the GPU.
+  llvm::Expected<std::shared_ptr<const Kernel>>
+  build(const AttentionSpec &spec, const ResolvedConfig &resolved);
+
   ContextOptions Options;
   Target TargetChip;
   std::optional<DeviceInfo> Device;
@@ -129,6 +207,10 @@ private:
   /// The device's name when the known-GPU table has it (the heuristic
   /// reasons with that model), else empty: the chip's reference GPU.
   std::string HeuristicDevice;
+  TunedConfigs Tuned;
+  /// Tuned entries already warned about (one warning each).
+  struct WarnedEntries;
+  std::unique_ptr<WarnedEntries> Warned;
   std::unique_ptr<KernelCache> Cache;
   struct KernelTable;
   std::unique_ptr<KernelTable> Kernels;

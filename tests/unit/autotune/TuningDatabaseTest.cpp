@@ -214,7 +214,8 @@ TEST_CASE("unreadable files and bad JSON are clear errors") {
   CHECK(message.find("tuning database '" + corrupt +
                      "': is not valid JSON: "
                      "parse error at line 4") == 0);
-  CHECK(message.find("run `flashjit autotune` again") != std::string::npos);
+  CHECK(message.find("delete it or run `flashjit autotune --replace`") !=
+        std::string::npos);
 
   writeFile(corrupt, "");
   CHECK(errorOf(TuningDatabase::load(corrupt)).find("is not valid JSON") !=
@@ -305,4 +306,43 @@ TEST_CASE("database paths and the built version") {
         "/var/cache/flashjit/tuning/tesla-t4.json");
   CHECK_FALSE(builtFlashjitVersion().empty());
   CHECK(builtFlashjitVersion() != "unknown");
+}
+
+TEST_CASE("replace drops every overlapping entry, whatever its range") {
+  TuningDatabase db = sampleDatabase();
+  TuningEntry wide;
+  wide.bucket = {128, DType::BF16, true, 512, 8192};
+  wide.config = {"cuda_core", 32, 16, 1, 4};
+  wide.tflops = 10;
+  // [512, 8192) overlaps both [1, 1024) and [4096, inf).
+  CHECK(db.replace(wide) == 2);
+  REQUIRE(db.entries.size() == 1);
+  CHECK(db.entries[0].bucket == wide.bucket);
+  TuningEntry other;
+  other.bucket = {64, DType::BF16, true, 1, std::nullopt};
+  other.config = wide.config;
+  CHECK(db.replace(other) == 0);
+  CHECK(db.entries.size() == 2);
+}
+
+TEST_CASE("filtering buckets by their description") {
+  std::vector<ShapeBucket> all = defaultBuckets();
+  auto causal128 = filterBuckets(all, {"d128 bf16 causal"});
+  REQUIRE(static_cast<bool>(causal128));
+  REQUIRE(causal128->size() == 3);
+  for (const ShapeBucket &b : *causal128)
+    CHECK((b.headDim == 128 && b.causal));
+  // Patterns are alternatives.
+  auto two = filterBuckets(all, {"d64 bf16 seqlen [1, 1024)",
+                                 "d128 bf16 causal seqlen [4096, inf)"});
+  REQUIRE(static_cast<bool>(two));
+  CHECK(two->size() == 2);
+  auto unfiltered = filterBuckets(all, {});
+  REQUIRE(static_cast<bool>(unfiltered));
+  CHECK(unfiltered->size() == all.size());
+
+  std::string message = errorOf(filterBuckets(all, {"d256", "d32 "}));
+  CHECK(message.find("the bucket list is empty: no bucket matches 'd256', "
+                     "'d32 ' (the buckets are: d64 bf16 seqlen [1, 1024); ") ==
+        0);
 }

@@ -33,10 +33,6 @@ std::string readText(const std::string &path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-void writeText(const std::string &path, const std::string &text) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
-}
-
 size_t countNames(const std::string &dir, llvm::StringRef prefix) {
   size_t n = 0;
   std::error_code ec;

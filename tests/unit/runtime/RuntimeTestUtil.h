@@ -1,16 +1,20 @@
 //===- RuntimeTestUtil.h - fixtures shared by the runtime tests ---*- C++
 //-*-===//
-// Why: every cache test needs a fresh directory, sample inputs and entries,
-// and a place to collect warnings; writing them once keeps the tests short.
+// Why: every cache and tuning test needs a fresh directory, sample inputs,
+// entries and specs, and a place to collect warnings; writing them once
+// keeps the tests short.
 #ifndef FLASHJIT_TESTS_UNIT_RUNTIME_RUNTIMETESTUTIL_H
 #define FLASHJIT_TESTS_UNIT_RUNTIME_RUNTIMETESTUTIL_H
 
+#include "flashjit/Autotune/TuningDatabase.h"
 #include "flashjit/Runtime/KernelCache.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -61,17 +65,45 @@ struct Warnings {
   }
 };
 
+/// A warning callback that appends to `warnings`.
+inline std::function<void(llvm::StringRef)> warningSink(Warnings &warnings) {
+  auto mutex = warnings.mutex;
+  auto lines = warnings.lines;
+  return [mutex, lines](llvm::StringRef message) {
+    std::lock_guard<std::mutex> guard(*mutex);
+    lines->push_back(message.str());
+  };
+}
+
 /// Options for a cache in `dir` whose warnings land in `warnings`.
 inline CacheOptions cacheOptions(const std::string &dir, Warnings &warnings) {
   CacheOptions options;
   options.directory = dir;
-  auto mutex = warnings.mutex;
-  auto lines = warnings.lines;
-  options.onWarning = [mutex, lines](llvm::StringRef message) {
-    std::lock_guard<std::mutex> guard(*mutex);
-    lines->push_back(message.str());
-  };
+  options.onWarning = warningSink(warnings);
   return options;
+}
+
+/// Writes `text` to `path`, replacing it.
+inline bool writeText(const std::string &path, llvm::StringRef text) {
+  std::error_code ec;
+  llvm::raw_fd_ostream os(path, ec);
+  if (ec)
+    return false;
+  os << text;
+  return true;
+}
+
+/// The GPU the tuning tests build for, as a tuning database names it.
+inline autotune::GpuIdentity sampleGpu() {
+  return {"NVIDIA H100 80GB HBM3", 9, 0, "580.159.04"};
+}
+
+/// bf16, head dim 128, 16 heads: a spec in the database's d128 buckets.
+inline AttentionSpec d128Spec() {
+  AttentionSpec spec;
+  spec.headDim = 128;
+  spec.numHeads = spec.numKVHeads = 16;
+  return spec;
 }
 
 /// Inputs of a kernel; `variant` changes the spec text.

@@ -64,6 +64,12 @@ BucketAxes defaultBucketAxes();
 llvm::Expected<std::vector<ShapeBucket>> makeBuckets(const BucketAxes &axes);
 /// makeBuckets(defaultBucketAxes()): 12 buckets.
 std::vector<ShapeBucket> defaultBuckets();
+/// The buckets whose describe() contains one of `patterns` (all of them
+/// when there is no pattern). When none is left, the error says the list
+/// is empty, names the patterns and lists the buckets there were.
+llvm::Expected<std::vector<ShapeBucket>>
+filterBuckets(llvm::ArrayRef<ShapeBucket> buckets,
+              llvm::ArrayRef<std::string> patterns);
 /// Checks a list to tune or to load: not empty, valid head dims and ranges,
 /// no two buckets overlapping.
 llvm::Error checkBuckets(llvm::ArrayRef<ShapeBucket> buckets);

@@ -64,6 +64,10 @@ struct TuningDatabase {
   /// Adds the entry, replacing one with the same bucket; an entry overlapping
   /// another bucket is an error.
   llvm::Error upsert(TuningEntry entry);
+  /// Adds the entry after removing every entry whose bucket overlaps it (a
+  /// new measurement supersedes the old ones, whatever their ranges);
+  /// returns how many were removed.
+  size_t replace(TuningEntry entry);
   /// The tuned config of the bucket holding (spec, seqlen), if any.
   std::optional<TileConfig> lookup(const AttentionSpec &spec,
                                    int64_t seqlen) const;

@@ -9,9 +9,15 @@
 
 namespace flashjit::autotune {
 struct Choice;
+struct DeviceModel;
 } // namespace flashjit::autotune
 
 namespace flashjit {
+
+/// The GPU model the heuristic reasons with: the known GPU `device` names,
+/// or (empty) the reference GPU of the target's compute capability.
+llvm::Expected<autotune::DeviceModel>
+heuristicDeviceModel(const Target &target, llvm::StringRef device);
 
 /// The heuristic's config for `spec` on `target`; `device` names a known
 /// GPU (empty: the reference GPU of the chip).

@@ -45,6 +45,11 @@ struct AttentionSpec {
   double defaultScale() const;
 };
 
+/// FLOPs of the forward pass by the FlashAttention convention:
+/// 4 * batch * heads * seqlen_q * seqlen_k * head_dim, halved when causal.
+double forwardFlops(const AttentionSpec &spec, int64_t batch, int64_t seqlenQ,
+                    int64_t seqlenK);
+
 } // namespace flashjit
 
 #endif

@@ -6,6 +6,8 @@
 #ifndef FLASHJIT_RUNTIME_DEVICEINFO_H
 #define FLASHJIT_RUNTIME_DEVICEINFO_H
 
+#include "flashjit/Autotune/TuningDatabase.h"
+
 #include "llvm/Support/Error.h"
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
@@ -27,6 +29,9 @@ struct DeviceInfo {
   uint64_t totalMemoryBytes = 0;
   int driverVersion = 0;         ///< as the driver reports it, e.g. 13000
   std::string driverVersionText; ///< e.g. "13.0"
+  /// The kernel driver's release, e.g. "580.159.04", from
+  /// /proc/driver/nvidia/version; empty where that file cannot be read.
+  std::string driverRelease;
 
   /// major*10+minor, e.g. 90 for an H100 (the form Target uses).
   int computeCapability() const { return computeMajor * 10 + computeMinor; }
@@ -41,6 +46,16 @@ std::string formatDriverVersion(int version);
 
 /// All fields, with snake_case keys, for `--json` output.
 nlohmann::json toJson(const DeviceInfo &info);
+
+/// The release in the text of /proc/driver/nvidia/version ("NVRM version:
+/// NVIDIA UNIX x86_64 Kernel Module  580.159.04  ..." -> "580.159.04"), or
+/// "" when the text has none.
+std::string parseDriverRelease(llvm::StringRef versionFileText);
+
+/// What a tuning measurement depends on besides the kernel: the device's
+/// name and compute capability, and the driver's release (its CUDA version,
+/// "CUDA 13.0", where the release is unknown).
+autotune::GpuIdentity gpuIdentity(const DeviceInfo &info);
 
 } // namespace flashjit
 

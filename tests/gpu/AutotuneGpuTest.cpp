@@ -1,0 +1,110 @@
+//===- AutotuneGpuTest.cpp - empirical tuning on a real GPU ---------------===//
+// Why: the autotuner's promises that need a device: every candidate is
+// checked and timed with CUDA events, the winner is never slower than the
+// heuristic's config, and a database written from the results makes
+// Context::compile build the winner, which still computes the right thing.
+#include "GpuTestUtil.h"
+
+#include "flashjit/Autotune/TuningPlan.h"
+#include "flashjit/Autotune/TuningRun.h"
+#include "flashjit/Compiler/ConfigChoice.h"
+#include "flashjit/Runtime/Benchmark.h"
+
+#include "llvm/Support/FileSystem.h"
+
+using namespace flashjit;
+using namespace flashjit::test;
+
+TEST_CASE("the benchmark checks and times a kernel, reusing its inputs") {
+  AttentionSpec spec;
+  spec.headDim = 64;
+  spec.numHeads = spec.numKVHeads = 4;
+  spec.causal = true;
+  auto kernel = gpuContext().compile(spec);
+  REQUIRE(bool(kernel));
+  auto bench = Benchmark::create(freshSeed());
+  REQUIRE(bool(bench));
+  BenchmarkOptions options;
+  options.timing.iterations = 3;
+  for (int64_t seqlen : {1000, 257}) { // the second reuses the first's inputs
+    CAPTURE(seqlen);
+    auto result = (*bench)->run(**kernel, 2, seqlen, options);
+    REQUIRE_MESSAGE(bool(result),
+                    (result ? "" : llvm::toString(result.takeError())));
+    MESSAGE("d64 causal b=2 s=" << seqlen << ": " << result->medianMs << " ms, "
+                                << result->tflops << " TFLOP/s, rel "
+                                << result->relError);
+    CHECK(result->medianMs > 0);
+    CHECK(result->tflops > 0);
+    CHECK(result->relError <= checkTolerance(spec.dtype));
+    CHECK(result->lseRelError <= checkTolerance(spec.dtype));
+    CHECK(result->launchesPerSample >= 1);
+  }
+}
+
+TEST_CASE("one bucket tuned on this GPU: the winner is at least as fast as "
+          "the heuristic's config, and compile() builds it") {
+  Context &ctx = gpuContext();
+  auto model = heuristicDeviceModel(ctx.target(), ctx.heuristicDevice());
+  REQUIRE(bool(model));
+  autotune::ShapeBucket bucket{64, DType::BF16, false, 1, 1024};
+  autotune::PlanOptions planOptions;
+  planOptions.maxCandidates = 3;
+  autotune::BucketPlan plan = autotune::planBucket(bucket, *model, planOptions);
+  REQUIRE_MESSAGE(plan.runnable(), plan.error);
+  auto bench = Benchmark::create(freshSeed());
+  REQUIRE(bool(bench));
+  BenchmarkOptions benchOptions;
+  benchOptions.timing.iterations = 3;
+  autotune::TuningRunResult run = autotune::runTuning(
+      {plan},
+      [&](const autotune::BucketPlan &p, const TileConfig &c) {
+        return measureCandidate(ctx, **bench, p, c, benchOptions);
+      },
+      [](const autotune::TuningProgress &) {}, {});
+  REQUIRE(run.buckets.size() == 1);
+  const autotune::BucketResult &result = run.buckets[0];
+  for (const autotune::CandidateResult &c : result.tried)
+    MESSAGE(c.config.canonical()
+            << ": "
+            << (c.measurement
+                    ? std::to_string(c.measurement->tflops) + " TFLOP/s"
+                    : c.error));
+  CHECK(run.stoppedBy.empty());
+  CHECK(result.failedCount() == 0);
+  auto entry = result.entry();
+  REQUIRE(entry.has_value());
+  REQUIRE(entry->heuristicTflops.has_value());
+  CHECK(entry->tflops >= *entry->heuristicTflops);
+
+  // A database with the entry, for this GPU, read by a new context.
+  llvm::SmallString<128> dir;
+  REQUIRE(!llvm::sys::fs::createUniqueDirectory("flashjit-tuning", dir));
+  std::string path = std::string(dir) + "/db.json";
+  autotune::TuningDatabase db(gpuIdentity(*ctx.device()),
+                              autotune::builtFlashjitVersion().str());
+  db.entries.push_back(*entry);
+  REQUIRE_FALSE(bool(db.save(path)));
+  ContextOptions options;
+  options.cache.directory = std::string(dir) + "/cache";
+  options.tuning.database = path;
+  std::vector<std::string> warnings;
+  options.onWarning = [&](llvm::StringRef m) { warnings.push_back(m.str()); };
+  auto tuned = Context::create(options);
+  REQUIRE(bool(tuned));
+  KernelOptions inBucket;
+  inBucket.seqlen = 512;
+  auto kernel = (*tuned)->compile(plan.spec, inBucket);
+  REQUIRE(bool(kernel));
+  CHECK(warnings.empty());
+  CHECK((*kernel)->configOrigin().source == ConfigSource::Tuned);
+  CHECK((*kernel)->info().config == entry->config);
+  CheckOptions check;
+  check.batch = 2;
+  check.seqlenQ = check.seqlenK = 300;
+  check.seed = freshSeed();
+  auto report = runAndCheck(**kernel, check);
+  REQUIRE(bool(report));
+  CHECK_MESSAGE(report->passed, report->summary());
+  llvm::sys::fs::remove_directories(dir);
+}

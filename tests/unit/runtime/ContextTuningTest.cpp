@@ -1,0 +1,236 @@
+//===- ContextTuningTest.cpp - compile() consults the tuning database -----===//
+// Why: the promise of a tuned deployment: Context::compile builds the
+// database's config for the spec's bucket, falls back to the heuristic
+// (with one warning) when the database is stale, corrupt or names a config
+// that cannot be built, and says where each kernel's config came from. No
+// GPU is needed: the tuning options name the GPU the kernels are built for.
+#include "RuntimeTestUtil.h"
+
+#include "flashjit/FlashJIT.h"
+
+#include <doctest/doctest.h>
+
+using namespace flashjit;
+using namespace flashjit::test;
+using autotune::GpuIdentity;
+using autotune::TuningDatabase;
+using autotune::TuningEntry;
+
+namespace {
+
+/// A context building for an H100 with kernels cached in `dir` and its
+/// warnings collected.
+std::unique_ptr<Context> makeContext(const TempDir &dir, Warnings &warnings,
+                                     const std::string &database = "") {
+  ContextOptions options;
+  options.chip = "sm_90a";
+  options.cache = cacheOptions(dir / "cache", warnings);
+  options.tuning.database = database;
+  options.tuning.gpu = sampleGpu();
+  options.onWarning = warningSink(warnings);
+  auto ctx = Context::create(options);
+  REQUIRE_MESSAGE(static_cast<bool>(ctx),
+                  (ctx ? "" : llvm::toString(ctx.takeError())));
+  return std::move(*ctx);
+}
+
+/// The heuristic's config for d128Spec() on an H100.
+TileConfig heuristicFor(const AttentionSpec &spec) {
+  TempDir dir;
+  Warnings warnings;
+  auto config = makeContext(dir, warnings)->heuristicConfig(spec);
+  REQUIRE(static_cast<bool>(config));
+  return *config;
+}
+
+/// A fitting config other than `than`, for the database to name.
+TileConfig otherConfig(const TileConfig &than) {
+  TileConfig other{"cuda_core", 64, 32, 1, 8};
+  if (other == than)
+    other = {"cuda_core", 32, 32, 1, 4};
+  return other;
+}
+
+/// A database for the H100 with one entry: d128 bf16, seqlen [1024, 4096).
+TuningDatabase tunedDatabase(const TileConfig &config) {
+  TuningDatabase db(sampleGpu(), autotune::builtFlashjitVersion().str());
+  TuningEntry entry;
+  entry.bucket = {128, DType::BF16, false, 1024, 4096};
+  entry.config = config;
+  entry.tflops = 25;
+  entry.heuristicTflops = 20;
+  REQUIRE(errorText(db.upsert(entry)) == "");
+  return db;
+}
+
+std::shared_ptr<const Kernel> compileOk(Context &ctx, const AttentionSpec &spec,
+                                        const KernelOptions &options = {}) {
+  auto kernel = ctx.compile(spec, options);
+  REQUIRE_MESSAGE(static_cast<bool>(kernel),
+                  (kernel ? "" : llvm::toString(kernel.takeError())));
+  return *kernel;
+}
+
+} // namespace
+
+TEST_CASE("the tuned entry of the spec's bucket is built, from the default "
+          "path") {
+  TempDir dir;
+  Warnings warnings;
+  TileConfig heuristic = heuristicFor(d128Spec());
+  TileConfig tuned = otherConfig(heuristic);
+  REQUIRE(tuned != heuristic);
+  // Where `flashjit autotune` writes by default: under the kernel cache.
+  std::string path =
+      autotune::defaultDatabasePath(dir / "cache", sampleGpu().name);
+  REQUIRE(errorText(tunedDatabase(tuned).save(path)) == "");
+
+  auto ctx = makeContext(dir, warnings);
+  CHECK(ctx->tuning().path() == path);
+  // No seqlen: the hint 2048 falls in [1024, 4096).
+  auto kernel = compileOk(*ctx, d128Spec());
+  CHECK(kernel->info().config == tuned);
+  CHECK(kernel->configOrigin().source == ConfigSource::Tuned);
+  CHECK(kernel->configOrigin().detail.find(
+            "bucket d128 bf16 seqlen [1024, 4096)") != std::string::npos);
+  CHECK(kernel->ptx().find(".entry") != std::string::npos);
+  CHECK((compileOk(*ctx, d128Spec()) == kernel)); // the hot path
+
+  KernelOptions shortRun;
+  shortRun.seqlen = 512; // no bucket: the heuristic
+  auto fallback = compileOk(*ctx, d128Spec(), shortRun);
+  CHECK(fallback->info().config == heuristic);
+  CHECK(fallback->configOrigin().source == ConfigSource::Heuristic);
+  CHECK(fallback->configOrigin().detail.find("has no bucket for") !=
+        std::string::npos);
+  KernelOptions inBucket;
+  inBucket.seqlen = 4095;
+  CHECK((compileOk(*ctx, d128Spec(), inBucket) == kernel));
+  // GQA shares the bucket of its head dim, dtype and causality.
+  AttentionSpec gqa = d128Spec();
+  gqa.numKVHeads = 4;
+  CHECK(compileOk(*ctx, gqa)->info().config == tuned);
+  CHECK(warnings.size() == 0);
+
+  auto resolved = ctx->resolveConfig(d128Spec());
+  REQUIRE(static_cast<bool>(resolved));
+  CHECK(resolved->config == tuned);
+  KernelOptions badSeqlen;
+  badSeqlen.seqlen = 0;
+  auto bad = ctx->compile(d128Spec(), badSeqlen);
+  REQUIRE_FALSE(static_cast<bool>(bad));
+  CHECK(llvm::toString(bad.takeError()) ==
+        "the seqlen hint must be at least 1, got 0");
+}
+
+TEST_CASE("a stale database: the heuristic, and one warning for the context") {
+  TempDir dir;
+  Warnings warnings;
+  TileConfig heuristic = heuristicFor(d128Spec());
+  TuningDatabase db = tunedDatabase(otherConfig(heuristic));
+  db.gpu.driver = "535.104.05";
+  std::string path = dir / "shipped.json";
+  REQUIRE(errorText(db.save(path)) == "");
+
+  auto ctx = makeContext(dir, warnings, path);
+  CHECK(ctx->tuning().size() == 0);
+  auto kernel = compileOk(*ctx, d128Spec());
+  CHECK(kernel->info().config == heuristic);
+  CHECK(kernel->configOrigin().source == ConfigSource::Heuristic);
+  CHECK(kernel->configOrigin().detail == "no tuning database");
+  AttentionSpec causal = d128Spec();
+  causal.causal = true;
+  compileOk(*ctx, causal);
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings.text().find("driver 535.104.05 differs from 580.159.04") !=
+        std::string::npos);
+}
+
+TEST_CASE("a corrupt database: the heuristic, and one warning") {
+  TempDir dir;
+  Warnings warnings;
+  std::string path = dir / "shipped.json";
+  REQUIRE(writeText(path, "{\"format\": 1, \"entries\": ["));
+  auto ctx = makeContext(dir, warnings, path);
+  auto kernel = compileOk(*ctx, d128Spec());
+  CHECK(kernel->configOrigin().source == ConfigSource::Heuristic);
+  CHECK(kernel->info().config == heuristicFor(d128Spec()));
+  compileOk(*ctx, d128Spec());
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings.text().find("is not valid JSON") != std::string::npos);
+}
+
+TEST_CASE("no database: the heuristic, silently; a named one missing warns") {
+  TempDir dir;
+  Warnings quiet;
+  auto ctx = makeContext(dir, quiet);
+  auto kernel = compileOk(*ctx, d128Spec());
+  CHECK(kernel->configOrigin().source == ConfigSource::Heuristic);
+  CHECK(quiet.size() == 0);
+
+  Warnings loud;
+  auto named = makeContext(dir, loud, dir / "missing.json");
+  CHECK(compileOk(*named, d128Spec())->configOrigin().source ==
+        ConfigSource::Heuristic);
+  REQUIRE(loud.size() == 1);
+  CHECK(loud.text().find("does not exist") != std::string::npos);
+
+  // Disabled: the database is not even read.
+  ContextOptions options;
+  options.chip = "sm_90a";
+  options.cache.directory = "";
+  options.tuning.enabled = false;
+  options.tuning.database = dir / "missing.json";
+  options.tuning.gpu = sampleGpu();
+  Warnings none;
+  options.onWarning = warningSink(none);
+  auto off = Context::create(options);
+  REQUIRE(static_cast<bool>(off));
+  CHECK(none.size() == 0);
+}
+
+TEST_CASE("a tuned config this flashjit cannot build: the heuristic, one "
+          "warning") {
+  TempDir dir;
+  Warnings warnings;
+  TuningDatabase db = tunedDatabase({"no_such_family", 64, 32, 1, 4});
+  std::string path = dir / "db.json";
+  REQUIRE(errorText(db.save(path)) == "");
+  auto ctx = makeContext(dir, warnings, path);
+  auto kernel = compileOk(*ctx, d128Spec());
+  CHECK(kernel->configOrigin().source == ConfigSource::Heuristic);
+  CHECK(kernel->configOrigin().detail.find("cannot be built here") !=
+        std::string::npos);
+  AttentionSpec gqa = d128Spec();
+  gqa.numKVHeads = 8;
+  compileOk(*ctx, gqa);
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings.text().find("unknown kernel family 'no_such_family'") !=
+        std::string::npos);
+}
+
+TEST_CASE("an explicit config: built as named, cached under its own key") {
+  TempDir dir;
+  Warnings warnings;
+  auto ctx = makeContext(dir, warnings);
+  auto byDefault = compileOk(*ctx, d128Spec());
+  TileConfig other = otherConfig(byDefault->info().config);
+  auto named = ctx->compile(d128Spec(), other);
+  REQUIRE(static_cast<bool>(named));
+  CHECK((*named)->info().config == other);
+  CHECK((*named)->configOrigin().source == ConfigSource::Explicit);
+  CHECK((*named != byDefault));
+  auto again = ctx->compile(d128Spec(), other);
+  REQUIRE(static_cast<bool>(again));
+  CHECK((*again == *named));
+  CHECK((compileOk(*ctx, d128Spec()) == byDefault));
+  // Two builds: the default and the named config, each its own cache entry.
+  CHECK(ctx->cache().stats().builds == 2);
+
+  auto bad = ctx->compile(d128Spec(), TileConfig{"cuda_core", 64, 32, 3, 8});
+  REQUIRE_FALSE(static_cast<bool>(bad));
+  CHECK(llvm::toString(bad.takeError()).find("stages") != std::string::npos);
+  CHECK(std::string(configSourceName(ConfigSource::Tuned)) == "tuned");
+  CHECK(std::string(configSourceName(ConfigSource::Explicit)) == "explicit");
+  CHECK(std::string(configSourceName(ConfigSource::Heuristic)) == "heuristic");
+}
