@@ -46,6 +46,7 @@ TemplateResources CudaCoreForward::resources(const AttentionSpec &spec,
   TemplateResources r;
   int64_t threadsPerRow = spec.headDim / kSliceWidth;
   r.threadsPerBlock = static_cast<unsigned>(config.blockM * threadsPerRow);
+  r.queryRowsPerWarp = static_cast<unsigned>(32 / threadsPerRow);
   // One K and one V tile per stage, block_n rows; each row stores its
   // head_dim/32 slices 40 elements apart (8 elements of bank padding).
   r.sharedMemoryBytes = static_cast<unsigned>(

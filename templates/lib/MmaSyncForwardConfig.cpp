@@ -59,12 +59,13 @@ TemplateResources MmaSyncForward::resources(const AttentionSpec &spec,
   // Per thread, per m tile: O accumulator D/2 f32, scores block_n/2 f32 and
   // their packed P block_n/4. One m tile keeps Q in registers (D/4) with
   // about 36 more for addresses, the running max/sum and loop state; two
-  // re-read Q (8) and need about 48 more (fitted to ptxas -v on sm_90a:
+  // re-read Q (8) and need about 56 more (fitted to ptxas -v on sm_90a:
   // within 12 registers of it for head dims 64 and 128).
   int64_t mTiles = config.blockM / (config.warps * kRowsPerTile);
+  r.queryRowsPerWarp = static_cast<unsigned>(mTiles * kRowsPerTile);
   int64_t perTile = spec.headDim / 2 + config.blockN / 2 + config.blockN / 4;
   r.registersPerThread = static_cast<unsigned>(
-      mTiles == 1 ? perTile + spec.headDim / 4 + 36 : 2 * perTile + 8 + 48);
+      mTiles == 1 ? perTile + spec.headDim / 4 + 36 : 2 * perTile + 8 + 56);
   return r;
 }
 

@@ -27,6 +27,7 @@ struct HeuristicOptions {
 enum class RankingRule {
   TemplateOrder, ///< the more capable template (earlier in allTemplates())
   FillsGpu,      ///< at least one full wave of blocks at the hint shape
+  RowsPerWarp,   ///< more query rows per warp: fewer shared reads per FLOP
   EnoughWarps,   ///< more resident warps, counted up to enoughWarpsPerSM
   BlockM,        ///< larger block_m: fewer passes over K/V in memory
   BlockN,        ///< larger block_n: fewer tiles and softmax rescales

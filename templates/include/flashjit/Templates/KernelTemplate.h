@@ -28,6 +28,10 @@ struct TemplateResources {
   unsigned sharedMemoryBytes = 0;
   /// Estimated registers per thread (the autotuner's occupancy input).
   unsigned registersPerThread = 0;
+  /// Query rows one warp computes: each K/V element a warp reads from shared
+  /// memory feeds that many rows, so more rows mean fewer shared reads per
+  /// FLOP (0: not stated).
+  unsigned queryRowsPerWarp = 0;
 };
 
 class KernelTemplate {
