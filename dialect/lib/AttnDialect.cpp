@@ -39,8 +39,9 @@ TileConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "tile_config block_m must be a power of two in "
                           "[16, 256], got "
                        << blockM;
-  if (!isPow2InRange(blockN, 16, 256))
-    return emitError() << "tile_config block_n must be a power of two in "
+  // block_n only needs whole k16 steps (a template may ask for more).
+  if (blockN < 16 || blockN > 256 || blockN % 16 != 0)
+    return emitError() << "tile_config block_n must be a multiple of 16 in "
                           "[16, 256], got "
                        << blockN;
   if (stages < 1 || stages > 8)

@@ -356,26 +356,55 @@ void Builder::build(StringRef name) {
             negShift[maxAt(mt, h)] = arith::NegFOp::create(b, loc, shift);
             next[maxAt(mt, h)] = rowMax;
           }
-        SmallVector<Value> pv(s.size());
+        // P, rounded to the element type and packed in pairs at once (half
+        // the registers of f32 P): packed[(mt * nTiles + nt) * 2 + h] holds
+        // row half h of score tile nt.
+        SmallVector<Value> packed(mTiles * nTiles * 2);
         for (int64_t mt = 0; mt < mTiles; ++mt)
           for (int64_t h = 0; h < 2; ++h) {
             Value sum = arith::MulFOp::create(b, loc, state[sumAt(mt, h)],
                                               alpha[maxAt(mt, h)]);
-            for (int64_t nt = 0; nt < nTiles; ++nt)
+            for (int64_t nt = 0; nt < nTiles; ++nt) {
+              Value pair[2];
               for (int64_t e = 0; e < 2; ++e) {
                 int64_t i = sAt(mt, nt) + 2 * h + e;
-                pv[i] = exp2(LLVM::FMAOp::create(b, loc, s[i], p.scaleLog2,
-                                                 negShift[maxAt(mt, h)]));
-                sum = arith::AddFOp::create(b, loc, sum, pv[i]);
+                pair[e] = exp2(LLVM::FMAOp::create(b, loc, s[i], p.scaleLog2,
+                                                   negShift[maxAt(mt, h)]));
+                sum = arith::AddFOp::create(b, loc, sum, pair[e]);
               }
+              packed[(mt * nTiles + nt) * 2 + h] = packPair(pair[0], pair[1]);
+            }
             next[sumAt(mt, h)] = sum;
           }
-        SmallVector<Value> acc;
-        for (int64_t mt = 0; mt < mTiles; ++mt)
-          for (int64_t i = 0; i < dTiles * kAccPerTile; ++i)
-            acc.push_back(arith::MulFOp::create(
-                b, loc, state[accBase + accAt(mt, 0) + i],
-                alpha[maxAt(mt, (i % kAccPerTile) / 2)]));
+        // Rescale O only when some row of the warp has a new max (late tiles
+        // rarely do): one vote, a warp-uniform branch.
+        Value changed;
+        for (Value a : alpha) {
+          Value ne = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UNE,
+                                           a, cF32(1.0f));
+          changed = changed ? arith::OrIOp::create(b, loc, changed, ne) : ne;
+        }
+        Value anyChanged = NVVM::VoteSyncOp::create(
+            b, loc, b.getI1Type(), c32(-1), changed, NVVM::VoteSyncKind::any);
+        SmallVector<Type> accTypes(mTiles * dTiles * kAccPerTile, f32);
+        auto rescale = scf::IfOp::create(b, loc, accTypes, anyChanged,
+                                         /*withElseRegion=*/true);
+        {
+          OpBuilder::InsertionGuard g(b);
+          b.setInsertionPointToStart(rescale.thenBlock());
+          SmallVector<Value> scaled;
+          for (int64_t mt = 0; mt < mTiles; ++mt)
+            for (int64_t i = 0; i < dTiles * kAccPerTile; ++i)
+              scaled.push_back(arith::MulFOp::create(
+                  b, loc, state[accBase + accAt(mt, 0) + i],
+                  alpha[maxAt(mt, (i % kAccPerTile) / 2)]));
+          scf::YieldOp::create(b, loc, scaled);
+          b.setInsertionPointToStart(rescale.elseBlock());
+          scf::YieldOp::create(
+              b, loc, ValueRange(state.drop_front(accBase)));
+        }
+        SmallVector<Value> acc(rescale.getResults().begin(),
+                               rescale.getResults().end());
 
         // V[j] has landed and every warp is done with K[j]: K[j+1] streams
         // in while P V computes.
@@ -397,10 +426,9 @@ void Builder::build(StringRef name) {
         for (int64_t kk = 0; kk < pSteps; ++kk) {
           SmallVector<SmallVector<Value, 4>> aFrag;
           for (int64_t mt = 0; mt < mTiles; ++mt) {
-            const Value *t0 = &pv[sAt(mt, 2 * kk)];
-            const Value *t1 = &pv[sAt(mt, 2 * kk + 1)];
-            aFrag.push_back({packPair(t0[0], t0[1]), packPair(t0[2], t0[3]),
-                             packPair(t1[0], t1[1]), packPair(t1[2], t1[3])});
+            const Value *t0 = &packed[(mt * nTiles + 2 * kk) * 2];
+            const Value *t1 = &packed[(mt * nTiles + 2 * kk + 1) * 2];
+            aFrag.push_back({t0[0], t0[1], t1[0], t1[1]});
           }
           for (int64_t dp = 0; dp < dTiles / 2; ++dp) {
             auto vFrag = ldmatrix(

@@ -5,6 +5,8 @@
 
 #include "llvm/Support/FormatVariadic.h"
 
+#include <algorithm>
+
 namespace flashjit {
 namespace {
 
@@ -56,16 +58,23 @@ TemplateResources MmaSyncForward::resources(const AttentionSpec &spec,
   int64_t rowBytes = (spec.headDim + kRowPadding) * dtypeBytes(spec.dtype);
   r.sharedMemoryBytes = static_cast<unsigned>(
       (config.blockM + 2 * config.blockN) * rowBytes);
-  // Per thread, per m tile: O accumulator D/2 f32, scores block_n/2 f32 and
-  // their packed P block_n/4. One m tile keeps Q in registers (D/4) with
-  // about 36 more for addresses, the running max/sum and loop state; two
-  // re-read Q (8) and need about 56 more (fitted to ptxas -v on sm_90a:
-  // within 12 registers of it for head dims 64 and 128).
+  // Per thread: the O accumulators (D/2 f32 per m tile) and the scores
+  // (block_n/2 f32 per m tile) dominate. One m tile also keeps Q in
+  // registers (D/4) plus packed P (block_n/4) and about 36 for addresses
+  // and loop state. Two m tiles re-read Q and need about 88 beyond the
+  // accumulators; below 192 accumulator registers ptxas fits them in its
+  // 255 without spilling on sm_80 and sm_90a; at 192 it spills on sm_80.
+  // Fitted to ptxas -v (CUDA 13.0) for head dims 64/96/128/256, within 25
+  // registers.
   int64_t mTiles = config.blockM / (config.warps * kRowsPerTile);
   r.queryRowsPerWarp = static_cast<unsigned>(mTiles * kRowsPerTile);
-  int64_t perTile = spec.headDim / 2 + config.blockN / 2 + config.blockN / 4;
-  r.registersPerThread = static_cast<unsigned>(
-      mTiles == 1 ? perTile + spec.headDim / 4 + 36 : 2 * perTile + 8 + 56);
+  int64_t accumulators = mTiles * (spec.headDim / 2 + config.blockN / 2);
+  int64_t estimate =
+      mTiles == 1
+          ? accumulators + config.blockN / 4 + spec.headDim / 4 + 36
+          : (accumulators < 192 ? std::min<int64_t>(255, accumulators + 88)
+                                : accumulators + 88);
+  r.registersPerThread = static_cast<unsigned>(estimate);
   return r;
 }
 
@@ -73,7 +82,7 @@ std::vector<TileConfig>
 MmaSyncForward::candidates(const AttentionSpec &spec) const {
   std::vector<TileConfig> out;
   for (int64_t blockM : {64, 128})
-    for (int64_t blockN : {32, 64, 128}) {
+    for (int64_t blockN : {32, 48, 64, 128}) {
       // Wide score tiles next to a wide accumulator run out of registers.
       if (spec.headDim >= 256 && blockN > 64)
         continue;

@@ -153,7 +153,7 @@ func.func @f(%q: tensor<2x8x64x64xbf16>, %s: f32) {
 // -----
 
 func.func @f(%q: tensor<2x8x64x64xbf16>, %s: f32) {
-  // expected-error @+1 {{tile_config block_n must be a power of two in [16, 256], got 512}}
+  // expected-error @+1 {{tile_config block_n must be a multiple of 16 in [16, 256], got 512}}
   %o, %lse = attn.attention %q, %q, %q scale %s {config = #attn.tile_config<family = "cuda_core", block_m = 64, block_n = 512, stages = 1, warps = 8>} : tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16> -> tensor<2x8x64x64xbf16>, tensor<2x8x64xf32>
   return
 }
@@ -179,4 +179,12 @@ func.func @f(%q: tensor<2x8x64x64xbf16>, %s: f32) {
 func.func @f() {
   // expected-error @+1 {{'attn.yield' op expects parent op 'attn.attention'}}
   attn.yield
+}
+
+// -----
+
+func.func @f(%q: tensor<2x8x64x64xbf16>, %s: f32) {
+  // expected-error @+1 {{tile_config block_n must be a multiple of 16 in [16, 256], got 40}}
+  %o, %lse = attn.attention %q, %q, %q scale %s {config = #attn.tile_config<family = "cuda_core", block_m = 64, block_n = 40, stages = 1, warps = 8>} : tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16> -> tensor<2x8x64x64xbf16>, tensor<2x8x64xf32>
+  return
 }
