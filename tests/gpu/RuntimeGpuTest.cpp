@@ -5,8 +5,11 @@
 
 #include "flashjit/Runtime/CudaDriver.h"
 #include "flashjit/Runtime/HostFloat.h"
+#include "flashjit/Runtime/ForwardChecks.h"
 #include "flashjit/Runtime/KernelCache.h"
+#include "flashjit/Runtime/ModuleLoader.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <unistd.h>
@@ -163,9 +166,46 @@ TEST_CASE("launch overhead of forward() on a cached kernel") {
     REQUIRE_FALSE(bool(FLASHJIT_CU(drv, cuCtxSynchronize)));
   }
   hostUs /= batches * perBatch;
+
+  // For comparison, the same kernel launched bare (cuLaunchKernel alone,
+  // no checks), and one launch by itself (the kernel's own latency).
+  auto bare = LoadedModule::load((*kernel)->info(), (*kernel)->ptx(), "", 0);
+  REQUIRE_MESSAGE(bool(bare), llvm::toString(bare.takeError()));
+  ForwardKernelArgs raw = toKernelArgs(args, spec.defaultScale());
+  auto params = raw.paramPointers();
+  LaunchGeometry g = forwardGeometry((*kernel)->info(), 1, 1);
+  auto launchBare = [&] {
+    return FLASHJIT_CU(drv, cuLaunchKernel, bare->function(), g.gridX, g.gridY,
+                       g.gridZ, g.blockX, 1, 1, g.sharedMemoryBytes, nullptr,
+                       params.data(), nullptr);
+  };
+  REQUIRE_FALSE(bool(launchBare()));
+  REQUIRE_FALSE(bool(FLASHJIT_CU(drv, cuEventRecord, start, nullptr)));
+  for (int i = 0; i < launches; ++i)
+    REQUIRE_FALSE(bool(launchBare()));
+  REQUIRE_FALSE(bool(FLASHJIT_CU(drv, cuEventRecord, stop, nullptr)));
+  REQUIRE_FALSE(bool(FLASHJIT_CU(drv, cuEventSynchronize, stop)));
+  float bareMs = 0;
+  REQUIRE_FALSE(
+      bool(FLASHJIT_CU(drv, cuEventElapsedTime, &bareMs, start, stop)));
+  std::vector<float> single;
+  for (int i = 0; i < 51; ++i) {
+    REQUIRE_FALSE(bool(FLASHJIT_CU(drv, cuEventRecord, start, nullptr)));
+    REQUIRE_FALSE(bool(launchBare()));
+    REQUIRE_FALSE(bool(FLASHJIT_CU(drv, cuEventRecord, stop, nullptr)));
+    REQUIRE_FALSE(bool(FLASHJIT_CU(drv, cuEventSynchronize, stop)));
+    float one = 0;
+    REQUIRE_FALSE(
+        bool(FLASHJIT_CU(drv, cuEventElapsedTime, &one, start, stop)));
+    single.push_back(one);
+  }
+  std::nth_element(single.begin(), single.begin() + 25, single.end());
   MESSAGE("forward() per call: " << usPerCall << " us between CUDA events ("
-          << launches << " back-to-back launches of a 1-row problem), "
-          << hostUs << " us of host time");
+          << launches << " back-to-back launches of a 1-row problem, config "
+          << (*kernel)->info().config.canonical() << "), " << hostUs
+          << " us of host time; bare cuLaunchKernel of the same kernel "
+          << bareMs * 1000.0 / launches << " us per call; one launch alone "
+          << single[25] * 1000.0 << " us (median of 51)");
   CHECK(hostUs < 5.0);
   CHECK(usPerCall < 5.0);
   (void)drv.cuEventDestroy(start);
