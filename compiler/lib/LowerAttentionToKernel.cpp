@@ -8,6 +8,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/Verifier.h"
 
 using namespace mlir;
 
@@ -57,6 +58,12 @@ LogicalResult lowerOne(attn::AttentionOp op, ModuleOp module) {
   b.setInsertionPointToEnd(kernels.getBody());
   if (auto err = (*tmpl)->build(b, op.getLoc(), spec, config, name))
     return op.emitOpError(llvm::toString(std::move(err)));
+  // A template bug must be an error here, not a crash in the LLVM
+  // translation later (the pipeline runs without per-pass verification).
+  if (auto kernel = kernels.lookupSymbol(name); !kernel || failed(verify(kernel)))
+    return op.emitOpError("the ")
+           << config.family << " template built an invalid kernel for "
+           << config.canonical() << " (a flashjit bug: please report it)";
   func.erase();
   return success();
 }

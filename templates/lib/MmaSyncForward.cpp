@@ -63,11 +63,17 @@ public:
 
 private:
   /// Copies rows [firstRow, firstRow + rows) of one (batch, head) into the
-  /// shared tile at byte offset `tileOffset` with 16-byte cp.async; rows past
-  /// `lastRow` repeat it (their scores are masked, any finite data will do).
+  /// shared tile at byte offset `tileOffset` with 16-byte cp.async; rows at
+  /// or past `end` are zero-filled (nothing is read for them). Each thread's
+  /// rows are one pointer stepped by a fixed stride: a 64-bit add per chunk.
+  /// firstRow must be before `end`.
   void copyTile(Value base, ValueRange strides, Value batch, Value head,
-                Value firstRow, Value lastRow, int64_t rows,
-                int64_t tileOffset);
+                Value firstRow, Value end, int64_t rows, int64_t tileOffset);
+  /// copyTile where the rows of a round do not line up (threads not a
+  /// multiple of the chunks per row): rows past `end` repeat the last one.
+  void copyTileClamped(Value base, ValueRange strides, Value batch,
+                       Value head, Value firstRow, Value end, int64_t rows,
+                       int64_t tileOffset);
   /// ldmatrix.x4 at `byteOffset` (i32) of shared memory.
   SmallVector<Value, 4> ldmatrix(Value byteOffset, bool transpose);
   /// D = A B + C for one m16n8k16 step; A, B packed pairs as i32.
@@ -91,8 +97,49 @@ Value Builder::sharedAddress(Value byteOffset) {
 }
 
 void Builder::copyTile(Value base, ValueRange strides, Value batch,
-                       Value head, Value firstRow, Value lastRow,
-                       int64_t rows, int64_t tileOffset) {
+                       Value head, Value firstRow, Value end, int64_t rows,
+                       int64_t tileOffset) {
+  const int64_t chunksPerRow = d / 8;
+  if (threads % chunksPerRow != 0)
+    return copyTileClamped(base, strides, batch, head, firstRow, end, rows,
+                           tileOffset);
+  const int64_t rowsPerRound = threads / chunksPerRow;
+  Value row0 = divU(tid, chunksPerRow);
+  Value column = mul(remU(tid, chunksPerRow), c64(8));
+  Value step = mul(strides[2], c64(rowsPerRound));
+  // Zero-filled chunks still name an address: the tile's first row.
+  Value safe = globalAddress(
+      base, elt, add(rowOffset(strides, batch, head, firstRow), column));
+  Value myRow = add(firstRow, row0);
+  Value src = globalAddress(
+      base, elt, add(rowOffset(strides, batch, head, myRow), column));
+  Value dst0 = add(c64(tileOffset),
+                   mul(add(mul(row0, c64(rowElems)), column), c64(eltBytes)));
+  for (int64_t round = 0; round * rowsPerRound < rows; ++round) {
+    OpBuilder::InsertionGuard guard(b);
+    if ((round + 1) * rowsPerRound > rows) {
+      Value row = add(row0, c64(round * rowsPerRound));
+      auto ifOp = scf::IfOp::create(b, loc, cmp(Pred::slt, row, c64(rows)),
+                                    /*withElse=*/false);
+      b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
+    }
+    Value valid =
+        cmp(Pred::slt, add(myRow, c64(round * rowsPerRound)), end);
+    Value from = arith::SelectOp::create(b, loc, valid, src, safe);
+    Value bytes = arith::SelectOp::create(b, loc, valid, c32(16), c32(0));
+    Value dst =
+        toI32(add(dst0, c64(round * rowsPerRound * rowElems * eltBytes)));
+    NVVM::CpAsyncOp::create(b, loc, sharedAddress(dst), from, /*size=*/16,
+                            NVVM::LoadCacheModifierKind::CG, bytes);
+    b.setInsertionPointAfterValue(src);
+    src = globalAddress(src, elt, step);
+  }
+}
+
+void Builder::copyTileClamped(Value base, ValueRange strides, Value batch,
+                              Value head, Value firstRow, Value end,
+                              int64_t rows, int64_t tileOffset) {
+  Value lastRow = sub(end, c64(1));
   const int64_t chunksPerRow = d / 8;
   const int64_t chunks = rows * chunksPerRow;
   for (int64_t first = 0; first < chunks; first += threads) {
@@ -205,8 +252,6 @@ void Builder::build(StringRef name) {
   auto myRow = [&](int64_t mt, int64_t h) {
     return add(add(m0, warpRow0), add(quadRow, c64(16 * mt + 8 * h)));
   };
-  Value lastQueryRow = sub(p.seqlenQ, c64(1));
-  Value lastKeyRow = sub(p.seqlenK, c64(1));
 
   // KV tiles to visit: causal blocks stop at their last row's diagonal.
   Value kvEnd = p.seqlenK;
@@ -215,9 +260,9 @@ void Builder::build(StringRef name) {
   Value numTiles = divU(add(kvEnd, c64(cfg.blockN - 1)), cfg.blockN);
 
   // ---- prologue: Q and K[0] into shared ------------------------------------
-  copyTile(p.q, p.qStrides, at.batch, at.head, m0, lastQueryRow, cfg.blockM,
+  copyTile(p.q, p.qStrides, at.batch, at.head, m0, p.seqlenQ, cfg.blockM,
            qTileOffset);
-  copyTile(p.k, p.kStrides, at.batch, at.kvHead, c64(0), lastKeyRow,
+  copyTile(p.k, p.kStrides, at.batch, at.kvHead, c64(0), p.seqlenK,
            cfg.blockN, kTileOffset);
   NVVM::CpAsyncCommitGroupOp::create(b, loc);
   NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
@@ -273,7 +318,7 @@ void Builder::build(StringRef name) {
         Value j = toI64(tileIndex);
         Value n0 = mul(j, c64(cfg.blockN));
         // V[j] streams in while S and the softmax compute.
-        copyTile(p.v, p.vStrides, at.batch, at.kvHead, n0, lastKeyRow,
+        copyTile(p.v, p.vStrides, at.batch, at.kvHead, n0, p.seqlenK,
                  cfg.blockN, vTileOffset);
         NVVM::CpAsyncCommitGroupOp::create(b, loc);
 
@@ -417,7 +462,7 @@ void Builder::build(StringRef name) {
                                         /*withElse=*/false);
           b.setInsertionPoint(more.thenBlock()->getTerminator());
           copyTile(p.k, p.kStrides, at.batch, at.kvHead,
-                   add(n0, c64(cfg.blockN)), lastKeyRow, cfg.blockN,
+                   add(n0, c64(cfg.blockN)), p.seqlenK, cfg.blockN,
                    kTileOffset);
         }
         NVVM::CpAsyncCommitGroupOp::create(b, loc);

@@ -132,7 +132,10 @@ TEST_CASE("bad arguments: a clear error and nothing launched") {
 
 TEST_CASE("launch overhead of forward() on a cached kernel") {
   AttentionSpec spec = smallSpec();
-  auto kernel = gpuContext().compile(spec);
+  // The lightest tile config, so the figure is the launch and not the
+  // kernel's own work (the default config's figure is reported too).
+  auto kernel =
+      gpuContext().compile(spec, TileConfig{"mma_sync", 64, 32, 2, 4});
   REQUIRE(bool(kernel));
   Buffers buf(1, spec.numHeads, 1, spec.headDim);
   ForwardArgs args = buf.args(spec, 1, 1);
@@ -208,6 +211,21 @@ TEST_CASE("launch overhead of forward() on a cached kernel") {
           << single[25] * 1000.0 << " us (median of 51)");
   CHECK(hostUs < 5.0);
   CHECK(usPerCall < 5.0);
+
+  auto heuristic = gpuContext().compile(spec);
+  REQUIRE(bool(heuristic));
+  REQUIRE_FALSE(bool((*heuristic)->forward(args)));
+  REQUIRE_FALSE(bool(FLASHJIT_CU(drv, cuEventRecord, start, nullptr)));
+  for (int i = 0; i < launches; ++i)
+    REQUIRE_FALSE(bool((*heuristic)->forward(args)));
+  REQUIRE_FALSE(bool(FLASHJIT_CU(drv, cuEventRecord, stop, nullptr)));
+  REQUIRE_FALSE(bool(FLASHJIT_CU(drv, cuEventSynchronize, stop)));
+  float defaultMs = 0;
+  REQUIRE_FALSE(
+      bool(FLASHJIT_CU(drv, cuEventElapsedTime, &defaultMs, start, stop)));
+  MESSAGE("the default config " << (*heuristic)->info().config.canonical()
+          << " on the same 1-row problem: " << defaultMs * 1000.0 / launches
+          << " us per call");
   (void)drv.cuEventDestroy(start);
   (void)drv.cuEventDestroy(stop);
 }
