@@ -78,8 +78,9 @@ llvm::Error Kernel::forward(const ForwardArgs &args) const {
   auto params = kernelArgs.paramPointers();
   LaunchGeometry geometry =
       forwardGeometry(Info, args.q.shape[0], args.q.shape[2]);
-  return withCode(ErrorCode::LaunchError, launch(Module->function(), geometry,
-                                                 params.data(), args.stream));
+  return withCode(ErrorCode::LaunchError,
+                  launch(Module->function(), geometry, params.data(),
+                         args.stream, Module->deviceOrdinal()));
 }
 
 namespace {

@@ -23,7 +23,7 @@ llvm::Error validateGeometry(const LaunchGeometry &g) {
 }
 
 llvm::Error launch(CUfunction function, const LaunchGeometry &geometry,
-                   void **params, CUstream stream) {
+                   void **params, CUstream stream, int deviceOrdinal) {
   if (llvm::Error err = validateGeometry(geometry))
     return err;
   if (!function)
@@ -32,7 +32,7 @@ llvm::Error launch(CUfunction function, const LaunchGeometry &geometry,
   auto drv = CudaDriver::get();
   if (!drv)
     return drv.takeError();
-  if (auto ctx = drv->ensureContext(); !ctx)
+  if (auto ctx = drv->ensureContext(deviceOrdinal); !ctx)
     return ctx.takeError();
   return FLASHJIT_CU(*drv, cuLaunchKernel, function, geometry.gridX,
                      geometry.gridY, geometry.gridZ, geometry.blockX, 1, 1,

@@ -105,6 +105,7 @@ llvm::Expected<LoadedModule> LoadedModule::fromCubin(const KernelInfo &info,
                                    info.name.c_str());
 
   LoadedModule m(d, info);
+  m.DeviceOrdinal = deviceOrdinal;
   m.Cubin = cubin.str();
   // Module images are read as a C string when they are PTX; the copy in
   // m.Cubin carries std::string's terminating NUL.
@@ -190,7 +191,7 @@ llvm::Expected<LoadedModule> LoadedModule::load(const KernelInfo &info,
 LoadedModule::LoadedModule(LoadedModule &&other) noexcept
     : Driver(other.Driver), Info(std::move(other.Info)), Module(other.Module),
       Function(other.Function), Cubin(std::move(other.Cubin)),
-      LinkedFromPtx(other.LinkedFromPtx) {
+      LinkedFromPtx(other.LinkedFromPtx), DeviceOrdinal(other.DeviceOrdinal) {
   other.Module = nullptr;
   other.Function = nullptr;
 }
@@ -204,6 +205,7 @@ LoadedModule &LoadedModule::operator=(LoadedModule &&other) noexcept {
     Function = other.Function;
     Cubin = std::move(other.Cubin);
     LinkedFromPtx = other.LinkedFromPtx;
+    DeviceOrdinal = other.DeviceOrdinal;
     other.Module = nullptr;
     other.Function = nullptr;
   }

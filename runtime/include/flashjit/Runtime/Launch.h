@@ -19,11 +19,12 @@ llvm::Error validateGeometry(const LaunchGeometry &geometry);
 
 /// Launches `function` with `params` (cuLaunchKernel's array of pointers
 /// to each argument) on `stream` (null: the legacy default stream). If the
-/// calling thread has no current context, device 0's primary context is
-/// made current first (CudaDriver::ensureContext). Asynchronous: errors of
-/// the kernel itself surface at the next synchronization.
+/// calling thread has no current context, device `deviceOrdinal`'s primary
+/// context (the one the module was loaded for) is made current first
+/// (CudaDriver::ensureContext). Asynchronous: errors of the kernel itself
+/// surface at the next synchronization.
 llvm::Error launch(CUfunction function, const LaunchGeometry &geometry,
-                   void **params, CUstream stream);
+                   void **params, CUstream stream, int deviceOrdinal = 0);
 
 } // namespace flashjit
 

@@ -71,6 +71,9 @@ public:
   const std::string &cubin() const { return Cubin; }
   /// True when load() or fromPtx() had to JIT-link the PTX.
   bool linkedFromPtx() const { return LinkedFromPtx; }
+  /// The device whose primary context is made current to launch when the
+  /// calling thread has none (the ordinal it was loaded for).
+  int deviceOrdinal() const { return DeviceOrdinal; }
 
 private:
   LoadedModule(const CudaDriver &driver, KernelInfo info)
@@ -83,6 +86,7 @@ private:
   CUfunction Function = nullptr;
   std::string Cubin;
   bool LinkedFromPtx = false;
+  int DeviceOrdinal = 0;
 };
 
 } // namespace flashjit
