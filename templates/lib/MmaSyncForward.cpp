@@ -16,14 +16,16 @@
 //   O += P V       the S accumulators of two n8 tiles are exactly the A
 //                  fragment of one k16 step, so P never leaves registers;
 //                  V fragments by ldmatrix.trans.
-// Pipeline: Q and K[0] load first; in iteration j, V[j] loads (cp.async)
-// while S and the softmax compute, and K[j+1] loads while P V computes.
+// Pipeline: K and V tiles are double-buffered. Q, K[0] and V[0] load
+// first; iteration j waits for its tile, passes one barrier, starts the
+// cp.async of tile j+1 into the other buffer and computes on tile j, so a
+// tile's loads overlap a whole tile of compute.
 // Masks: only tiles that cross the sequence end or the causal diagonal run
 // the per-element selects; causal tiles past the diagonal are never visited.
 //
-// Shared layout: Q tile [block_m][D + 8], K tile [block_n][D + 8], V tile
-// [block_n][D + 8]; the 8 elements of padding make the 8 row addresses of
-// each ldmatrix fall in distinct banks.
+// Shared layout: Q tile [block_m][D + 8], then two buffers of a K tile
+// [block_n][D + 8] and a V tile [block_n][D + 8]; the 8 elements of padding
+// make the 8 row addresses of each ldmatrix fall in distinct banks.
 #include "flashjit/Templates/MmaSyncForward.h"
 
 #include "KernelIR.h"
@@ -68,12 +70,12 @@ private:
   /// rows are one pointer stepped by a fixed stride: a 64-bit add per chunk.
   /// firstRow must be before `end`.
   void copyTile(Value base, ValueRange strides, Value batch, Value head,
-                Value firstRow, Value end, int64_t rows, int64_t tileOffset);
+                Value firstRow, Value end, int64_t rows, Value tileOffset);
   /// copyTile where the rows of a round do not line up (threads not a
   /// multiple of the chunks per row): rows past `end` repeat the last one.
   void copyTileClamped(Value base, ValueRange strides, Value batch,
                        Value head, Value firstRow, Value end, int64_t rows,
-                       int64_t tileOffset);
+                       Value tileOffset);
   /// ldmatrix.x4 at `byteOffset` (i32) of shared memory.
   SmallVector<Value, 4> ldmatrix(Value byteOffset, bool transpose);
   /// D = A B + C for one m16n8k16 step; A, B packed pairs as i32.
@@ -98,7 +100,7 @@ Value Builder::sharedAddress(Value byteOffset) {
 
 void Builder::copyTile(Value base, ValueRange strides, Value batch,
                        Value head, Value firstRow, Value end, int64_t rows,
-                       int64_t tileOffset) {
+                       Value tileOffset) {
   const int64_t chunksPerRow = d / 8;
   if (threads % chunksPerRow != 0)
     return copyTileClamped(base, strides, batch, head, firstRow, end, rows,
@@ -113,7 +115,7 @@ void Builder::copyTile(Value base, ValueRange strides, Value batch,
   Value myRow = add(firstRow, row0);
   Value src = globalAddress(
       base, elt, add(rowOffset(strides, batch, head, myRow), column));
-  Value dst0 = add(c64(tileOffset),
+  Value dst0 = add(tileOffset,
                    mul(add(mul(row0, c64(rowElems)), column), c64(eltBytes)));
   for (int64_t round = 0; round * rowsPerRound < rows; ++round) {
     OpBuilder::InsertionGuard guard(b);
@@ -138,7 +140,7 @@ void Builder::copyTile(Value base, ValueRange strides, Value batch,
 
 void Builder::copyTileClamped(Value base, ValueRange strides, Value batch,
                               Value head, Value firstRow, Value end,
-                              int64_t rows, int64_t tileOffset) {
+                              int64_t rows, Value tileOffset) {
   Value lastRow = sub(end, c64(1));
   const int64_t chunksPerRow = d / 8;
   const int64_t chunks = rows * chunksPerRow;
@@ -156,7 +158,7 @@ void Builder::copyTileClamped(Value base, ValueRange strides, Value batch,
     Value src = globalAddress(
         base, elt, add(rowOffset(strides, batch, head, seqRow), column));
     Value dstOffset = toI32(add(
-        c64(tileOffset), mul(add(mul(row, c64(rowElems)), column),
+        tileOffset, mul(add(mul(row, c64(rowElems)), column),
                              c64(eltBytes))));
     NVVM::CpAsyncOp::create(b, loc, sharedAddress(dstOffset), src,
                             /*size=*/16, NVVM::LoadCacheModifierKind::CG,
@@ -229,8 +231,10 @@ void Builder::build(StringRef name) {
   const int64_t pSteps = cfg.blockN / 16;  // k16 steps of P V
   const int64_t rowBytes = rowElems * eltBytes;
   const int64_t qTileOffset = 0;
+  // Two buffers, each a K tile then a V tile, after the Q tile.
   const int64_t kTileOffset = cfg.blockM * rowBytes;
   const int64_t vTileOffset = kTileOffset + cfg.blockN * rowBytes;
+  const int64_t bufferBytes = 2 * cfg.blockN * rowBytes;
   // Register state per thread: for each (m tile, row half h) a running max
   // and a partial sum, then the O accumulators [m tile][d tile][4].
   const int64_t rowsState = mTiles * 2;
@@ -261,9 +265,11 @@ void Builder::build(StringRef name) {
 
   // ---- prologue: Q and K[0] into shared ------------------------------------
   copyTile(p.q, p.qStrides, at.batch, at.head, m0, p.seqlenQ, cfg.blockM,
-           qTileOffset);
+           c64(qTileOffset));
   copyTile(p.k, p.kStrides, at.batch, at.kvHead, c64(0), p.seqlenK,
-           cfg.blockN, kTileOffset);
+           cfg.blockN, c64(kTileOffset));
+  copyTile(p.v, p.vStrides, at.batch, at.kvHead, c64(0), p.seqlenK,
+           cfg.blockN, c64(vTileOffset));
   NVVM::CpAsyncCommitGroupOp::create(b, loc);
   NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
   gpu::BarrierOp::create(b, loc);
@@ -317,10 +323,28 @@ void Builder::build(StringRef name) {
       [&](OpBuilder &, Location, Value tileIndex, ValueRange state) {
         Value j = toI64(tileIndex);
         Value n0 = mul(j, c64(cfg.blockN));
-        // V[j] streams in while S and the softmax compute.
-        copyTile(p.v, p.vStrides, at.batch, at.kvHead, n0, p.seqlenK,
-                 cfg.blockN, vTileOffset);
+        // K[j] and V[j] have landed, and every warp is done with tile j-1,
+        // whose buffer now receives tile j+1: it streams in during the
+        // whole of this tile's S, softmax and P V. One barrier per tile.
+        NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
+        gpu::BarrierOp::create(b, loc);
+        Value parity = remU(j, 2);
+        Value bufferOffset = mul(parity, c64(bufferBytes));
+        Value nextOffset = mul(sub(c64(1), parity), c64(bufferBytes));
+        {
+          OpBuilder::InsertionGuard g(b);
+          Value nextTile = add(j, c64(1));
+          auto more = scf::IfOp::create(
+              b, loc, cmp(Pred::slt, nextTile, numTiles), /*withElse=*/false);
+          b.setInsertionPoint(more.thenBlock()->getTerminator());
+          Value n1 = add(n0, c64(cfg.blockN));
+          copyTile(p.k, p.kStrides, at.batch, at.kvHead, n1, p.seqlenK,
+                   cfg.blockN, add(c64(kTileOffset), nextOffset));
+          copyTile(p.v, p.vStrides, at.batch, at.kvHead, n1, p.seqlenK,
+                   cfg.blockN, add(c64(vTileOffset), nextOffset));
+        }
         NVVM::CpAsyncCommitGroupOp::create(b, loc);
+        Value kTile = add(kLane, bufferOffset), vTile = add(vLane, bufferOffset);
 
         // S = Q K^T.
         SmallVector<Value> s(mTiles * nTiles * kAccPerTile, cF32(0.0f));
@@ -330,7 +354,7 @@ void Builder::build(StringRef name) {
             q.push_back(mTiles == 1 ? qFrags[ks] : loadQ(mt, ks));
           for (int64_t np = 0; np < nTiles / 2; ++np) {
             auto kFrag = ldmatrix(
-                at32(kLane, (np * 16 * rowElems + ks * 16) * eltBytes), false);
+                at32(kTile, (np * 16 * rowElems + ks * 16) * eltBytes), false);
             for (int64_t mt = 0; mt < mTiles; ++mt)
               for (int64_t half = 0; half < 2; ++half) {
                 int64_t slot = sAt(mt, 2 * np + half);
@@ -451,22 +475,6 @@ void Builder::build(StringRef name) {
         SmallVector<Value> acc(rescale.getResults().begin(),
                                rescale.getResults().end());
 
-        // V[j] has landed and every warp is done with K[j]: K[j+1] streams
-        // in while P V computes.
-        NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
-        gpu::BarrierOp::create(b, loc);
-        {
-          OpBuilder::InsertionGuard g(b);
-          Value nextTile = add(j, c64(1));
-          auto more = scf::IfOp::create(b, loc, cmp(Pred::slt, nextTile, numTiles),
-                                        /*withElse=*/false);
-          b.setInsertionPoint(more.thenBlock()->getTerminator());
-          copyTile(p.k, p.kStrides, at.batch, at.kvHead,
-                   add(n0, c64(cfg.blockN)), p.seqlenK, cfg.blockN,
-                   kTileOffset);
-        }
-        NVVM::CpAsyncCommitGroupOp::create(b, loc);
-
         // O += P V: S tiles 2kk and 2kk+1 form the A fragment of step kk.
         for (int64_t kk = 0; kk < pSteps; ++kk) {
           SmallVector<SmallVector<Value, 4>> aFrag;
@@ -477,7 +485,7 @@ void Builder::build(StringRef name) {
           }
           for (int64_t dp = 0; dp < dTiles / 2; ++dp) {
             auto vFrag = ldmatrix(
-                at32(vLane, (kk * 16 * rowElems + dp * 16) * eltBytes), true);
+                at32(vTile, (kk * 16 * rowElems + dp * 16) * eltBytes), true);
             for (int64_t mt = 0; mt < mTiles; ++mt)
               for (int64_t half = 0; half < 2; ++half) {
                 int64_t slot = accAt(mt, 2 * dp + half);
@@ -487,9 +495,6 @@ void Builder::build(StringRef name) {
               }
           }
         }
-        // K[j+1] has landed and every warp is done with V[j].
-        NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
-        gpu::BarrierOp::create(b, loc);
         std::copy(acc.begin(), acc.end(), next.begin() + accBase);
         scf::YieldOp::create(b, loc, next);
       });

@@ -24,8 +24,8 @@ llvm::Error MmaSyncForward::checkConfig(const AttentionSpec &spec,
                            .str());
   if (config.stages != 2)
     return configError(
-        llvm::formatv("stages must be 2 (V of a tile loads while its scores "
-                      "compute, the next K while P V computes), got {0}",
+        llvm::formatv("stages must be 2 (K and V double-buffered: the next "
+                      "tile loads while this one computes), got {0}",
                       config.stages)
             .str());
   if (config.warps < 1 || (config.blockM != config.warps * kRowsPerTile &&
@@ -54,10 +54,11 @@ TemplateResources MmaSyncForward::resources(const AttentionSpec &spec,
                                             const TileConfig &config) const {
   TemplateResources r;
   r.threadsPerBlock = static_cast<unsigned>(config.warps * 32);
-  // Q tile, one K tile and one V tile, each row padded by 8 elements.
+  // Q tile, then `stages` buffers of a K and a V tile, each row padded by 8
+  // elements.
   int64_t rowBytes = (spec.headDim + kRowPadding) * dtypeBytes(spec.dtype);
   r.sharedMemoryBytes = static_cast<unsigned>(
-      (config.blockM + 2 * config.blockN) * rowBytes);
+      (config.blockM + config.stages * 2 * config.blockN) * rowBytes);
   // Per thread: the O accumulators (D/2 f32 per m tile) and the scores
   // (block_n/2 f32 per m tile) dominate. One m tile also keeps Q in
   // registers (D/4) plus packed P (block_n/4) and about 36 for addresses

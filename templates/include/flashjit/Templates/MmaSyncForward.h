@@ -2,8 +2,9 @@
 // Why: FlashAttention-2's kernel on the tensor cores of sm_80 and newer
 // (it also runs on Hopper). Each warp owns 16 or 32 query rows; S = Q K^T and
 // O += P V are mma.sync m16n8k16 with f32 accumulation, P stays in
-// registers between the two products, and K/V tiles stream through shared
-// memory with cp.async while the previous product computes.
+// registers between the two products, and K/V tiles stream through two
+// shared-memory buffers with cp.async while the other buffer's tile
+// computes.
 #ifndef FLASHJIT_TEMPLATES_MMASYNCFORWARD_H
 #define FLASHJIT_TEMPLATES_MMASYNCFORWARD_H
 
