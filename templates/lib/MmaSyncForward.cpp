@@ -16,10 +16,12 @@
 //   O += P V       the S accumulators of two n8 tiles are exactly the A
 //                  fragment of one k16 step, so P never leaves registers;
 //                  V fragments by ldmatrix.trans.
-// Pipeline: K and V tiles are double-buffered. Q, K[0] and V[0] load
-// first; iteration j waits for its tile, passes one barrier, starts the
-// cp.async of tile j+1 into the other buffer and computes on tile j, so a
-// tile's loads overlap a whole tile of compute.
+// Pipeline, stages = 2: K and V tiles are double-buffered. Q, K[0] and V[0]
+// load first; iteration j waits for its tile, passes one barrier, starts
+// the cp.async of tile j+1 into the other buffer and computes on tile j, so
+// a tile's loads overlap a whole tile of compute. stages = 1: one K and one
+// V buffer (less shared memory, fewer live registers); V[j] loads while S
+// computes and K[j+1] while P V computes, two barriers per tile.
 // Masks: only tiles that cross the sequence end or the causal diagonal run
 // the per-element selects; causal tiles past the diagonal are never visited.
 //
@@ -235,6 +237,7 @@ void Builder::build(StringRef name) {
   const int64_t kTileOffset = cfg.blockM * rowBytes;
   const int64_t vTileOffset = kTileOffset + cfg.blockN * rowBytes;
   const int64_t bufferBytes = 2 * cfg.blockN * rowBytes;
+  const bool doubleBuffered = cfg.stages == 2;
   // Register state per thread: for each (m tile, row half h) a running max
   // and a partial sum, then the O accumulators [m tile][d tile][4].
   const int64_t rowsState = mTiles * 2;
@@ -268,8 +271,9 @@ void Builder::build(StringRef name) {
            c64(qTileOffset));
   copyTile(p.k, p.kStrides, at.batch, at.kvHead, c64(0), p.seqlenK,
            cfg.blockN, c64(kTileOffset));
-  copyTile(p.v, p.vStrides, at.batch, at.kvHead, c64(0), p.seqlenK,
-           cfg.blockN, c64(vTileOffset));
+  if (doubleBuffered)
+    copyTile(p.v, p.vStrides, at.batch, at.kvHead, c64(0), p.seqlenK,
+             cfg.blockN, c64(vTileOffset));
   NVVM::CpAsyncCommitGroupOp::create(b, loc);
   NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
   gpu::BarrierOp::create(b, loc);
@@ -323,15 +327,8 @@ void Builder::build(StringRef name) {
       [&](OpBuilder &, Location, Value tileIndex, ValueRange state) {
         Value j = toI64(tileIndex);
         Value n0 = mul(j, c64(cfg.blockN));
-        // K[j] and V[j] have landed, and every warp is done with tile j-1,
-        // whose buffer now receives tile j+1: it streams in during the
-        // whole of this tile's S, softmax and P V. One barrier per tile.
-        NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
-        gpu::BarrierOp::create(b, loc);
-        Value parity = remU(j, 2);
-        Value bufferOffset = mul(parity, c64(bufferBytes));
-        Value nextOffset = mul(sub(c64(1), parity), c64(bufferBytes));
-        {
+        Value kTile = kLane, vTile = vLane;
+        auto copyNextK = [&](Value offset) {
           OpBuilder::InsertionGuard g(b);
           Value nextTile = add(j, c64(1));
           auto more = scf::IfOp::create(
@@ -339,12 +336,28 @@ void Builder::build(StringRef name) {
           b.setInsertionPoint(more.thenBlock()->getTerminator());
           Value n1 = add(n0, c64(cfg.blockN));
           copyTile(p.k, p.kStrides, at.batch, at.kvHead, n1, p.seqlenK,
-                   cfg.blockN, add(c64(kTileOffset), nextOffset));
-          copyTile(p.v, p.vStrides, at.batch, at.kvHead, n1, p.seqlenK,
-                   cfg.blockN, add(c64(vTileOffset), nextOffset));
+                   cfg.blockN, add(c64(kTileOffset), offset));
+          if (doubleBuffered)
+            copyTile(p.v, p.vStrides, at.batch, at.kvHead, n1, p.seqlenK,
+                     cfg.blockN, add(c64(vTileOffset), offset));
+        };
+        if (doubleBuffered) {
+          // K[j] and V[j] have landed, and every warp is done with tile
+          // j-1, whose buffer now receives tile j+1: it streams in during
+          // the whole of this tile's S, softmax and P V. One barrier.
+          NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
+          gpu::BarrierOp::create(b, loc);
+          Value parity = remU(j, 2);
+          copyNextK(mul(sub(c64(1), parity), c64(bufferBytes)));
+          Value bufferOffset = mul(parity, c64(bufferBytes));
+          kTile = add(kLane, bufferOffset);
+          vTile = add(vLane, bufferOffset);
+        } else {
+          // One buffer: V[j] streams in while S and the softmax compute.
+          copyTile(p.v, p.vStrides, at.batch, at.kvHead, n0, p.seqlenK,
+                   cfg.blockN, c64(vTileOffset));
         }
         NVVM::CpAsyncCommitGroupOp::create(b, loc);
-        Value kTile = add(kLane, bufferOffset), vTile = add(vLane, bufferOffset);
 
         // S = Q K^T.
         SmallVector<Value> s(mTiles * nTiles * kAccPerTile, cF32(0.0f));
@@ -475,6 +488,15 @@ void Builder::build(StringRef name) {
         SmallVector<Value> acc(rescale.getResults().begin(),
                                rescale.getResults().end());
 
+        if (!doubleBuffered) {
+          // V[j] has landed and every warp is done with K[j]: K[j+1]
+          // streams in while P V computes.
+          NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
+          gpu::BarrierOp::create(b, loc);
+          copyNextK(c64(0));
+          NVVM::CpAsyncCommitGroupOp::create(b, loc);
+        }
+
         // O += P V: S tiles 2kk and 2kk+1 form the A fragment of step kk.
         for (int64_t kk = 0; kk < pSteps; ++kk) {
           SmallVector<SmallVector<Value, 4>> aFrag;
@@ -494,6 +516,11 @@ void Builder::build(StringRef name) {
                 std::copy(out.begin(), out.end(), acc.begin() + slot);
               }
           }
+        }
+        if (!doubleBuffered) {
+          // K[j+1] has landed and every warp is done with V[j].
+          NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
+          gpu::BarrierOp::create(b, loc);
         }
         std::copy(acc.begin(), acc.end(), next.begin() + accBase);
         scf::YieldOp::create(b, loc, next);

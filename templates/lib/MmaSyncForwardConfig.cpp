@@ -22,10 +22,11 @@ llvm::Error MmaSyncForward::checkConfig(const AttentionSpec &spec,
     return configError(llvm::formatv("config family '{0}' given to it",
                                      config.family)
                            .str());
-  if (config.stages != 2)
+  if (config.stages != 1 && config.stages != 2)
     return configError(
-        llvm::formatv("stages must be 2 (K and V double-buffered: the next "
-                      "tile loads while this one computes), got {0}",
+        llvm::formatv("stages must be 1 (one K/V buffer) or 2 (double-"
+                      "buffered: the next tile loads while this one "
+                      "computes), got {0}",
                       config.stages)
             .str());
   if (config.warps < 1 || (config.blockM != config.warps * kRowsPerTile &&
@@ -88,8 +89,9 @@ MmaSyncForward::candidates(const AttentionSpec &spec) const {
       if (spec.headDim >= 256 && blockN > 64)
         continue;
       for (int64_t rowsPerWarp : {kRowsPerTile, 2 * kRowsPerTile})
-        out.push_back(
-            {family().str(), blockM, blockN, 2, blockM / rowsPerWarp});
+        for (int64_t stages : {2, 1})
+          out.push_back({family().str(), blockM, blockN, stages,
+                         blockM / rowsPerWarp});
     }
   return out;
 }

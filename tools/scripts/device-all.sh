@@ -11,7 +11,7 @@ export OUT
 mkdir -p "$OUT"
 bash tools/scripts/device-gpu-run.sh > "$OUT/gpu-run.log" 2>&1
 grep -E "MESSAGE|test cases|assertions|ERROR|passed rel|FAILED" "$OUT/gpu-run.log" | head -30
-bash tools/scripts/device-autotune.sh --max-candidates 10 > "$OUT/autotune-run.log" 2>&1
+bash tools/scripts/device-autotune.sh --max-candidates 24 > "$OUT/autotune-run.log" 2>&1
 grep -A14 "^bucket " "$OUT/autotune-table.txt"
 FLASHJIT_TUNING_DB="$OUT/tuning.json" bash tools/scripts/device-bench.sh "$@" \
   > "$OUT/bench-run.log" 2>&1
