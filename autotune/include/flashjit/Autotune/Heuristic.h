@@ -31,7 +31,7 @@ enum class RankingRule {
   EnoughWarps,   ///< more resident warps, counted up to enoughWarpsPerSM
   BlockM,        ///< larger block_m: fewer passes over K/V in memory
   BlockN,        ///< larger block_n: fewer tiles and softmax rescales
-  Stages,        ///< more pipeline stages
+  Stages,        ///< more pipeline stages (fewer at the register cap)
   ActiveWarps,   ///< more resident warps, uncapped
   FewerThreads,  ///< fewer threads for the same tile
   ConfigName,    ///< stable tie-break: canonical() in byte order
