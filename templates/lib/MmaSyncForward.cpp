@@ -83,6 +83,11 @@ private:
   /// D = A B + C for one m16n8k16 step; A, B packed pairs as i32.
   SmallVector<Value, 4> mma(ArrayRef<Value> a, ArrayRef<Value> bFrag,
                             ArrayRef<Value> c);
+  /// The B fragments of one ldmatrix.x4 (two n8 tiles) against the A
+  /// fragment of each m tile: acc[slot(mt, half) ...] += a[mt] * b[half].
+  void mmaTwoTiles(ArrayRef<SmallVector<Value, 4>> a, ArrayRef<Value> b4,
+                   MutableArrayRef<Value> acc,
+                   llvm::function_ref<int64_t(int64_t, int64_t)> slot);
   /// Two f32 values rounded to the element type and packed into an i32.
   Value packPair(Value lo, Value hi);
   Value sharedAddress(Value byteOffset);
@@ -202,6 +207,18 @@ SmallVector<Value, 4> Builder::mma(ArrayRef<Value> a, ArrayRef<Value> bFrag,
   for (int64_t i = 0; i < kAccPerTile; ++i)
     out.push_back(LLVM::ExtractValueOp::create(b, loc, res, i));
   return out;
+}
+
+void Builder::mmaTwoTiles(ArrayRef<SmallVector<Value, 4>> a,
+                          ArrayRef<Value> b4, MutableArrayRef<Value> acc,
+                          llvm::function_ref<int64_t(int64_t, int64_t)> slot) {
+  for (size_t mt = 0; mt < a.size(); ++mt)
+    for (int64_t half = 0; half < 2; ++half) {
+      int64_t at = slot(mt, half);
+      auto out = mma(a[mt], {b4[2 * half], b4[2 * half + 1]},
+                     acc.slice(at, kAccPerTile));
+      std::copy(out.begin(), out.end(), acc.begin() + at);
+    }
 }
 
 Value Builder::packPair(Value lo, Value hi) {
@@ -368,13 +385,9 @@ void Builder::build(StringRef name) {
           for (int64_t np = 0; np < nTiles / 2; ++np) {
             auto kFrag = ldmatrix(
                 at32(kTile, (np * 16 * rowElems + ks * 16) * eltBytes), false);
-            for (int64_t mt = 0; mt < mTiles; ++mt)
-              for (int64_t half = 0; half < 2; ++half) {
-                int64_t slot = sAt(mt, 2 * np + half);
-                auto out = mma(q[mt], {kFrag[2 * half], kFrag[2 * half + 1]},
-                               ArrayRef<Value>(s).slice(slot, kAccPerTile));
-                std::copy(out.begin(), out.end(), s.begin() + slot);
-              }
+            mmaTwoTiles(q, kFrag, s, [&](int64_t mt, int64_t half) {
+              return sAt(mt, 2 * np + half);
+            });
           }
         }
 
@@ -508,13 +521,9 @@ void Builder::build(StringRef name) {
           for (int64_t dp = 0; dp < dTiles / 2; ++dp) {
             auto vFrag = ldmatrix(
                 at32(vTile, (kk * 16 * rowElems + dp * 16) * eltBytes), true);
-            for (int64_t mt = 0; mt < mTiles; ++mt)
-              for (int64_t half = 0; half < 2; ++half) {
-                int64_t slot = accAt(mt, 2 * dp + half);
-                auto out = mma(aFrag[mt], {vFrag[2 * half], vFrag[2 * half + 1]},
-                               ArrayRef<Value>(acc).slice(slot, kAccPerTile));
-                std::copy(out.begin(), out.end(), acc.begin() + slot);
-              }
+            mmaTwoTiles(aFrag, vFrag, acc, [&](int64_t mt, int64_t half) {
+              return accAt(mt, 2 * dp + half);
+            });
           }
         }
         if (!doubleBuffered) {
