@@ -273,6 +273,8 @@ llvm::Expected<CandidateSet> enumerateCandidates(const AttentionSpec &spec,
   const std::vector<const KernelTemplate *> &templates = allTemplates();
   for (unsigned rank = 0; rank < templates.size(); ++rank) {
     const KernelTemplate &tmpl = *templates[rank];
+    if (tmpl.measurementOnly()) // built only when a config names it
+      continue;
     std::string family = tmpl.family().str();
     if (!targetError.empty()) {
       set.skippedTemplates.push_back(family + ": " + targetError);

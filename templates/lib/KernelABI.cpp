@@ -39,6 +39,31 @@ LaunchGeometry forwardGeometry(const KernelInfo &info, int64_t batch,
   return g;
 }
 
+llvm::Expected<TileConfig> TileConfig::parse(llvm::StringRef text) {
+  auto malformed = [&] {
+    return llvm::createStringError(
+        "malformed tile config '" + text.str() +
+        "': expected family:m<block_m>:n<block_n>:s<stages>:w<warps>, e.g. "
+        "mma_sync:m128:n64:s2:w4");
+  };
+  llvm::SmallVector<llvm::StringRef, 5> parts;
+  text.split(parts, ':');
+  if (parts.size() != 5 || parts[0].empty())
+    return malformed();
+  TileConfig config;
+  config.family = parts[0].str();
+  int64_t *fields[] = {&config.blockM, &config.blockN, &config.stages,
+                       &config.warps};
+  const char prefixes[] = {'m', 'n', 's', 'w'};
+  for (int i = 0; i < 4; ++i) {
+    llvm::StringRef part = parts[i + 1];
+    if (!part.consume_front(llvm::StringRef(&prefixes[i], 1)) ||
+        part.getAsInteger(10, *fields[i]) || *fields[i] < 1)
+      return malformed();
+  }
+  return config;
+}
+
 std::string TileConfig::canonical() const {
   return llvm::formatv("{0}:m{1}:n{2}:s{3}:w{4}", family, blockM, blockN,
                        stages, warps)

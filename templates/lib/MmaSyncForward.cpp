@@ -51,8 +51,9 @@ constexpr int64_t kAccPerTile = 4;
 class Builder : public KernelIR {
 public:
   Builder(OpBuilder &b, Location loc, const AttentionSpec &spec,
-          const TileConfig &config)
-      : KernelIR(b, loc, spec), cfg(config), d(spec.headDim),
+          const TileConfig &config, bool withSoftmax)
+      : KernelIR(b, loc, spec), cfg(config), withSoftmax(withSoftmax),
+        d(spec.headDim),
         threads(config.warps * 32),
         rowElems(spec.headDim + MmaSyncForward::kRowPadding),
         eltBytes(dtypeBytes(spec.dtype)) {
@@ -93,6 +94,7 @@ private:
   Value sharedAddress(Value byteOffset);
 
   const TileConfig &cfg;
+  const bool withSoftmax;
   const int64_t d, threads, rowElems, eltBytes;
   Value smemBase, tid;
   Type sharedPtr;
@@ -391,115 +393,126 @@ void Builder::build(StringRef name) {
           }
         }
 
-        // Masks, only on tiles that cross the end or the diagonal.
-        Value needMask = cmp(Pred::sgt, add(n0, c64(cfg.blockN)), p.seqlenK);
-        if (spec.causal)
-          needMask = arith::OrIOp::create(
-              b, loc, needMask,
-              cmp(Pred::sgt, add(n0, c64(cfg.blockN - 1)), m0));
-        SmallVector<Type> sTypes(s.size(), f32);
-        auto masked = scf::IfOp::create(b, loc, sTypes, needMask,
-                                        /*withElseRegion=*/true);
-        {
-          OpBuilder::InsertionGuard g(b);
-          b.setInsertionPointToStart(masked.thenBlock());
-          SmallVector<Value> out;
-          for (int64_t mt = 0; mt < mTiles; ++mt) {
-            Value rows[2] = {myRow(mt, 0), myRow(mt, 1)};
-            for (int64_t nt = 0; nt < nTiles; ++nt)
-              for (int64_t r = 0; r < kAccPerTile; ++r) {
-                Value col = add(add(n0, quadCol), c64(nt * 8 + r % 2));
-                Value valid = cmp(Pred::slt, col, p.seqlenK);
-                if (spec.causal)
-                  valid = arith::AndIOp::create(
-                      b, loc, valid, cmp(Pred::sle, col, rows[r / 2]));
-                out.push_back(arith::SelectOp::create(
-                    b, loc, valid, s[sAt(mt, nt) + r], cF32(negInf)));
-              }
-          }
-          scf::YieldOp::create(b, loc, out);
-          b.setInsertionPointToStart(masked.elseBlock());
-          scf::YieldOp::create(b, loc, s);
-        }
-        for (size_t i = 0; i < s.size(); ++i)
-          s[i] = masked.getResult(i);
-
-        // Online softmax per row: new max, rescale factor alpha. The max is
-        // kept unscaled; scale * log2(e) > 0 (the runtime checks the scale)
-        // folds into one multiply-add per score: p = 2^(s * c - m * c).
+        // P packed in pairs of the element type: packed[(mt * nTiles + nt)
+        // * 2 + h] holds row half h of score tile nt.
         SmallVector<Value> next(state.begin(), state.end());
-        SmallVector<Value> alpha(rowsState), negShift(rowsState);
-        for (int64_t mt = 0; mt < mTiles; ++mt)
-          for (int64_t h = 0; h < 2; ++h) {
-            Value rowMax = state[maxAt(mt, h)];
-            for (int64_t nt = 0; nt < nTiles; ++nt)
-              for (int64_t e = 0; e < 2; ++e)
-                rowMax = maxF(rowMax, s[sAt(mt, nt) + 2 * h + e]);
-            rowMax = shuffleXorReduce(rowMax, 4, /*isMax=*/true);
-            // A row with every score masked so far keeps m = -inf; shift
-            // by 0 then, so no -inf - -inf appears.
-            Value isEmpty = arith::CmpFOp::create(
-                b, loc, arith::CmpFPredicate::OEQ, rowMax, cF32(negInf));
-            Value scaledMax =
-                arith::MulFOp::create(b, loc, rowMax, p.scaleLog2);
-            Value shift = arith::SelectOp::create(b, loc, isEmpty, cF32(0.0f),
-                                                  scaledMax);
-            Value oldScaled =
-                arith::MulFOp::create(b, loc, state[maxAt(mt, h)], p.scaleLog2);
-            alpha[maxAt(mt, h)] =
-                exp2(arith::SubFOp::create(b, loc, oldScaled, shift));
-            negShift[maxAt(mt, h)] = arith::NegFOp::create(b, loc, shift);
-            next[maxAt(mt, h)] = rowMax;
-          }
-        // P, rounded to the element type and packed in pairs at once (half
-        // the registers of f32 P): packed[(mt * nTiles + nt) * 2 + h] holds
-        // row half h of score tile nt.
         SmallVector<Value> packed(mTiles * nTiles * 2);
-        for (int64_t mt = 0; mt < mTiles; ++mt)
-          for (int64_t h = 0; h < 2; ++h) {
-            Value sum = arith::MulFOp::create(b, loc, state[sumAt(mt, h)],
-                                              alpha[maxAt(mt, h)]);
-            for (int64_t nt = 0; nt < nTiles; ++nt) {
-              Value pair[2];
-              for (int64_t e = 0; e < 2; ++e) {
-                int64_t i = sAt(mt, nt) + 2 * h + e;
-                pair[e] = exp2(LLVM::FMAOp::create(b, loc, s[i], p.scaleLog2,
-                                                   negShift[maxAt(mt, h)]));
-                sum = arith::AddFOp::create(b, loc, sum, pair[e]);
-              }
-              packed[(mt * nTiles + nt) * 2 + h] = packPair(pair[0], pair[1]);
-            }
-            next[sumAt(mt, h)] = sum;
-          }
-        // Rescale O only when some row of the warp has a new max (late tiles
-        // rarely do): one vote, a warp-uniform branch.
-        Value changed;
-        for (Value a : alpha) {
-          Value ne = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UNE,
-                                           a, cF32(1.0f));
-          changed = changed ? arith::OrIOp::create(b, loc, changed, ne) : ne;
-        }
-        Value anyChanged = NVVM::VoteSyncOp::create(
-            b, loc, b.getI1Type(), c32(-1), changed, NVVM::VoteSyncKind::any);
-        SmallVector<Type> accTypes(mTiles * dTiles * kAccPerTile, f32);
-        auto rescale = scf::IfOp::create(b, loc, accTypes, anyChanged,
-                                         /*withElseRegion=*/true);
-        {
-          OpBuilder::InsertionGuard g(b);
-          b.setInsertionPointToStart(rescale.thenBlock());
-          SmallVector<Value> scaled;
+        SmallVector<Value> acc;
+        if (!withSoftmax) {
+          // Measurement only (family mma_sync_nosoftmax): P = S as it is,
+          // with no mask, max, exp2, sum or rescale, to time the rest.
           for (int64_t mt = 0; mt < mTiles; ++mt)
-            for (int64_t i = 0; i < dTiles * kAccPerTile; ++i)
-              scaled.push_back(arith::MulFOp::create(
-                  b, loc, state[accBase + accAt(mt, 0) + i],
-                  alpha[maxAt(mt, (i % kAccPerTile) / 2)]));
-          scf::YieldOp::create(b, loc, scaled);
-          b.setInsertionPointToStart(rescale.elseBlock());
-          scf::YieldOp::create(
-              b, loc, ValueRange(state.drop_front(accBase)));
+            for (int64_t nt = 0; nt < nTiles; ++nt)
+              for (int64_t h = 0; h < 2; ++h)
+                packed[(mt * nTiles + nt) * 2 + h] =
+                    packPair(s[sAt(mt, nt) + 2 * h], s[sAt(mt, nt) + 2 * h + 1]);
+          acc.assign(state.begin() + accBase, state.end());
+        } else {
+          // Masks, only on tiles that cross the end or the diagonal.
+          Value needMask = cmp(Pred::sgt, add(n0, c64(cfg.blockN)), p.seqlenK);
+          if (spec.causal)
+            needMask = arith::OrIOp::create(
+                b, loc, needMask,
+                cmp(Pred::sgt, add(n0, c64(cfg.blockN - 1)), m0));
+          SmallVector<Type> sTypes(s.size(), f32);
+          auto masked = scf::IfOp::create(b, loc, sTypes, needMask,
+                                          /*withElseRegion=*/true);
+          {
+            OpBuilder::InsertionGuard g(b);
+            b.setInsertionPointToStart(masked.thenBlock());
+            SmallVector<Value> out;
+            for (int64_t mt = 0; mt < mTiles; ++mt) {
+              Value rows[2] = {myRow(mt, 0), myRow(mt, 1)};
+              for (int64_t nt = 0; nt < nTiles; ++nt)
+                for (int64_t r = 0; r < kAccPerTile; ++r) {
+                  Value col = add(add(n0, quadCol), c64(nt * 8 + r % 2));
+                  Value valid = cmp(Pred::slt, col, p.seqlenK);
+                  if (spec.causal)
+                    valid = arith::AndIOp::create(
+                        b, loc, valid, cmp(Pred::sle, col, rows[r / 2]));
+                  out.push_back(arith::SelectOp::create(
+                      b, loc, valid, s[sAt(mt, nt) + r], cF32(negInf)));
+                }
+            }
+            scf::YieldOp::create(b, loc, out);
+            b.setInsertionPointToStart(masked.elseBlock());
+            scf::YieldOp::create(b, loc, s);
+          }
+          for (size_t i = 0; i < s.size(); ++i)
+            s[i] = masked.getResult(i);
+
+          // Online softmax per row: new max, rescale factor alpha. The max is
+          // kept unscaled; scale * log2(e) > 0 (the runtime checks the scale)
+          // folds into one multiply-add per score: p = 2^(s * c - m * c).
+          SmallVector<Value> alpha(rowsState), negShift(rowsState);
+          for (int64_t mt = 0; mt < mTiles; ++mt)
+            for (int64_t h = 0; h < 2; ++h) {
+              Value rowMax = state[maxAt(mt, h)];
+              for (int64_t nt = 0; nt < nTiles; ++nt)
+                for (int64_t e = 0; e < 2; ++e)
+                  rowMax = maxF(rowMax, s[sAt(mt, nt) + 2 * h + e]);
+              rowMax = shuffleXorReduce(rowMax, 4, /*isMax=*/true);
+              // A row with every score masked so far keeps m = -inf; shift
+              // by 0 then, so no -inf - -inf appears.
+              Value isEmpty = arith::CmpFOp::create(
+                  b, loc, arith::CmpFPredicate::OEQ, rowMax, cF32(negInf));
+              Value scaledMax =
+                  arith::MulFOp::create(b, loc, rowMax, p.scaleLog2);
+              Value shift = arith::SelectOp::create(b, loc, isEmpty, cF32(0.0f),
+                                                    scaledMax);
+              Value oldScaled =
+                  arith::MulFOp::create(b, loc, state[maxAt(mt, h)], p.scaleLog2);
+              alpha[maxAt(mt, h)] =
+                  exp2(arith::SubFOp::create(b, loc, oldScaled, shift));
+              negShift[maxAt(mt, h)] = arith::NegFOp::create(b, loc, shift);
+              next[maxAt(mt, h)] = rowMax;
+            }
+          // P, rounded and packed at once (half the registers of f32 P).
+          for (int64_t mt = 0; mt < mTiles; ++mt)
+            for (int64_t h = 0; h < 2; ++h) {
+              Value sum = arith::MulFOp::create(b, loc, state[sumAt(mt, h)],
+                                                alpha[maxAt(mt, h)]);
+              for (int64_t nt = 0; nt < nTiles; ++nt) {
+                Value pair[2];
+                for (int64_t e = 0; e < 2; ++e) {
+                  int64_t i = sAt(mt, nt) + 2 * h + e;
+                  pair[e] = exp2(LLVM::FMAOp::create(b, loc, s[i], p.scaleLog2,
+                                                     negShift[maxAt(mt, h)]));
+                  sum = arith::AddFOp::create(b, loc, sum, pair[e]);
+                }
+                packed[(mt * nTiles + nt) * 2 + h] = packPair(pair[0], pair[1]);
+              }
+              next[sumAt(mt, h)] = sum;
+            }
+          // Rescale O only when some row of the warp has a new max (late tiles
+          // rarely do): one vote, a warp-uniform branch.
+          Value changed;
+          for (Value a : alpha) {
+            Value ne = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UNE,
+                                             a, cF32(1.0f));
+            changed = changed ? arith::OrIOp::create(b, loc, changed, ne) : ne;
+          }
+          Value anyChanged = NVVM::VoteSyncOp::create(
+              b, loc, b.getI1Type(), c32(-1), changed, NVVM::VoteSyncKind::any);
+          SmallVector<Type> accTypes(mTiles * dTiles * kAccPerTile, f32);
+          auto rescale = scf::IfOp::create(b, loc, accTypes, anyChanged,
+                                           /*withElseRegion=*/true);
+          {
+            OpBuilder::InsertionGuard g(b);
+            b.setInsertionPointToStart(rescale.thenBlock());
+            SmallVector<Value> scaled;
+            for (int64_t mt = 0; mt < mTiles; ++mt)
+              for (int64_t i = 0; i < dTiles * kAccPerTile; ++i)
+                scaled.push_back(arith::MulFOp::create(
+                    b, loc, state[accBase + accAt(mt, 0) + i],
+                    alpha[maxAt(mt, (i % kAccPerTile) / 2)]));
+            scf::YieldOp::create(b, loc, scaled);
+            b.setInsertionPointToStart(rescale.elseBlock());
+            scf::YieldOp::create(
+                b, loc, ValueRange(state.drop_front(accBase)));
+          }
+          acc.assign(rescale.getResults().begin(), rescale.getResults().end());
         }
-        SmallVector<Value> acc(rescale.getResults().begin(),
-                               rescale.getResults().end());
 
         if (!doubleBuffered) {
           // V[j] has landed and every warp is done with K[j]: K[j+1]
@@ -574,7 +587,7 @@ void Builder::build(StringRef name) {
 void MmaSyncForward::emit(OpBuilder &builder, Location loc,
                     const AttentionSpec &spec, const TileConfig &config,
                     StringRef name) const {
-  Builder(builder, loc, spec, config).build(name);
+  Builder(builder, loc, spec, config, WithSoftmax).build(name);
 }
 
 } // namespace flashjit

@@ -17,8 +17,9 @@ namespace flashjit {
 const std::vector<const KernelTemplate *> &allTemplates() {
   static const MmaSyncForward mmaSync;
   static const CudaCoreForward cudaCore;
-  static const std::vector<const KernelTemplate *> templates = {&mmaSync,
-                                                                &cudaCore};
+  static const MmaSyncForward mmaSyncNoSoftmax(/*withSoftmax=*/false);
+  static const std::vector<const KernelTemplate *> templates = {
+      &mmaSync, &cudaCore, &mmaSyncNoSoftmax};
   return templates;
 }
 

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <optional>
 #include <random>
 
 namespace cl = llvm::cl;
@@ -44,6 +45,11 @@ static cl::opt<uint64_t> seed("seed", cl::desc("Input seed (default: random)"),
                               cl::cat(category));
 static cl::opt<bool> json("json", cl::desc("Print JSON"), cl::sub(runCommand),
                           cl::cat(category));
+static cl::opt<std::string>
+    configText("config",
+               cl::desc("Build this tile config (e.g. mma_sync:m128:n64:s2:w4) "
+                        "instead of the tuned or heuristic one"),
+               cl::sub(runCommand), cl::cat(category));
 
 int runRun() {
   auto spec = specFromOptions();
@@ -57,6 +63,13 @@ int runRun() {
     return reportError("run", llvm::createStringError(
                                   "batch and seqlen must be at least 1, "
                                   "iters and warmup at least 0"));
+  std::optional<TileConfig> explicitConfig;
+  if (!configText.empty()) {
+    auto config = TileConfig::parse(configText);
+    if (!config)
+      return reportError("run", config.takeError());
+    explicitConfig = *config;
+  }
   auto ctx = Context::create();
   if (!ctx)
     return reportError("run", ctx.takeError());
@@ -67,6 +80,7 @@ int runRun() {
   // The run's length picks the tuning database's bucket.
   KernelOptions kernelOptions;
   kernelOptions.seqlen = seqlen;
+  kernelOptions.config = explicitConfig;
   auto kernel = (*ctx)->compile(*spec, kernelOptions);
   if (!kernel)
     return reportError("run", kernel.takeError());

@@ -28,6 +28,8 @@ std::set<std::string> fittingConfigs(const AttentionSpec &spec,
   auto target = Target::fromComputeCapability(device.ccMajor, device.ccMinor);
   REQUIRE(static_cast<bool>(target));
   for (const KernelTemplate *tmpl : allTemplates()) {
+    if (tmpl->measurementOnly())
+      continue;
     if (auto err = tmpl->supports(spec, *target)) {
       llvm::consumeError(std::move(err));
       continue;

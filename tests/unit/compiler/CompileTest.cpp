@@ -107,3 +107,19 @@ TEST_CASE("context without a GPU: compiles, caches, refuses to launch") {
   std::string cleanup = std::string("rm -rf ") + dir;
   (void)std::system(cleanup.c_str());
 }
+
+TEST_CASE("tile configs parse back from their canonical text") {
+  TileConfig config{"mma_sync", 128, 48, 1, 4};
+  auto parsed = TileConfig::parse(config.canonical());
+  REQUIRE_MESSAGE(bool(parsed), llvm::toString(parsed.takeError()));
+  CHECK(*parsed == config);
+  for (const char *bad : {"", "mma_sync", ":m1:n1:s1:w1", "x:m1:n1:s1",
+                          "x:m1:n1:s1:w1:z", "x:n1:m1:s1:w1", "x:m-1:n1:s1:w1",
+                          "x:m1:n1:s1:wq"}) {
+    auto r = TileConfig::parse(bad);
+    CHECK_FALSE(bool(r));
+    if (!r)
+      CHECK(llvm::toString(r.takeError()).find("malformed tile config") == 0);
+  }
+}
+

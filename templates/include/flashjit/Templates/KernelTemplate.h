@@ -41,6 +41,10 @@ public:
   virtual llvm::StringRef family() const = 0;
   /// Lowest compute capability the template runs on (e.g. 80).
   virtual int minComputeCapability() const = 0;
+  /// A variant that computes something else on purpose, to time a part of
+  /// a kernel (e.g. without its softmax): built only when a config names
+  /// it, never a candidate of the heuristic or the tuner.
+  virtual bool measurementOnly() const { return false; }
   /// Head dims the template builds, ascending.
   virtual std::vector<int64_t> headDims() const = 0;
   /// Whether the template can build this problem for this target (a valid

@@ -22,7 +22,15 @@ public:
   /// distinct banks.
   static constexpr int64_t kRowPadding = 8;
 
-  llvm::StringRef family() const override { return "mma_sync"; }
+  /// withSoftmax = false builds the measurement-only variant
+  /// "mma_sync_nosoftmax": the same kernel with P = S (no mask, max, exp2,
+  /// sum or rescale), wrong by design, to time what the softmax costs.
+  explicit MmaSyncForward(bool withSoftmax = true)
+      : WithSoftmax(withSoftmax) {}
+  llvm::StringRef family() const override {
+    return WithSoftmax ? "mma_sync" : "mma_sync_nosoftmax";
+  }
+  bool measurementOnly() const override { return !WithSoftmax; }
   int minComputeCapability() const override { return 80; }
   std::vector<int64_t> headDims() const override { return {64, 96, 128, 256}; }
   llvm::Error checkConfig(const AttentionSpec &spec,
@@ -31,6 +39,9 @@ public:
                               const TileConfig &config) const override;
   std::vector<TileConfig>
   candidates(const AttentionSpec &spec) const override;
+
+private:
+  bool WithSoftmax;
 
 protected:
   void emit(mlir::OpBuilder &builder, mlir::Location loc,

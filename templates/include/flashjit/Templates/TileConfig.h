@@ -5,6 +5,9 @@
 #ifndef FLASHJIT_TEMPLATES_TILECONFIG_H
 #define FLASHJIT_TEMPLATES_TILECONFIG_H
 
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
 #include <cstdint>
 #include <string>
 
@@ -20,6 +23,9 @@ struct TileConfig {
 
   /// "cuda_core:m64:n32:s1:w8", stable: part of the cache key.
   std::string canonical() const;
+  /// The inverse of canonical(); an error names what is malformed. Whether
+  /// a template can build it is the template's question (checkConfig).
+  static llvm::Expected<TileConfig> parse(llvm::StringRef text);
   bool operator==(const TileConfig &o) const {
     return family == o.family && blockM == o.blockM && blockN == o.blockN &&
            stages == o.stages && warps == o.warps;
