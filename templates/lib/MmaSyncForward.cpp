@@ -30,7 +30,7 @@
 // make the 8 row addresses of each ldmatrix fall in distinct banks.
 #include "flashjit/Templates/MmaSyncForward.h"
 
-#include "KernelIR.h"
+#include "MmaSyncBuilder.h"
 
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -40,196 +40,7 @@
 
 using namespace mlir;
 
-namespace flashjit {
-namespace {
-
-using Pred = arith::CmpIPredicate;
-
-/// Accumulator registers of one m16n8 tile per thread.
-constexpr int64_t kAccPerTile = 4;
-
-class Builder : public KernelIR {
-public:
-  Builder(OpBuilder &b, Location loc, const AttentionSpec &spec,
-          const TileConfig &config, bool withSoftmax)
-      : KernelIR(b, loc, spec), cfg(config), withSoftmax(withSoftmax),
-        d(spec.headDim),
-        threads(config.warps * 32),
-        rowElems(spec.headDim + MmaSyncForward::kRowPadding),
-        eltBytes(dtypeBytes(spec.dtype)) {
-    MLIRContext *ctx = b.getContext();
-    sharedPtr = LLVM::LLVMPointerType::get(ctx, /*addressSpace=*/3);
-    accType = LLVM::LLVMStructType::getLiteral(ctx, {f32, f32, f32, f32});
-    frag4Type = LLVM::LLVMStructType::getLiteral(ctx, {i32, i32, i32, i32});
-    pair = VectorType::get({2}, elt);
-  }
-
-  void build(StringRef name);
-
-private:
-  /// Copies rows [firstRow, firstRow + rows) of one (batch, head) into the
-  /// shared tile at byte offset `tileOffset` with 16-byte cp.async; rows at
-  /// or past `end` are zero-filled (nothing is read for them). Each thread's
-  /// rows are one pointer stepped by a fixed stride: a 64-bit add per chunk.
-  /// firstRow must be before `end`.
-  void copyTile(Value base, ValueRange strides, Value batch, Value head,
-                Value firstRow, Value end, int64_t rows, Value tileOffset);
-  /// copyTile where the rows of a round do not line up (threads not a
-  /// multiple of the chunks per row): rows past `end` repeat the last one.
-  void copyTileClamped(Value base, ValueRange strides, Value batch,
-                       Value head, Value firstRow, Value end, int64_t rows,
-                       Value tileOffset);
-  /// ldmatrix.x4 at `byteOffset` (i32) of shared memory.
-  SmallVector<Value, 4> ldmatrix(Value byteOffset, bool transpose);
-  /// D = A B + C for one m16n8k16 step; A, B packed pairs as i32.
-  SmallVector<Value, 4> mma(ArrayRef<Value> a, ArrayRef<Value> bFrag,
-                            ArrayRef<Value> c);
-  /// The B fragments of one ldmatrix.x4 (two n8 tiles) against the A
-  /// fragment of each m tile: acc[slot(mt, half) ...] += a[mt] * b[half].
-  void mmaTwoTiles(ArrayRef<SmallVector<Value, 4>> a, ArrayRef<Value> b4,
-                   MutableArrayRef<Value> acc,
-                   llvm::function_ref<int64_t(int64_t, int64_t)> slot);
-  /// Two f32 values rounded to the element type and packed into an i32.
-  Value packPair(Value lo, Value hi);
-  Value sharedAddress(Value byteOffset);
-
-  const TileConfig &cfg;
-  const bool withSoftmax;
-  const int64_t d, threads, rowElems, eltBytes;
-  Value smemBase, tid;
-  Type sharedPtr;
-  LLVM::LLVMStructType accType, frag4Type;
-  VectorType pair;
-};
-
-Value Builder::sharedAddress(Value byteOffset) {
-  return LLVM::GEPOp::create(b, loc, sharedPtr, b.getI8Type(), smemBase,
-                             ValueRange{byteOffset});
-}
-
-void Builder::copyTile(Value base, ValueRange strides, Value batch,
-                       Value head, Value firstRow, Value end, int64_t rows,
-                       Value tileOffset) {
-  const int64_t chunksPerRow = d / 8;
-  if (threads % chunksPerRow != 0)
-    return copyTileClamped(base, strides, batch, head, firstRow, end, rows,
-                           tileOffset);
-  const int64_t rowsPerRound = threads / chunksPerRow;
-  Value row0 = divU(tid, chunksPerRow);
-  Value column = mul(remU(tid, chunksPerRow), c64(8));
-  Value step = mul(strides[2], c64(rowsPerRound));
-  // Zero-filled chunks still name an address: the tile's first row.
-  Value safe = globalAddress(
-      base, elt, add(rowOffset(strides, batch, head, firstRow), column));
-  Value myRow = add(firstRow, row0);
-  Value src = globalAddress(
-      base, elt, add(rowOffset(strides, batch, head, myRow), column));
-  Value dst0 = add(tileOffset,
-                   mul(add(mul(row0, c64(rowElems)), column), c64(eltBytes)));
-  for (int64_t round = 0; round * rowsPerRound < rows; ++round) {
-    OpBuilder::InsertionGuard guard(b);
-    if ((round + 1) * rowsPerRound > rows) {
-      Value row = add(row0, c64(round * rowsPerRound));
-      auto ifOp = scf::IfOp::create(b, loc, cmp(Pred::slt, row, c64(rows)),
-                                    /*withElse=*/false);
-      b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
-    }
-    Value valid =
-        cmp(Pred::slt, add(myRow, c64(round * rowsPerRound)), end);
-    Value from = arith::SelectOp::create(b, loc, valid, src, safe);
-    Value bytes = arith::SelectOp::create(b, loc, valid, c32(16), c32(0));
-    Value dst =
-        toI32(add(dst0, c64(round * rowsPerRound * rowElems * eltBytes)));
-    NVVM::CpAsyncOp::create(b, loc, sharedAddress(dst), from, /*size=*/16,
-                            NVVM::LoadCacheModifierKind::CG, bytes);
-    b.setInsertionPointAfterValue(src);
-    src = globalAddress(src, elt, step);
-  }
-}
-
-void Builder::copyTileClamped(Value base, ValueRange strides, Value batch,
-                              Value head, Value firstRow, Value end,
-                              int64_t rows, Value tileOffset) {
-  Value lastRow = sub(end, c64(1));
-  const int64_t chunksPerRow = d / 8;
-  const int64_t chunks = rows * chunksPerRow;
-  for (int64_t first = 0; first < chunks; first += threads) {
-    OpBuilder::InsertionGuard guard(b);
-    Value chunk = add(tid, c64(first));
-    if (first + threads > chunks) {
-      auto inRange = scf::IfOp::create(b, loc, cmp(Pred::slt, chunk, c64(chunks)),
-                                       /*withElse=*/false);
-      b.setInsertionPoint(inRange.thenBlock()->getTerminator());
-    }
-    Value row = divU(chunk, chunksPerRow);
-    Value column = mul(remU(chunk, chunksPerRow), c64(8));
-    Value seqRow = minS(add(firstRow, row), lastRow);
-    Value src = globalAddress(
-        base, elt, add(rowOffset(strides, batch, head, seqRow), column));
-    Value dstOffset = toI32(add(
-        tileOffset, mul(add(mul(row, c64(rowElems)), column),
-                             c64(eltBytes))));
-    NVVM::CpAsyncOp::create(b, loc, sharedAddress(dstOffset), src,
-                            /*size=*/16, NVVM::LoadCacheModifierKind::CG,
-                            /*cpSize=*/Value());
-  }
-}
-
-SmallVector<Value, 4> Builder::ldmatrix(Value byteOffset, bool transpose) {
-  auto shape = NVVM::LdStMatrixShapeAttr::get(b.getContext(), 8, 8);
-  Value frags = NVVM::LdMatrixOp::create(
-      b, loc, frag4Type, sharedAddress(byteOffset), /*num=*/4,
-      transpose ? NVVM::MMALayout::col : NVVM::MMALayout::row, shape,
-      NVVM::LdStMatrixEltType::B16);
-  SmallVector<Value, 4> out;
-  for (int64_t i = 0; i < 4; ++i)
-    out.push_back(LLVM::ExtractValueOp::create(b, loc, frags, i));
-  return out;
-}
-
-SmallVector<Value, 4> Builder::mma(ArrayRef<Value> a, ArrayRef<Value> bFrag,
-                                   ArrayRef<Value> c) {
-  SmallVector<Value> aOps(a), bOps(bFrag);
-  std::array<NVVM::MMATypes, 2> types = {NVVM::MMATypes::bf16,
-                                         NVVM::MMATypes::bf16};
-  if (spec.dtype == DType::F16) {
-    // f16 operands are typed vector<2xf16>; bf16 ones stay packed in i32.
-    for (Value &v : aOps)
-      v = LLVM::BitcastOp::create(b, loc, pair, v);
-    for (Value &v : bOps)
-      v = LLVM::BitcastOp::create(b, loc, pair, v);
-    types = {NVVM::MMATypes::f16, NVVM::MMATypes::f16};
-  }
-  Value res = NVVM::MmaOp::create(
-      b, loc, accType, aOps, bOps, c, ArrayRef<int64_t>{16, 8, 16},
-      std::nullopt, std::nullopt, types,
-      std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row,
-                                     NVVM::MMALayout::col});
-  SmallVector<Value, 4> out;
-  for (int64_t i = 0; i < kAccPerTile; ++i)
-    out.push_back(LLVM::ExtractValueOp::create(b, loc, res, i));
-  return out;
-}
-
-void Builder::mmaTwoTiles(ArrayRef<SmallVector<Value, 4>> a,
-                          ArrayRef<Value> b4, MutableArrayRef<Value> acc,
-                          llvm::function_ref<int64_t(int64_t, int64_t)> slot) {
-  for (size_t mt = 0; mt < a.size(); ++mt)
-    for (int64_t half = 0; half < 2; ++half) {
-      int64_t at = slot(mt, half);
-      auto out = mma(a[mt], {b4[2 * half], b4[2 * half + 1]},
-                     acc.slice(at, kAccPerTile));
-      std::copy(out.begin(), out.end(), acc.begin() + at);
-    }
-}
-
-Value Builder::packPair(Value lo, Value hi) {
-  auto f32Pair = VectorType::get({2}, f32);
-  Value wide = vector::FromElementsOp::create(b, loc, f32Pair,
-                                              ValueRange{lo, hi});
-  Value narrow = arith::TruncFOp::create(b, loc, pair, wide);
-  return LLVM::BitcastOp::create(b, loc, i32, narrow);
-}
+namespace flashjit::mma_sync {
 
 void Builder::build(StringRef name) {
   // Dynamic shared memory: one external array per kernel.
@@ -582,12 +393,14 @@ void Builder::build(StringRef name) {
   gpu::ReturnOp::create(b, loc);
 }
 
-} // namespace
+} // namespace flashjit::mma_sync
+
+namespace flashjit {
 
 void MmaSyncForward::emit(OpBuilder &builder, Location loc,
-                    const AttentionSpec &spec, const TileConfig &config,
-                    StringRef name) const {
-  Builder(builder, loc, spec, config, WithSoftmax).build(name);
+                          const AttentionSpec &spec, const TileConfig &config,
+                          StringRef name) const {
+  mma_sync::Builder(builder, loc, spec, config, WithSoftmax).build(name);
 }
 
 } // namespace flashjit

@@ -1,0 +1,92 @@
+//===- MmaSyncBuilder.h - the mma_sync template's IR builder ------*- C++ -*-===//
+// Why: the builder of the mma_sync kernel is one class; its fragment-level
+// helpers (tile copies, ldmatrix, mma, packing) live in
+// MmaSyncFragments.cpp and the kernel's structure in MmaSyncForward.cpp, so
+// each file stays one concept.
+#ifndef FLASHJIT_TEMPLATES_MMASYNCBUILDER_H
+#define FLASHJIT_TEMPLATES_MMASYNCBUILDER_H
+
+#include "KernelIR.h"
+
+#include "flashjit/Templates/MmaSyncForward.h"
+#include "flashjit/Templates/TileConfig.h"
+
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/IR/BuiltinTypes.h"
+
+namespace flashjit::mma_sync {
+
+namespace LLVM = mlir::LLVM;
+using Pred = mlir::arith::CmpIPredicate;
+using mlir::ArrayRef;
+using mlir::MLIRContext;
+using mlir::Location;
+using mlir::MutableArrayRef;
+using mlir::OpBuilder;
+using mlir::SmallVector;
+using mlir::StringRef;
+using mlir::Type;
+using mlir::Value;
+using mlir::ValueRange;
+using mlir::VectorType;
+
+/// Accumulator registers of one m16n8 tile per thread.
+constexpr int64_t kAccPerTile = 4;
+
+class Builder : public KernelIR {
+public:
+  Builder(OpBuilder &b, Location loc, const AttentionSpec &spec,
+          const TileConfig &config, bool withSoftmax)
+      : KernelIR(b, loc, spec), cfg(config), withSoftmax(withSoftmax),
+        d(spec.headDim),
+        threads(config.warps * 32),
+        rowElems(spec.headDim + MmaSyncForward::kRowPadding),
+        eltBytes(dtypeBytes(spec.dtype)) {
+    MLIRContext *ctx = b.getContext();
+    sharedPtr = LLVM::LLVMPointerType::get(ctx, /*addressSpace=*/3);
+    accType = mlir::LLVM::LLVMStructType::getLiteral(ctx, {f32, f32, f32, f32});
+    frag4Type = mlir::LLVM::LLVMStructType::getLiteral(ctx, {i32, i32, i32, i32});
+    pair = VectorType::get({2}, elt);
+  }
+
+  void build(StringRef name);
+
+private:
+  /// Copies rows [firstRow, firstRow + rows) of one (batch, head) into the
+  /// shared tile at byte offset `tileOffset` with 16-byte cp.async; rows at
+  /// or past `end` are zero-filled (nothing is read for them). Each thread's
+  /// rows are one pointer stepped by a fixed stride: a 64-bit add per chunk.
+  /// firstRow must be before `end`.
+  void copyTile(Value base, ValueRange strides, Value batch, Value head,
+                Value firstRow, Value end, int64_t rows, Value tileOffset);
+  /// copyTile where the rows of a round do not line up (threads not a
+  /// multiple of the chunks per row): rows past `end` repeat the last one.
+  void copyTileClamped(Value base, ValueRange strides, Value batch,
+                       Value head, Value firstRow, Value end, int64_t rows,
+                       Value tileOffset);
+  /// ldmatrix.x4 at `byteOffset` (i32) of shared memory.
+  SmallVector<Value, 4> ldmatrix(Value byteOffset, bool transpose);
+  /// D = A B + C for one m16n8k16 step; A, B packed pairs as i32.
+  SmallVector<Value, 4> mma(ArrayRef<Value> a, ArrayRef<Value> bFrag,
+                            ArrayRef<Value> c);
+  /// The B fragments of one ldmatrix.x4 (two n8 tiles) against the A
+  /// fragment of each m tile: acc[slot(mt, half) ...] += a[mt] * b[half].
+  void mmaTwoTiles(ArrayRef<SmallVector<Value, 4>> a, ArrayRef<Value> b4,
+                   MutableArrayRef<Value> acc,
+                   llvm::function_ref<int64_t(int64_t, int64_t)> slot);
+  /// Two f32 values rounded to the element type and packed into an i32.
+  Value packPair(Value lo, Value hi);
+  Value sharedAddress(Value byteOffset);
+
+  const TileConfig &cfg;
+  const bool withSoftmax;
+  const int64_t d, threads, rowElems, eltBytes;
+  Value smemBase, tid;
+  Type sharedPtr;
+  mlir::LLVM::LLVMStructType accType, frag4Type;
+  VectorType pair;
+};
+
+} // namespace flashjit::mma_sync
+
+#endif

@@ -1,0 +1,145 @@
+//===- MmaSyncFragments.cpp - fragment-level IR of the mma_sync kernel ----===//
+// Why: the pieces the kernel is made of, each emitted the same way every
+// time: 16-byte cp.async tile copies (zero-filled past the end), ldmatrix.x4,
+// mma.sync m16n8k16 for f16 and bf16, and f32 pairs packed to the element
+// type.
+#include "MmaSyncBuilder.h"
+
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+
+using namespace mlir;
+
+namespace flashjit::mma_sync {
+
+Value Builder::sharedAddress(Value byteOffset) {
+  return LLVM::GEPOp::create(b, loc, sharedPtr, b.getI8Type(), smemBase,
+                             ValueRange{byteOffset});
+}
+
+void Builder::copyTile(Value base, ValueRange strides, Value batch,
+                       Value head, Value firstRow, Value end, int64_t rows,
+                       Value tileOffset) {
+  const int64_t chunksPerRow = d / 8;
+  if (threads % chunksPerRow != 0)
+    return copyTileClamped(base, strides, batch, head, firstRow, end, rows,
+                           tileOffset);
+  const int64_t rowsPerRound = threads / chunksPerRow;
+  Value row0 = divU(tid, chunksPerRow);
+  Value column = mul(remU(tid, chunksPerRow), c64(8));
+  Value step = mul(strides[2], c64(rowsPerRound));
+  // Zero-filled chunks still name an address: the tile's first row.
+  Value safe = globalAddress(
+      base, elt, add(rowOffset(strides, batch, head, firstRow), column));
+  Value myRow = add(firstRow, row0);
+  Value src = globalAddress(
+      base, elt, add(rowOffset(strides, batch, head, myRow), column));
+  Value dst0 = add(tileOffset,
+                   mul(add(mul(row0, c64(rowElems)), column), c64(eltBytes)));
+  for (int64_t round = 0; round * rowsPerRound < rows; ++round) {
+    OpBuilder::InsertionGuard guard(b);
+    if ((round + 1) * rowsPerRound > rows) {
+      Value row = add(row0, c64(round * rowsPerRound));
+      auto ifOp = scf::IfOp::create(b, loc, cmp(Pred::slt, row, c64(rows)),
+                                    /*withElse=*/false);
+      b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
+    }
+    Value valid =
+        cmp(Pred::slt, add(myRow, c64(round * rowsPerRound)), end);
+    Value from = arith::SelectOp::create(b, loc, valid, src, safe);
+    Value bytes = arith::SelectOp::create(b, loc, valid, c32(16), c32(0));
+    Value dst =
+        toI32(add(dst0, c64(round * rowsPerRound * rowElems * eltBytes)));
+    NVVM::CpAsyncOp::create(b, loc, sharedAddress(dst), from, /*size=*/16,
+                            NVVM::LoadCacheModifierKind::CG, bytes);
+    b.setInsertionPointAfterValue(src);
+    src = globalAddress(src, elt, step);
+  }
+}
+
+void Builder::copyTileClamped(Value base, ValueRange strides, Value batch,
+                              Value head, Value firstRow, Value end,
+                              int64_t rows, Value tileOffset) {
+  Value lastRow = sub(end, c64(1));
+  const int64_t chunksPerRow = d / 8;
+  const int64_t chunks = rows * chunksPerRow;
+  for (int64_t first = 0; first < chunks; first += threads) {
+    OpBuilder::InsertionGuard guard(b);
+    Value chunk = add(tid, c64(first));
+    if (first + threads > chunks) {
+      auto inRange = scf::IfOp::create(b, loc, cmp(Pred::slt, chunk, c64(chunks)),
+                                       /*withElse=*/false);
+      b.setInsertionPoint(inRange.thenBlock()->getTerminator());
+    }
+    Value row = divU(chunk, chunksPerRow);
+    Value column = mul(remU(chunk, chunksPerRow), c64(8));
+    Value seqRow = minS(add(firstRow, row), lastRow);
+    Value src = globalAddress(
+        base, elt, add(rowOffset(strides, batch, head, seqRow), column));
+    Value dstOffset = toI32(add(
+        tileOffset, mul(add(mul(row, c64(rowElems)), column),
+                             c64(eltBytes))));
+    NVVM::CpAsyncOp::create(b, loc, sharedAddress(dstOffset), src,
+                            /*size=*/16, NVVM::LoadCacheModifierKind::CG,
+                            /*cpSize=*/Value());
+  }
+}
+
+SmallVector<Value, 4> Builder::ldmatrix(Value byteOffset, bool transpose) {
+  auto shape = NVVM::LdStMatrixShapeAttr::get(b.getContext(), 8, 8);
+  Value frags = NVVM::LdMatrixOp::create(
+      b, loc, frag4Type, sharedAddress(byteOffset), /*num=*/4,
+      transpose ? NVVM::MMALayout::col : NVVM::MMALayout::row, shape,
+      NVVM::LdStMatrixEltType::B16);
+  SmallVector<Value, 4> out;
+  for (int64_t i = 0; i < 4; ++i)
+    out.push_back(LLVM::ExtractValueOp::create(b, loc, frags, i));
+  return out;
+}
+
+SmallVector<Value, 4> Builder::mma(ArrayRef<Value> a, ArrayRef<Value> bFrag,
+                                   ArrayRef<Value> c) {
+  SmallVector<Value> aOps(a), bOps(bFrag);
+  std::array<NVVM::MMATypes, 2> types = {NVVM::MMATypes::bf16,
+                                         NVVM::MMATypes::bf16};
+  if (spec.dtype == DType::F16) {
+    // f16 operands are typed vector<2xf16>; bf16 ones stay packed in i32.
+    for (Value &v : aOps)
+      v = LLVM::BitcastOp::create(b, loc, pair, v);
+    for (Value &v : bOps)
+      v = LLVM::BitcastOp::create(b, loc, pair, v);
+    types = {NVVM::MMATypes::f16, NVVM::MMATypes::f16};
+  }
+  Value res = NVVM::MmaOp::create(
+      b, loc, accType, aOps, bOps, c, ArrayRef<int64_t>{16, 8, 16},
+      std::nullopt, std::nullopt, types,
+      std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row,
+                                     NVVM::MMALayout::col});
+  SmallVector<Value, 4> out;
+  for (int64_t i = 0; i < kAccPerTile; ++i)
+    out.push_back(LLVM::ExtractValueOp::create(b, loc, res, i));
+  return out;
+}
+
+void Builder::mmaTwoTiles(ArrayRef<SmallVector<Value, 4>> a,
+                          ArrayRef<Value> b4, MutableArrayRef<Value> acc,
+                          llvm::function_ref<int64_t(int64_t, int64_t)> slot) {
+  for (size_t mt = 0; mt < a.size(); ++mt)
+    for (int64_t half = 0; half < 2; ++half) {
+      int64_t at = slot(mt, half);
+      auto out = mma(a[mt], {b4[2 * half], b4[2 * half + 1]},
+                     acc.slice(at, kAccPerTile));
+      std::copy(out.begin(), out.end(), acc.begin() + at);
+    }
+}
+
+Value Builder::packPair(Value lo, Value hi) {
+  auto f32Pair = VectorType::get({2}, f32);
+  Value wide = vector::FromElementsOp::create(b, loc, f32Pair,
+                                              ValueRange{lo, hi});
+  Value narrow = arith::TruncFOp::create(b, loc, pair, wide);
+  return LLVM::BitcastOp::create(b, loc, i32, narrow);
+}
+
+} // namespace flashjit::mma_sync
