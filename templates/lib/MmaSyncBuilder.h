@@ -33,19 +33,20 @@ using mlir::VectorType;
 /// Accumulator registers of one m16n8 tile per thread.
 constexpr int64_t kAccPerTile = 4;
 
+/// Emits one mma_sync kernel: MmaSyncForward.cpp has its structure (the
+/// loop over K/V tiles), MmaSyncFragments.cpp the pieces it is made of.
 class Builder : public KernelIR {
 public:
   Builder(OpBuilder &b, Location loc, const AttentionSpec &spec,
           const TileConfig &config, bool withSoftmax)
       : KernelIR(b, loc, spec), cfg(config), withSoftmax(withSoftmax),
-        d(spec.headDim),
-        threads(config.warps * 32),
+        d(spec.headDim), threads(config.warps * 32),
         rowElems(spec.headDim + MmaSyncForward::kRowPadding),
         eltBytes(dtypeBytes(spec.dtype)) {
     MLIRContext *ctx = b.getContext();
     sharedPtr = LLVM::LLVMPointerType::get(ctx, /*addressSpace=*/3);
-    accType = mlir::LLVM::LLVMStructType::getLiteral(ctx, {f32, f32, f32, f32});
-    frag4Type = mlir::LLVM::LLVMStructType::getLiteral(ctx, {i32, i32, i32, i32});
+    accType = LLVM::LLVMStructType::getLiteral(ctx, {f32, f32, f32, f32});
+    frag4Type = LLVM::LLVMStructType::getLiteral(ctx, {i32, i32, i32, i32});
     pair = VectorType::get({2}, elt);
   }
 
@@ -83,7 +84,7 @@ private:
   const int64_t d, threads, rowElems, eltBytes;
   Value smemBase, tid;
   Type sharedPtr;
-  mlir::LLVM::LLVMStructType accType, frag4Type;
+  LLVM::LLVMStructType accType, frag4Type;
   VectorType pair;
 };
 
