@@ -18,6 +18,8 @@
 // distinct banks.
 #include "flashjit/Templates/CudaCoreForward.h"
 
+#include "KernelIR.h"
+
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
@@ -26,7 +28,6 @@
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/Builders.h"
 
-#include <cmath>
 #include <limits>
 
 using namespace mlir;
@@ -38,21 +39,15 @@ constexpr int64_t kSharedSliceStride = CudaCoreForward::kSharedSliceStride;
 /// Elements in one 16-byte vector load.
 constexpr int64_t kVec = 8;
 
-class Builder {
+class Builder : public KernelIR {
 public:
   Builder(OpBuilder &b, Location loc, const AttentionSpec &spec,
           const TileConfig &config)
-      : b(b), loc(loc), spec(spec), cfg(config),
+      : KernelIR(b, loc, spec), cfg(config),
         slices(spec.headDim / CudaCoreForward::kSliceWidth),
         vecsPerSlice(CudaCoreForward::kSliceWidth / kVec),
         threads(cfg.blockM * slices), rowStride(slices * kSharedSliceStride) {
     MLIRContext *ctx = b.getContext();
-    elt = spec.dtype == DType::BF16 ? Type(b.getBF16Type())
-                                    : Type(b.getF16Type());
-    f32 = b.getF32Type();
-    i64 = b.getI64Type();
-    i32 = b.getI32Type();
-    ptr = LLVM::LLVMPointerType::get(ctx, /*addressSpace=*/1);
     vecElt = VectorType::get({kVec}, elt);
     vecF32 = VectorType::get({kVec}, f32);
     auto workgroup = gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup);
@@ -65,51 +60,14 @@ public:
   void build(StringRef name);
 
 private:
-  // --- small constructors -------------------------------------------------
-  Value c64(int64_t v) {
-    return arith::ConstantOp::create(b, loc, b.getI64IntegerAttr(v));
-  }
-  Value cIdx(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
-  Value cF32(float v) {
-    return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(v));
-  }
-  Value add(Value x, Value y) { return arith::AddIOp::create(b, loc, x, y); }
-  Value mul(Value x, Value y) { return arith::MulIOp::create(b, loc, x, y); }
-  Value toI64(Value indexValue) {
-    return arith::IndexCastOp::create(b, loc, i64, indexValue);
-  }
-  Value toIndex(Value i64Value) {
-    return arith::IndexCastOp::create(b, loc, b.getIndexType(), i64Value);
-  }
   Value splat(Value scalar) {
     return vector::BroadcastOp::create(b, loc, vecF32, scalar);
-  }
-  Value exp2(Value x) {
-    return LLVM::CallIntrinsicOp::create(
-               b, loc, f32, b.getStringAttr("llvm.nvvm.ex2.approx.ftz.f"),
-               ValueRange{x})
-        .getResult(0);
-  }
-  Value log2(Value x) {
-    return LLVM::CallIntrinsicOp::create(
-               b, loc, f32, b.getStringAttr("llvm.nvvm.lg2.approx.f"),
-               ValueRange{x})
-        .getResult(0);
-  }
-  /// Address of element `offset` (i64, in elements) of a global tensor.
-  Value elementAddress(Value base, Type type, Value offset) {
-    return LLVM::GEPOp::create(b, loc, ptr, type, base, ValueRange{offset});
   }
   /// 16-byte load of 8 elements from global memory.
   Value loadGlobalVec(Value base, Value offset) {
     return LLVM::LoadOp::create(b, loc, vecElt,
-                                elementAddress(base, elt, offset),
+                                globalAddress(base, elt, offset),
                                 /*alignment=*/16);
-  }
-  /// Offset of row `row` of head `head` in batch `batch` (strides in i64).
-  Value rowOffset(ValueRange strides, Value batch, Value head, Value row) {
-    return add(add(mul(batch, strides[0]), mul(head, strides[1])),
-               mul(row, strides[2]));
   }
   /// 8 elements of slice-local chunk `chunk` of row `row` of a shared tile,
   /// widened to f32.
@@ -124,12 +82,8 @@ private:
                     ValueRange vStrides, Value batch, Value kvHead, Value n0,
                     Value seqlenK, Value tid, Value kTile, Value vTile);
 
-  OpBuilder &b;
-  Location loc;
-  const AttentionSpec &spec;
   const TileConfig &cfg;
   const int64_t slices, vecsPerSlice, threads, rowStride;
-  Type elt, f32, i64, i32, ptr;
   VectorType vecElt, vecF32;
   MemRefType tileType, rawSharedType;
 };
@@ -179,43 +133,19 @@ void Builder::emitTileLoad(Value kBase, Value vBase, ValueRange kStrides,
 }
 
 void Builder::build(StringRef name) {
-  // ---- signature: see KernelABI.h --------------------------------------
-  SmallVector<Type> argTypes(5, ptr);
-  argTypes.append(15, i64);
-  argTypes.append({i32, i32, f32});
-  auto funcType = b.getFunctionType(argTypes, {});
-  auto func = gpu::GPUFuncOp::create(b, loc, name, funcType);
-  func->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
-  func.setKnownBlockSizeAttr(b.getDenseI32ArrayAttr(
-      {static_cast<int32_t>(threads), 1, 1}));
-  Block &entry = func.getBody().front();
   OpBuilder::InsertionGuard guard(b);
-  b.setInsertionPointToStart(&entry);
-
-  ValueRange args = entry.getArguments();
-  Value qBase = args[0], kBase = args[1], vBase = args[2], oBase = args[3],
-        lseBase = args[4];
-  ValueRange qStrides = args.slice(5, 3), kStrides = args.slice(8, 3),
-             vStrides = args.slice(11, 3), oStrides = args.slice(14, 3),
-             lseStrides = args.slice(17, 3);
-  Value seqlenQ = arith::ExtSIOp::create(b, loc, i64, args[20]);
-  Value seqlenK = arith::ExtSIOp::create(b, loc, i64, args[21]);
-  Value scaleLog2 = args[22];
+  ForwardParams p = beginForwardKernel(name, threads);
+  Value qBase = p.q, kBase = p.k, vBase = p.v, oBase = p.o, lseBase = p.lse;
+  ValueRange qStrides = p.qStrides, kStrides = p.kStrides,
+             vStrides = p.vStrides, oStrides = p.oStrides,
+             lseStrides = p.lseStrides;
+  Value seqlenQ = p.seqlenQ, seqlenK = p.seqlenK, scaleLog2 = p.scaleLog2;
 
   // ---- who am I ------------------------------------------------------------
-  Value tid = toI64(gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x));
-  Value blockX = toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::x));
-  Value head = toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::y));
-  Value batch = toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::z));
-  Value queryBlock = blockX;
-  if (spec.causal) {
-    // Causal blocks near the end of the sequence have the most tiles:
-    // launch them first so the short ones fill the tail of the last wave.
-    Value gridX = toI64(gpu::GridDimOp::create(b, loc, gpu::Dimension::x));
-    queryBlock = arith::SubIOp::create(
-        b, loc, arith::SubIOp::create(b, loc, gridX, c64(1)), blockX);
-  }
-  Value kvHead = arith::DivUIOp::create(b, loc, head, c64(spec.groupSize()));
+  Value tid = threadIdX();
+  BlockCoordinates at = blockCoordinates();
+  Value head = at.head, batch = at.batch, queryBlock = at.queryBlock,
+        kvHead = at.kvHead;
   Value rowInBlock = arith::DivUIOp::create(b, loc, tid, c64(slices));
   Value slice = arith::RemUIOp::create(b, loc, tid, c64(slices));
   Value row = add(mul(queryBlock, c64(cfg.blockM)), rowInBlock);
@@ -349,19 +279,17 @@ void Builder::build(StringRef name) {
           arith::MulFOp::create(b, loc, loop.getResult(2 + i), inverseVec);
       Value narrow = arith::TruncFOp::create(b, loc, vecElt, scaled);
       LLVM::StoreOp::create(b, loc, narrow,
-                            elementAddress(oBase, elt, add(oRow, c64(i * kVec))),
+                            globalAddress(oBase, elt, add(oRow, c64(i * kVec))),
                             /*alignment=*/16);
     }
     Value firstSlice = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
                                              slice, c64(0));
     auto lseIf = scf::IfOp::create(b, loc, firstSlice, /*withElse=*/false);
     b.setInsertionPoint(lseIf.thenBlock()->getTerminator());
-    Value log2Sum = arith::AddFOp::create(b, loc, rowMax, log2(rowSum));
-    Value lse = arith::MulFOp::create(b, loc, log2Sum,
-                                      cF32(static_cast<float>(M_LN2)));
+    Value lse = lseFromBase2(rowMax, rowSum);
     LLVM::StoreOp::create(
         b, loc, lse,
-        elementAddress(lseBase, f32, rowOffset(lseStrides, batch, head, row)),
+        globalAddress(lseBase, f32, rowOffset(lseStrides, batch, head, row)),
         /*alignment=*/4);
   }
   gpu::ReturnOp::create(b, loc);
