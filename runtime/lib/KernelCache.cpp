@@ -358,24 +358,8 @@ KernelCache::buildAndStore(llvm::StringRef key, const CacheKeyInputs &inputs,
       disableWrites(llvm::toString(locked.takeError()));
   }
 
-  if (!lock) {
-    // Read-only: use a good entry, report a bad one, change nothing.
-    DiskRead read = readEntry(key);
-    if (read.state == DiskState::Valid) {
-      DiskHits.fetch_add(1);
-      return insertInMemory(key, std::move(read.entry));
-    }
-    if (read.state == DiskState::Corrupt) {
-      CorruptEntries.fetch_add(1);
-      warn(llvm::formatv("kernel cache entry '{0}' is corrupt ({1}) and "
-                         "cannot be removed; compiling in memory",
-                         entryDir(key), read.problem)
-               .str());
-    }
-    return buildInMemory(key, build);
-  }
-
-  // Under the lock the disk cannot change beneath us: look again.
+  // Under the lock the disk cannot change beneath us: look again. Without
+  // it (read-only): use a good entry, report a bad one, change nothing.
   DiskRead read = readEntry(key);
   if (read.state == DiskState::Valid) {
     DiskHits.fetch_add(1);
@@ -383,13 +367,17 @@ KernelCache::buildAndStore(llvm::StringRef key, const CacheKeyInputs &inputs,
   }
   if (read.state == DiskState::Corrupt) {
     CorruptEntries.fetch_add(1);
-    warn(llvm::formatv("kernel cache entry '{0}' is corrupt ({1}); "
-                       "removing it and compiling again",
-                       entryDir(key), read.problem)
+    warn(llvm::formatv("kernel cache entry '{0}' is corrupt ({1}){2}",
+                       entryDir(key), read.problem,
+                       lock ? "; removing it and compiling again"
+                            : " and cannot be removed; compiling in memory")
              .str());
-    if (llvm::Error err = discard(key))
-      disableWrites(llvm::toString(std::move(err)));
+    if (lock)
+      if (llvm::Error err = discard(key))
+        disableWrites(llvm::toString(std::move(err)));
   }
+  if (!lock)
+    return buildInMemory(key, build);
 
   auto built = build();
   if (!built)
