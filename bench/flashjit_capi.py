@@ -287,7 +287,7 @@ def self_test(path=None, out=print):
     name, config = kernel.describe()
     check("compile names the kernel", name == f"flashjit_fwd_d{d}_bf16_causal_h{h}_kv{h}",
           name)
-    check("compile reports its tile config", config.split(":")[0] in ("mma_sync", "cuda_core"), config)
+    check("compile reports its tile config", config.split(":")[0] in ("wgmma", "mma_sync", "cuda_core"), config)
 
     st, msg = status_of(lambda: ctx.compile(48, "bf16", num_heads=h))
     check("head dim 48 is unsupported", st == UNSUPPORTED and "head dim 48" in msg,

@@ -6,6 +6,7 @@
 
 #include "mlir/Conversion/Passes.h"
 #include "mlir/Dialect/GPU/Transforms/Passes.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
 
@@ -44,9 +45,13 @@ void buildAttentionPipeline(OpPassManager &pm, const Target &target,
   nvvmOptions.indexBitwidth = 64;
   OpPassManager &kernels = pm.nest<gpu::GPUModuleOp>();
   kernels.addPass(createConvertGpuOpsToNVVMOps(nvvmOptions));
+  // NVVM ops without an LLVM intrinsic (mbarrier.try_wait.parity) become
+  // inline PTX.
+  kernels.addPass(createConvertNVVMToLLVMPass());
   kernels.addPass(createCanonicalizerPass());
   kernels.addPass(createCSEPass());
   kernels.addPass(createReconcileUnrealizedCastsPass());
+  kernels.addNestedPass<LLVM::LLVMFuncOp>(createMarkGridConstantParams());
   if (stopAfter == Stage::LLVM)
     return;
 

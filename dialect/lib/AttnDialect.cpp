@@ -32,14 +32,12 @@ TileConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                        int64_t stages, int64_t warps) {
   if (family.empty())
     return emitError() << "tile_config needs a kernel family";
-  auto isPow2InRange = [](int64_t v, int64_t lo, int64_t hi) {
-    return v >= lo && v <= hi && llvm::isPowerOf2_64(v);
-  };
-  if (!isPow2InRange(blockM, 16, 256))
-    return emitError() << "tile_config block_m must be a power of two in "
+  // Whole m16 and k16 steps; each template asks for more (a power of two,
+  // whole warpgroups, ...).
+  if (blockM < 16 || blockM > 256 || blockM % 16 != 0)
+    return emitError() << "tile_config block_m must be a multiple of 16 in "
                           "[16, 256], got "
                        << blockM;
-  // block_n only needs whole k16 steps (a template may ask for more).
   if (blockN < 16 || blockN > 256 || blockN % 16 != 0)
     return emitError() << "tile_config block_n must be a multiple of 16 in "
                           "[16, 256], got "
@@ -47,9 +45,8 @@ TileConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   if (stages < 1 || stages > 8)
     return emitError() << "tile_config stages must be in [1, 8], got "
                        << stages;
-  if (!isPow2InRange(warps, 1, 32))
-    return emitError() << "tile_config warps must be a power of two in "
-                          "[1, 32], got "
+  if (warps < 1 || warps > 32)
+    return emitError() << "tile_config warps must be in [1, 32], got "
                        << warps;
   return success();
 }

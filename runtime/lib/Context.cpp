@@ -15,6 +15,7 @@
 #include "flashjit/Runtime/KernelCache.h"
 #include "flashjit/Runtime/Launch.h"
 #include "flashjit/Runtime/ModuleLoader.h"
+#include "flashjit/Runtime/TensorMaps.h"
 #include "flashjit/Templates/KernelTemplate.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -53,33 +54,75 @@ const char *configSourceName(ConfigSource source) {
   return "heuristic";
 }
 
+namespace {
+/// The tensor maps a kernel of `config` takes. Kernels come from their
+/// family's template, so the family is known; a Kernel made by hand with a
+/// family that is not registered launches without maps.
+std::optional<TensorMapBoxes> tensorMapBoxesOf(const TileConfig &config) {
+  auto tmpl = findTemplate(config.family);
+  if (!tmpl) {
+    llvm::consumeError(tmpl.takeError());
+    return std::nullopt;
+  }
+  return (*tmpl)->tensorMapBoxes(config);
+}
+
+/// The checks of forward(): the arguments against the spec and, for a
+/// kernel that takes tensor maps, what the maps can describe. Returns the
+/// maps' layouts, which the launch encodes.
+llvm::Expected<std::optional<ForwardTensorMapLayouts>>
+checkForward(const AttentionSpec &spec, const KernelInfo &info,
+             const std::optional<TensorMapBoxes> &boxes,
+             const ForwardArgs &args) {
+  if (auto err = checkForwardArgs(spec, args))
+    return withCode(ErrorCode::InvalidArgument, std::move(err));
+  if (!boxes)
+    return std::nullopt;
+  auto layouts = forwardTensorMapLayouts(args, *boxes, info.config.family);
+  if (!layouts)
+    return withCode(ErrorCode::InvalidArgument, layouts.takeError());
+  return *layouts;
+}
+} // namespace
+
 Kernel::Kernel(AttentionSpec spec, KernelInfo info, std::string ptx,
                std::unique_ptr<LoadedModule> module, std::string deviceError,
                ConfigOrigin origin)
     : Spec(spec), Info(std::move(info)), Ptx(std::move(ptx)),
-      Origin(std::move(origin)), Module(std::move(module)),
-      DeviceError(std::move(deviceError)) {}
+      Origin(std::move(origin)), MapBoxes(tensorMapBoxesOf(Info.config)),
+      Module(std::move(module)), DeviceError(std::move(deviceError)) {}
 
 Kernel::~Kernel() = default;
 
 llvm::Error Kernel::check(const ForwardArgs &args) const {
-  return withCode(ErrorCode::InvalidArgument, checkForwardArgs(Spec, args));
+  return checkForward(Spec, Info, MapBoxes, args).takeError();
 }
 
-llvm::Error Kernel::forward(const ForwardArgs &args) const {
-  if (auto err = check(args))
-    return err;
+llvm::Error Kernel::prepareLaunch(const ForwardArgs &args,
+                                  ForwardLaunchParams &params) const {
+  auto layouts = checkForward(Spec, Info, MapBoxes, args);
+  if (!layouts)
+    return layouts.takeError();
   if (!Module)
     return makeError(ErrorCode::NoDevice, "cannot launch " + Info.name +
                                               ": no GPU is available (" +
                                               DeviceError + ")");
-  ForwardKernelArgs kernelArgs =
-      toKernelArgs(args, args.scale.value_or(Spec.defaultScale()));
-  auto params = kernelArgs.paramPointers();
+  return withCode(ErrorCode::LaunchError,
+                  prepareForwardLaunch(args,
+                                       args.scale.value_or(Spec.defaultScale()),
+                                       *layouts ? &**layouts : nullptr, params,
+                                       Module->deviceOrdinal()));
+}
+
+llvm::Error Kernel::forward(const ForwardArgs &args) const {
+  ForwardLaunchParams params;
+  if (auto err = prepareLaunch(args, params))
+    return err;
+  auto pointers = params.pointers();
   LaunchGeometry geometry =
       forwardGeometry(Info, args.q.shape[0], args.q.shape[2]);
   return withCode(ErrorCode::LaunchError,
-                  launch(Module->function(), geometry, params.data(),
+                  launch(Module->function(), geometry, pointers.data(),
                          args.stream, Module->deviceOrdinal()));
 }
 

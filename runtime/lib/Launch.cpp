@@ -2,8 +2,44 @@
 // Why: see Launch.h.
 #include "flashjit/Runtime/Launch.h"
 #include "flashjit/Runtime/CudaDriver.h"
+#include "flashjit/Runtime/ForwardChecks.h"
+
+#include <algorithm>
 
 namespace flashjit {
+
+std::array<void *, ForwardLaunchParams::kMaxParams>
+ForwardLaunchParams::pointers() {
+  std::array<void *, kMaxParams> p{};
+  auto kernelParams = args.paramPointers();
+  std::copy(kernelParams.begin(), kernelParams.end(), p.begin());
+  if (hasTensorMaps) {
+    unsigned i = ForwardKernelArgs::kNumParams;
+    p[i++] = &maps.q;
+    p[i++] = &maps.k;
+    p[i++] = &maps.v;
+  }
+  return p;
+}
+
+llvm::Error prepareForwardLaunch(const ForwardArgs &args, double scale,
+                                 const ForwardTensorMapLayouts *layouts,
+                                 ForwardLaunchParams &params,
+                                 int deviceOrdinal) {
+  params.args = toKernelArgs(args, scale);
+  params.hasTensorMaps = false;
+  if (!layouts)
+    return llvm::Error::success();
+  auto drv = CudaDriver::get();
+  if (!drv)
+    return drv.takeError();
+  if (auto ctx = drv->ensureContext(deviceOrdinal); !ctx)
+    return ctx.takeError();
+  if (llvm::Error err = encodeTensorMaps(*drv, *layouts, params.maps))
+    return err;
+  params.hasTensorMaps = true;
+  return llvm::Error::success();
+}
 
 llvm::Error validateGeometry(const LaunchGeometry &g) {
   auto bad = [](const char *what, unsigned value, const char *limit) {

@@ -4,6 +4,7 @@
 #include "flashjit/Templates/CudaCoreForward.h"
 
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MathExtras.h"
 
 namespace flashjit {
 
@@ -13,6 +14,11 @@ llvm::Error CudaCoreForward::checkConfig(const AttentionSpec &spec,
     return llvm::createStringError(
         llvm::formatv("config family '{0}' given to the cuda_core template",
                       config.family)
+            .str());
+  if (!llvm::isPowerOf2_64(config.blockM))
+    return llvm::createStringError(
+        llvm::formatv("cuda_core needs a power-of-two block_m, got {0}",
+                      config.blockM)
             .str());
   TemplateResources r = resources(spec, config);
   if (config.stages != 1)

@@ -2,6 +2,10 @@
 // Why: see KernelIR.h; the bodies are small but every template needs them.
 #include "KernelIR.h"
 
+#include "flashjit/Templates/KernelABI.h"
+
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+
 #include <cmath>
 
 using namespace mlir;
@@ -18,12 +22,24 @@ KernelIR::KernelIR(OpBuilder &b, Location loc, const AttentionSpec &spec)
   globalPtr = LLVM::LLVMPointerType::get(b.getContext(), /*addressSpace=*/1);
 }
 
-ForwardParams KernelIR::beginForwardKernel(StringRef name, int64_t threads) {
+ForwardParams KernelIR::beginForwardKernel(StringRef name, int64_t threads,
+                                           bool withTensorMaps) {
   SmallVector<Type> argTypes(5, globalPtr);
   argTypes.append(15, i64);
   argTypes.append({i32, i32, f32});
+  const unsigned numAbiParams = argTypes.size();
+  if (withTensorMaps)
+    argTypes.append(kNumTensorMaps,
+                    LLVM::LLVMPointerType::get(b.getContext()));
   auto func = gpu::GPUFuncOp::create(b, loc, name,
                                      b.getFunctionType(argTypes, {}));
+  if (withTensorMaps) {
+    SmallVector<int32_t> positions;
+    for (unsigned i = 0; i < kNumTensorMaps; ++i)
+      positions.push_back(numAbiParams + i);
+    func->setAttr("flashjit.tensor_map_args",
+                  b.getDenseI32ArrayAttr(positions));
+  }
   func->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
   func.setKnownBlockSizeAttr(
       b.getDenseI32ArrayAttr({static_cast<int32_t>(threads), 1, 1}));
@@ -45,6 +61,8 @@ ForwardParams KernelIR::beginForwardKernel(StringRef name, int64_t threads) {
   p.seqlenQ = arith::ExtSIOp::create(b, loc, i64, args[20]);
   p.seqlenK = arith::ExtSIOp::create(b, loc, i64, args[21]);
   p.scaleLog2 = args[22];
+  if (withTensorMaps)
+    p.tensorMaps.assign(args.begin() + numAbiParams, args.end());
   return p;
 }
 
@@ -128,6 +146,15 @@ Value KernelIR::log2(Value x) {
 }
 Value KernelIR::maxF(Value x, Value y) {
   return arith::MaximumFOp::create(b, loc, x, y);
+}
+
+Value KernelIR::packPair(Value lo, Value hi) {
+  auto f32Pair = VectorType::get({2}, f32);
+  Value wide = vector::FromElementsOp::create(b, loc, f32Pair,
+                                              ValueRange{lo, hi});
+  Value narrow =
+      arith::TruncFOp::create(b, loc, VectorType::get({2}, elt), wide);
+  return LLVM::BitcastOp::create(b, loc, i32, narrow);
 }
 
 Value KernelIR::shuffleXorReduce(Value x, int64_t width, bool isMax) {

@@ -20,6 +20,9 @@ struct ForwardParams {
   llvm::SmallVector<mlir::Value, 3> qStrides, kStrides, vStrides, oStrides,
       lseStrides;
   mlir::Value seqlenQ, seqlenK, scaleLog2;
+  /// Generic pointers to the by-value tensor maps of Q, K and V, when the
+  /// kernel takes them (KernelABI.h).
+  llvm::SmallVector<mlir::Value, 3> tensorMaps;
 };
 
 /// Where a thread block sits in the grid (KernelABI.h: x query block,
@@ -36,8 +39,11 @@ public:
   KernelIR(mlir::OpBuilder &b, mlir::Location loc, const AttentionSpec &spec);
 
   /// Creates `gpu.func @name` with the forward ABI, marked as a kernel with
-  /// a known block size, and moves the insertion point into its body.
-  ForwardParams beginForwardKernel(llvm::StringRef name, int64_t threads);
+  /// a known block size, and moves the insertion point into its body. With
+  /// withTensorMaps, the Q, K and V tensor maps follow the ABI's parameters,
+  /// named in `flashjit.tensor_map_args` for MarkGridConstantParams.
+  ForwardParams beginForwardKernel(llvm::StringRef name, int64_t threads,
+                                   bool withTensorMaps = false);
   BlockCoordinates blockCoordinates();
 
   // Constants and integer arithmetic.
@@ -61,6 +67,8 @@ public:
   mlir::Value exp2(mlir::Value x);
   mlir::Value log2(mlir::Value x);
   mlir::Value maxF(mlir::Value x, mlir::Value y);
+  /// Two f32 values rounded to the element type and packed into an i32.
+  mlir::Value packPair(mlir::Value lo, mlir::Value hi);
   /// Butterfly reduction over `width` adjacent lanes (a power of two).
   mlir::Value shuffleXorReduce(mlir::Value x, int64_t width, bool isMax);
 

@@ -47,7 +47,6 @@ public:
     sharedPtr = LLVM::LLVMPointerType::get(ctx, /*addressSpace=*/3);
     accType = LLVM::LLVMStructType::getLiteral(ctx, {f32, f32, f32, f32});
     frag4Type = LLVM::LLVMStructType::getLiteral(ctx, {i32, i32, i32, i32});
-    pair = VectorType::get({2}, elt);
   }
 
   void build(StringRef name);
@@ -75,8 +74,6 @@ private:
   void mmaTwoTiles(ArrayRef<SmallVector<Value, 4>> a, ArrayRef<Value> b4,
                    MutableArrayRef<Value> acc,
                    llvm::function_ref<int64_t(int64_t, int64_t)> slot);
-  /// Two f32 values rounded to the element type and packed into an i32.
-  Value packPair(Value lo, Value hi);
   Value sharedAddress(Value byteOffset);
 
   const TileConfig &cfg;
@@ -85,7 +82,6 @@ private:
   Value smemBase, tid;
   Type sharedPtr;
   LLVM::LLVMStructType accType, frag4Type;
-  VectorType pair;
 };
 
 } // namespace flashjit::mma_sync

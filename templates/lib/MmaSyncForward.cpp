@@ -30,6 +30,7 @@
 // make the 8 row addresses of each ldmatrix fall in distinct banks.
 #include "flashjit/Templates/MmaSyncForward.h"
 
+#include "FragmentSoftmax.h"
 #include "MmaSyncBuilder.h"
 
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
@@ -151,6 +152,7 @@ void Builder::build(StringRef name) {
   init.append(rowsState, cF32(0.0f));
   init.append(mTiles * dTiles * kAccPerTile, cF32(0.0f));
   const int64_t accBase = 2 * rowsState;
+  FragmentSoftmax softmax(*this, mTiles, nTiles);
 
   auto loop = scf::ForOp::create(
       b, loc, cIdx(0), toIndex(numTiles), cIdx(1), init,
@@ -225,104 +227,16 @@ void Builder::build(StringRef name) {
             needMask = arith::OrIOp::create(
                 b, loc, needMask,
                 cmp(Pred::sgt, add(n0, c64(cfg.blockN - 1)), m0));
-          SmallVector<Type> sTypes(s.size(), f32);
-          auto masked = scf::IfOp::create(b, loc, sTypes, needMask,
-                                          /*withElseRegion=*/true);
-          {
-            OpBuilder::InsertionGuard g(b);
-            b.setInsertionPointToStart(masked.thenBlock());
-            SmallVector<Value> out;
-            for (int64_t mt = 0; mt < mTiles; ++mt) {
-              Value rows[2] = {myRow(mt, 0), myRow(mt, 1)};
-              for (int64_t nt = 0; nt < nTiles; ++nt)
-                for (int64_t r = 0; r < kAccPerTile; ++r) {
-                  Value col = add(add(n0, quadCol), c64(nt * 8 + r % 2));
-                  Value valid = cmp(Pred::slt, col, p.seqlenK);
-                  if (spec.causal)
-                    valid = arith::AndIOp::create(
-                        b, loc, valid, cmp(Pred::sle, col, rows[r / 2]));
-                  out.push_back(arith::SelectOp::create(
-                      b, loc, valid, s[sAt(mt, nt) + r], cF32(negInf)));
-                }
-            }
-            scf::YieldOp::create(b, loc, out);
-            b.setInsertionPointToStart(masked.elseBlock());
-            scf::YieldOp::create(b, loc, s);
+          softmax.mask(s, needMask, n0, quadCol, p.seqlenK, myRow);
+          FragmentSoftmax::Update u = softmax.update(
+              s, state.slice(0, rowsState), state.slice(rowsState, rowsState),
+              p.scaleLog2, [&](Value lo, Value hi) { return packPair(lo, hi); });
+          for (int64_t i = 0; i < rowsState; ++i) {
+            next[maxAt(i / 2, i % 2)] = u.max[i];
+            next[sumAt(i / 2, i % 2)] = u.sum[i];
           }
-          for (size_t i = 0; i < s.size(); ++i)
-            s[i] = masked.getResult(i);
-
-          // Online softmax per row: new max, rescale factor alpha. The max is
-          // kept unscaled; scale * log2(e) > 0 (the runtime checks the scale)
-          // folds into one multiply-add per score: p = 2^(s * c - m * c).
-          SmallVector<Value> alpha(rowsState), negShift(rowsState);
-          for (int64_t mt = 0; mt < mTiles; ++mt)
-            for (int64_t h = 0; h < 2; ++h) {
-              Value rowMax = state[maxAt(mt, h)];
-              for (int64_t nt = 0; nt < nTiles; ++nt)
-                for (int64_t e = 0; e < 2; ++e)
-                  rowMax = maxF(rowMax, s[sAt(mt, nt) + 2 * h + e]);
-              rowMax = shuffleXorReduce(rowMax, 4, /*isMax=*/true);
-              // A row with every score masked so far keeps m = -inf; shift
-              // by 0 then, so no -inf - -inf appears.
-              Value isEmpty = arith::CmpFOp::create(
-                  b, loc, arith::CmpFPredicate::OEQ, rowMax, cF32(negInf));
-              Value scaledMax =
-                  arith::MulFOp::create(b, loc, rowMax, p.scaleLog2);
-              Value shift = arith::SelectOp::create(b, loc, isEmpty, cF32(0.0f),
-                                                    scaledMax);
-              Value oldScaled =
-                  arith::MulFOp::create(b, loc, state[maxAt(mt, h)], p.scaleLog2);
-              alpha[maxAt(mt, h)] =
-                  exp2(arith::SubFOp::create(b, loc, oldScaled, shift));
-              negShift[maxAt(mt, h)] = arith::NegFOp::create(b, loc, shift);
-              next[maxAt(mt, h)] = rowMax;
-            }
-          // P, rounded and packed at once (half the registers of f32 P).
-          for (int64_t mt = 0; mt < mTiles; ++mt)
-            for (int64_t h = 0; h < 2; ++h) {
-              Value sum = arith::MulFOp::create(b, loc, state[sumAt(mt, h)],
-                                                alpha[maxAt(mt, h)]);
-              for (int64_t nt = 0; nt < nTiles; ++nt) {
-                Value pair[2];
-                for (int64_t e = 0; e < 2; ++e) {
-                  int64_t i = sAt(mt, nt) + 2 * h + e;
-                  pair[e] = exp2(LLVM::FMAOp::create(b, loc, s[i], p.scaleLog2,
-                                                     negShift[maxAt(mt, h)]));
-                  sum = arith::AddFOp::create(b, loc, sum, pair[e]);
-                }
-                packed[(mt * nTiles + nt) * 2 + h] = packPair(pair[0], pair[1]);
-              }
-              next[sumAt(mt, h)] = sum;
-            }
-          // Rescale O only when some row of the warp has a new max (late tiles
-          // rarely do): one vote, a warp-uniform branch.
-          Value changed;
-          for (Value a : alpha) {
-            Value ne = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UNE,
-                                             a, cF32(1.0f));
-            changed = changed ? arith::OrIOp::create(b, loc, changed, ne) : ne;
-          }
-          Value anyChanged = NVVM::VoteSyncOp::create(
-              b, loc, b.getI1Type(), c32(-1), changed, NVVM::VoteSyncKind::any);
-          SmallVector<Type> accTypes(mTiles * dTiles * kAccPerTile, f32);
-          auto rescale = scf::IfOp::create(b, loc, accTypes, anyChanged,
-                                           /*withElseRegion=*/true);
-          {
-            OpBuilder::InsertionGuard g(b);
-            b.setInsertionPointToStart(rescale.thenBlock());
-            SmallVector<Value> scaled;
-            for (int64_t mt = 0; mt < mTiles; ++mt)
-              for (int64_t i = 0; i < dTiles * kAccPerTile; ++i)
-                scaled.push_back(arith::MulFOp::create(
-                    b, loc, state[accBase + accAt(mt, 0) + i],
-                    alpha[maxAt(mt, (i % kAccPerTile) / 2)]));
-            scf::YieldOp::create(b, loc, scaled);
-            b.setInsertionPointToStart(rescale.elseBlock());
-            scf::YieldOp::create(
-                b, loc, ValueRange(state.drop_front(accBase)));
-          }
-          acc.assign(rescale.getResults().begin(), rescale.getResults().end());
+          packed = u.packed;
+          acc = softmax.rescale(state.drop_front(accBase), u.alpha);
         }
 
         if (!doubleBuffered) {
@@ -360,36 +274,11 @@ void Builder::build(StringRef name) {
       });
 
   // ---- epilogue: O = acc / l, LSE = (m c + log2 l) ln 2 ---------------------
-  for (int64_t mt = 0; mt < mTiles; ++mt)
-    for (int64_t h = 0; h < 2; ++h) {
-      Value rowMax = arith::MulFOp::create(b, loc, loop.getResult(maxAt(mt, h)),
-                                           p.scaleLog2);
-      Value rowSum = shuffleXorReduce(loop.getResult(sumAt(mt, h)), 4,
-                                      /*isMax=*/false);
-      Value inverse = arith::DivFOp::create(b, loc, cF32(1.0f), rowSum);
-      Value row = myRow(mt, h);
-      OpBuilder::InsertionGuard g(b);
-      auto inRange = scf::IfOp::create(b, loc, cmp(Pred::slt, row, p.seqlenQ),
-                                       /*withElse=*/false);
-      b.setInsertionPoint(inRange.thenBlock()->getTerminator());
-      Value oRow = add(rowOffset(p.oStrides, at.batch, at.head, row), quadCol);
-      for (int64_t dt = 0; dt < dTiles; ++dt) {
-        int64_t i = accBase + accAt(mt, dt) + 2 * h;
-        Value lo = arith::MulFOp::create(b, loc, loop.getResult(i), inverse);
-        Value hi = arith::MulFOp::create(b, loc, loop.getResult(i + 1), inverse);
-        LLVM::StoreOp::create(b, loc, packPair(lo, hi),
-                              globalAddress(p.o, elt, add(oRow, c64(dt * 8))),
-                              /*alignment=*/4);
-      }
-      auto firstOfQuad = scf::IfOp::create(
-          b, loc, cmp(Pred::eq, quadCol, c64(0)), /*withElse=*/false);
-      b.setInsertionPoint(firstOfQuad.thenBlock()->getTerminator());
-      LLVM::StoreOp::create(
-          b, loc, lseFromBase2(rowMax, rowSum),
-          globalAddress(p.lse, f32,
-                        rowOffset(p.lseStrides, at.batch, at.head, row)),
-          /*alignment=*/4);
-    }
+  ValueRange results = loop.getResults();
+  softmax.store(p, at, results.slice(0, rowsState),
+                results.slice(rowsState, rowsState),
+                results.drop_front(accBase), quadCol, myRow,
+                [&](Value lo, Value hi) { return packPair(lo, hi); });
   gpu::ReturnOp::create(b, loc);
 }
 

@@ -4,6 +4,7 @@
 #include "flashjit/Templates/MmaSyncForward.h"
 
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MathExtras.h"
 
 #include <algorithm>
 
@@ -28,6 +29,13 @@ llvm::Error MmaSyncForward::checkConfig(const AttentionSpec &spec,
                       "buffered: the next tile loads while this one "
                       "computes), got {0}",
                       config.stages)
+            .str());
+  if (!llvm::isPowerOf2_64(config.blockM) ||
+      !llvm::isPowerOf2_64(config.warps))
+    return configError(
+        llvm::formatv("block_m and warps must be powers of two, got block_m "
+                      "{0} and {1} warps",
+                      config.blockM, config.warps)
             .str());
   if (config.warps < 1 || (config.blockM != config.warps * kRowsPerTile &&
                            config.blockM != config.warps * 2 * kRowsPerTile))

@@ -1,8 +1,7 @@
 //===- MmaSyncFragments.cpp - fragment-level IR of the mma_sync kernel ----===//
 // Why: the pieces the kernel is made of, each emitted the same way every
-// time: 16-byte cp.async tile copies (zero-filled past the end), ldmatrix.x4,
-// mma.sync m16n8k16 for f16 and bf16, and f32 pairs packed to the element
-// type.
+// time: 16-byte cp.async tile copies (zero-filled past the end), ldmatrix.x4
+// and mma.sync m16n8k16 for f16 and bf16.
 #include "MmaSyncBuilder.h"
 
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
@@ -105,6 +104,7 @@ SmallVector<Value, 4> Builder::mma(ArrayRef<Value> a, ArrayRef<Value> bFrag,
                                          NVVM::MMATypes::bf16};
   if (spec.dtype == DType::F16) {
     // f16 operands are typed vector<2xf16>; bf16 ones stay packed in i32.
+    auto pair = VectorType::get({2}, elt);
     for (Value &v : aOps)
       v = LLVM::BitcastOp::create(b, loc, pair, v);
     for (Value &v : bOps)
@@ -132,14 +132,6 @@ void Builder::mmaTwoTiles(ArrayRef<SmallVector<Value, 4>> a,
                      acc.slice(at, kAccPerTile));
       std::copy(out.begin(), out.end(), acc.begin() + at);
     }
-}
-
-Value Builder::packPair(Value lo, Value hi) {
-  auto f32Pair = VectorType::get({2}, f32);
-  Value wide = vector::FromElementsOp::create(b, loc, f32Pair,
-                                              ValueRange{lo, hi});
-  Value narrow = arith::TruncFOp::create(b, loc, pair, wide);
-  return LLVM::BitcastOp::create(b, loc, i32, narrow);
 }
 
 } // namespace flashjit::mma_sync

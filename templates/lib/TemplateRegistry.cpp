@@ -5,6 +5,7 @@
 #include "flashjit/Templates/CudaCoreForward.h"
 #include "flashjit/Templates/KernelTemplate.h"
 #include "flashjit/Templates/MmaSyncForward.h"
+#include "flashjit/Templates/WgmmaForward.h"
 
 #include "mlir/IR/Location.h"
 
@@ -15,11 +16,12 @@
 namespace flashjit {
 
 const std::vector<const KernelTemplate *> &allTemplates() {
+  static const WgmmaForward wgmma;
   static const MmaSyncForward mmaSync;
   static const CudaCoreForward cudaCore;
   static const MmaSyncForward mmaSyncNoSoftmax(/*withSoftmax=*/false);
   static const std::vector<const KernelTemplate *> templates = {
-      &mmaSync, &cudaCore, &mmaSyncNoSoftmax};
+      &wgmma, &mmaSync, &cudaCore, &mmaSyncNoSoftmax};
   return templates;
 }
 
@@ -41,6 +43,14 @@ llvm::Error KernelTemplate::supports(const AttentionSpec &spec,
   if (target.computeCapability < minComputeCapability())
     return llvm::createStringError(
         llvm::formatv("the {0} template needs sm_{1} or newer, not {2}",
+                      family(), minComputeCapability(), target.chip)
+            .str());
+  if (needsArchSpecificTarget() &&
+      (!target.archSpecific ||
+       target.computeCapability != minComputeCapability()))
+    return llvm::createStringError(
+        llvm::formatv("the {0} template needs the arch-specific target "
+                      "sm_{1}a, not {2}",
                       family(), minComputeCapability(), target.chip)
             .str());
   return llvm::Error::success();

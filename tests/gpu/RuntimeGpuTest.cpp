@@ -1,13 +1,15 @@
 //===- RuntimeGpuTest.cpp - launch, cache and argument checks on a GPU ----===//
 // Why: the runtime's promises that need a device: bad arguments launch
-// nothing, launches are cheap, and a kernel comes back from disk fast.
+// nothing, launches are cheap, tensor maps encode for the layouts callers
+// pass, and a kernel comes back from disk fast.
 #include "GpuTestUtil.h"
 
 #include "flashjit/Runtime/CudaDriver.h"
 #include "flashjit/Runtime/HostFloat.h"
-#include "flashjit/Runtime/ForwardChecks.h"
 #include "flashjit/Runtime/KernelCache.h"
+#include "flashjit/Runtime/Launch.h"
 #include "flashjit/Runtime/ModuleLoader.h"
+#include "flashjit/Runtime/TensorMaps.h"
 
 #include <algorithm>
 #include <chrono>
@@ -171,11 +173,13 @@ TEST_CASE("launch overhead of forward() on a cached kernel") {
   hostUs /= batches * perBatch;
 
   // For comparison, the same kernel launched bare (cuLaunchKernel alone,
-  // no checks), and one launch by itself (the kernel's own latency).
+  // no checks, tensor maps encoded once), and one launch by itself (the
+  // kernel's own latency).
   auto bare = LoadedModule::load((*kernel)->info(), (*kernel)->ptx(), "", 0);
   REQUIRE_MESSAGE(bool(bare), llvm::toString(bare.takeError()));
-  ForwardKernelArgs raw = toKernelArgs(args, spec.defaultScale());
-  auto params = raw.paramPointers();
+  ForwardLaunchParams raw;
+  REQUIRE_FALSE(bool((*kernel)->prepareLaunch(args, raw)));
+  auto params = raw.pointers();
   LaunchGeometry g = forwardGeometry((*kernel)->info(), 1, 1);
   auto launchBare = [&] {
     return FLASHJIT_CU(drv, cuLaunchKernel, bare->function(), g.gridX, g.gridY,
@@ -228,6 +232,57 @@ TEST_CASE("launch overhead of forward() on a cached kernel") {
           << " us per call");
   (void)drv.cuEventDestroy(start);
   (void)drv.cuEventDestroy(stop);
+}
+
+TEST_CASE("tensor maps of BHSD, BSHD and GQA tensors encode, cheaply") {
+  if (gpuContext().device()->computeMajor < 9) {
+    MESSAGE("tensor maps need sm_90 or newer: skipped");
+    return;
+  }
+  AttentionSpec spec;
+  spec.headDim = 128;
+  spec.numHeads = 8;
+  spec.numKVHeads = 2;
+  const int64_t b = 2, s = 300;
+  Buffers buf(b, spec.numHeads, s, spec.headDim);
+  TensorMapBoxes boxes;
+  boxes.qRows = 128;
+  boxes.kvRows = 176;
+  auto bshd = [&](const TensorRef &t) {
+    return TensorRef::bshd(t.data, t.dtype, t.shape[0], t.shape[1], t.shape[2],
+                           t.shape[3]);
+  };
+  // Boxes longer than the sequence (seqlen 1) read zeros past its end.
+  for (int64_t seqlen : {s, int64_t(1)})
+    for (bool bshdLayout : {false, true}) {
+      INFO("seqlen " << seqlen << (bshdLayout ? ", BSHD" : ", BHSD"));
+      ForwardArgs args = buf.args(spec, b, seqlen);
+      if (bshdLayout)
+        for (TensorRef *t : {&args.q, &args.k, &args.v})
+          *t = bshd(*t);
+      auto layouts = forwardTensorMapLayouts(args, boxes, "wgmma");
+      REQUIRE_MESSAGE(bool(layouts), llvm::toString(layouts.takeError()));
+      ForwardLaunchParams params;
+      llvm::Error err = prepareForwardLaunch(args, 0.125, &*layouts, params, 0);
+      REQUIRE_MESSAGE(!err, llvm::toString(std::move(err)));
+      CHECK(params.hasTensorMaps);
+    }
+
+  // What a launch of a TMA kernel adds to forward(): three encodes.
+  ForwardArgs args = buf.args(spec, b, s);
+  auto layouts = forwardTensorMapLayouts(args, boxes, "wgmma");
+  REQUIRE(bool(layouts));
+  ForwardTensorMaps maps;
+  const int rounds = 10000;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < rounds; ++i)
+    REQUIRE_FALSE(bool(encodeTensorMaps(driver(), *layouts, maps)));
+  auto t1 = std::chrono::steady_clock::now();
+  double us =
+      std::chrono::duration<double, std::micro>(t1 - t0).count() / rounds;
+  MESSAGE("encoding the tensor maps of Q, K and V: " << us
+                                                     << " us of host time");
+  CHECK(us < 2.0);
 }
 
 TEST_CASE("kernel cache: cold compile, warm disk load, hot memory hit") {

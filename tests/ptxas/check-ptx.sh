@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # ptxas accepts every PTX `flashjit compile` emits: head dims 64/96/128/256,
 # f16/bf16, causal or not, sm_80 and sm_90a. The tensor-core kernels of head
-# dims 64, 96 and 128 must use mma.sync m16n8k16, ldmatrix and cp.async and
-# must not spill. Exit 77 (ctest: skipped) when ptxas is not installed.
+# dims 64, 96 and 128 must not spill and must use their family's
+# instructions: on sm_90a, head dims 64 and 128 take the wgmma template
+# (wgmma.mma_async, TMA loads, mbarriers, setmaxnreg, and no ptxas warning
+# that it injected warpgroup waits or ignored setmaxnreg); the others use
+# mma.sync m16n8k16, ldmatrix and cp.async. Exit 77 (ctest: skipped) when
+# ptxas is not installed.
 set -uo pipefail
 flashjit=${1:?usage: check-ptx.sh path/to/flashjit [ptxas]}
 ptxas=${2:-$(command -v ptxas || echo /usr/local/cuda/bin/ptxas)}
@@ -31,11 +35,24 @@ for arch in sm_80 sm_90a; do
         spill=$(grep -o "[0-9]* bytes spill stores" "$work/$name.log" | head -1)
         if [ "$d" -le 128 ]; then
           missing=""
-          for insn in "mma.sync.aligned.m16n8k16.row.col.f32.$dtype.$dtype.f32" \
-                      "ldmatrix.sync.aligned.m8n8.x4.shared.b16" \
-                      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" \
-                      "cp.async.cg.shared.global"; do
-            grep -q "$insn" "$work/$name.ptx" || missing="$missing $insn"
+          if [ "$arch" = sm_90a ] && [ "$d" -ne 96 ]; then
+            insns=("wgmma.mma_async.sync.aligned.m64n" ".f32.$dtype.$dtype"
+                   "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                   "mbarrier.try_wait.parity" "mbarrier.arrive.expect_tx"
+                   "setmaxnreg.inc.sync.aligned" "setmaxnreg.dec.sync.aligned"
+                   "wgmma.wait_group.sync.aligned")
+            if grep -qiE "warn" "$work/$name.log"; then
+              echo "FAIL $name: ptxas warns:"; grep -i warn "$work/$name.log"
+              fails=$((fails + 1)); continue
+            fi
+          else
+            insns=("mma.sync.aligned.m16n8k16.row.col.f32.$dtype.$dtype.f32"
+                   "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+                   "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+                   "cp.async.cg.shared.global")
+          fi
+          for insn in "${insns[@]}"; do
+            grep -qF "$insn" "$work/$name.ptx" || missing="$missing $insn"
           done
           if [ -n "$missing" ]; then
             echo "FAIL $name: the PTX lacks$missing"; fails=$((fails + 1)); continue

@@ -36,6 +36,7 @@ namespace flashjit {
 
 class KernelCache;
 class LoadedModule;
+struct ForwardLaunchParams;
 
 /// A device tensor [batch, heads, seqlen, head_dim] (O, Q, K, V) with
 /// strides in elements; head_dim must be contiguous (stride 1). Row-major
@@ -105,13 +106,23 @@ public:
   const std::string &ptx() const { return Ptx; }
   /// Where info().config came from.
   const ConfigOrigin &configOrigin() const { return Origin; }
+  /// The tensor maps each launch passes (a family that loads tiles with
+  /// TMA, see KernelABI.h), or none.
+  const std::optional<TensorMapBoxes> &tensorMapBoxes() const {
+    return MapBoxes;
+  }
 
   /// Checks every argument (pointers, alignment, shapes against the spec,
-  /// strides, overlap of the outputs), then launches on args.stream. A
-  /// failed check returns an error and launches nothing.
+  /// strides, overlap of the outputs, what a tensor map can describe), then
+  /// launches on args.stream. A failed check returns an error and launches
+  /// nothing.
   llvm::Error forward(const ForwardArgs &args) const;
   /// The checks of forward() alone (no device needed).
   llvm::Error check(const ForwardArgs &args) const;
+  /// forward() up to the launch: checks `args` and fills `params`
+  /// (Runtime/Launch.h), tensor maps encoded, for a launch of this kernel.
+  llvm::Error prepareLaunch(const ForwardArgs &args,
+                            ForwardLaunchParams &params) const;
 
   Kernel(AttentionSpec spec, KernelInfo info, std::string ptx,
          std::unique_ptr<LoadedModule> module, std::string deviceError,
@@ -123,6 +134,8 @@ private:
   KernelInfo Info;
   std::string Ptx;
   ConfigOrigin Origin;
+  /// Looked up once from the template, so forward() does no string work.
+  std::optional<TensorMapBoxes> MapBoxes;
   /// Null when there is no GPU; DeviceError then says why.
   std::unique_ptr<LoadedModule> Module;
   std::string DeviceError;

@@ -9,15 +9,19 @@
 // RUN: not flashjit-opt %s --pass-pipeline="builtin.module(flashjit-pipeline{chip=sm_75})" 2>&1 | FileCheck %s --check-prefix=BADCHIP
 // RUN: not flashjit-opt %s --pass-pipeline="builtin.module(flashjit-pipeline{stop-after=cubin})" 2>&1 | FileCheck %s --check-prefix=BADSTAGE
 
-// ATTN: attn.attention {{.+}} causal {config = #attn.tile_config<family = "mma_sync"
+// On sm_90a head dim 128 takes the wgmma template.
+// ATTN: attn.attention {{.+}} causal {config = #attn.tile_config<family = "wgmma"
 
 // KERNEL: gpu.module @flashjit_kernels
 // KERNEL: gpu.func @attn_causal
+// KERNEL-SAME: flashjit.tensor_map_args
 // KERNEL: scf.for
 // KERNEL-NOT: attn.attention
 
+// The tensor-map arguments became by-value grid constants.
 // LLVM: gpu.module @flashjit_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx80">]
 // LLVM: llvm.func @attn_causal
+// LLVM-SAME: llvm.byval = !llvm.array<128 x i8>, nvvm.grid_constant
 // LLVM-SAME: nvvm.kernel
 // LLVM: nvvm.read.ptx.sreg.tid.x
 // LLVM: nvvm.barrier
@@ -27,26 +31,45 @@
 // PTX-SAME: .version 8.0
 // PTX-SAME: .target sm_90a
 // PTX-SAME: .entry attn_causal(
-// PTX-SAME: .maxntid {{[0-9]+}}, 1, 1
-// PTX-SAME: cp.async.cg.shared.global
-// PTX-SAME: cp.async.wait_group
+// PTX-SAME: .param .align 64 .b8 attn_causal_param_23[128]
+// PTX-SAME: .maxntid 384, 1, 1
+// PTX-SAME: .minnctapersm 1
+// PTX-SAME: cvta.param.u64
+// PTX-SAME: mbarrier.init.shared.b64
+// PTX-SAME: fence.mbarrier_init
 // PTX-SAME: bar.sync
-// PTX-SAME: ldmatrix.sync.aligned.m8n8.x4.shared.b16
-// PTX-SAME: mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32
-// PTX-SAME: shfl.sync.bfly.b32
-// PTX-SAME: ex2.approx.ftz.f32
-// PTX-SAME: vote.sync.any.pred
+// The rest in the back end's order.
+// PTX-DAG: setmaxnreg.inc.sync.aligned.u32 \09240
+// PTX-DAG: setmaxnreg.dec.sync.aligned.u32 \0924
+// PTX-DAG: mbarrier.try_wait.parity
+// PTX-DAG: wgmma.mma_async.sync.aligned.m64n176k16.f32.bf16.bf16
+// PTX-DAG: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16
+// PTX-DAG: shfl.sync.bfly.b32
+// PTX-DAG: ex2.approx.ftz.f32
+// PTX-DAG: vote.sync.any.pred
+// PTX-DAG: mbarrier.arrive.shared.b64
+// PTX-DAG: mbarrier.arrive.expect_tx.shared.b64
+// PTX-DAG: cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
 
-// Dynamic shared memory is one external array per kernel.
-// SMEM: .extern .shared .align 128 .b8 attn_causal_smem[]
-// SMEM-SAME: ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16
+// Dynamic shared memory is one external array per kernel, aligned for the
+// 128-byte swizzle.
+// SMEM: .extern .shared .align 1024 .b8 attn_causal_smem[]
 
 // The LSE epilogue (its place in the PTX is the back end's choice).
 // LG2: lg2.approx.f32
 
+// sm_80 takes the mma_sync template.
 // PTX80: .version 7.0
 // PTX80-SAME: .target sm_80
-// PTX80-SAME: mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32
+// PTX80-SAME: .extern .shared .align 128 .b8 attn_causal_smem[]
+// PTX80-DAG: cp.async.cg.shared.global
+// PTX80-DAG: cp.async.wait_group
+// PTX80-DAG: ldmatrix.sync.aligned.m8n8.x4.shared.b16
+// PTX80-DAG: ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16
+// PTX80-DAG: mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32
+// PTX80-DAG: shfl.sync.bfly.b32
+// PTX80-DAG: ex2.approx.ftz.f32
+// PTX80-DAG: vote.sync.any.pred
 
 // BADCHIP: unknown arch 'sm_75': expected one of sm_80, sm_86, sm_89, sm_90, sm_90a
 // BADSTAGE: unknown stage 'cubin': expected attn, kernel, llvm or ptx

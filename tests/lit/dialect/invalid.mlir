@@ -145,8 +145,8 @@ func.func @f(%q: tensor<2x8x64x64xbf16>, %s: f32) {
 // -----
 
 func.func @f(%q: tensor<2x8x64x64xbf16>, %s: f32) {
-  // expected-error @+1 {{tile_config block_m must be a power of two in [16, 256], got 48}}
-  %o, %lse = attn.attention %q, %q, %q scale %s {config = #attn.tile_config<family = "cuda_core", block_m = 48, block_n = 32, stages = 1, warps = 8>} : tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16> -> tensor<2x8x64x64xbf16>, tensor<2x8x64xf32>
+  // expected-error @+1 {{tile_config block_m must be a multiple of 16 in [16, 256], got 40}}
+  %o, %lse = attn.attention %q, %q, %q scale %s {config = #attn.tile_config<family = "cuda_core", block_m = 40, block_n = 32, stages = 1, warps = 8>} : tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16> -> tensor<2x8x64x64xbf16>, tensor<2x8x64xf32>
   return
 }
 
@@ -169,8 +169,8 @@ func.func @f(%q: tensor<2x8x64x64xbf16>, %s: f32) {
 // -----
 
 func.func @f(%q: tensor<2x8x64x64xbf16>, %s: f32) {
-  // expected-error @+1 {{tile_config warps must be a power of two in [1, 32], got 3}}
-  %o, %lse = attn.attention %q, %q, %q scale %s {config = #attn.tile_config<family = "cuda_core", block_m = 64, block_n = 32, stages = 1, warps = 3>} : tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16> -> tensor<2x8x64x64xbf16>, tensor<2x8x64xf32>
+  // expected-error @+1 {{tile_config warps must be in [1, 32], got 33}}
+  %o, %lse = attn.attention %q, %q, %q scale %s {config = #attn.tile_config<family = "cuda_core", block_m = 64, block_n = 32, stages = 1, warps = 33>} : tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16> -> tensor<2x8x64x64xbf16>, tensor<2x8x64xf32>
   return
 }
 

@@ -15,11 +15,12 @@ using namespace flashjit::autotune::testing;
 
 namespace {
 
-const KernelTemplate &cudaCore() {
-  auto tmpl = findTemplate("cuda_core");
+const KernelTemplate &templateOf(const char *family) {
+  auto tmpl = findTemplate(family);
   REQUIRE(static_cast<bool>(tmpl));
   return **tmpl;
 }
+const KernelTemplate &cudaCore() { return templateOf("cuda_core"); }
 
 struct ExpectedChoice {
   const char *gpu;
@@ -123,10 +124,15 @@ TEST_CASE("cuda_core choices per known GPU and head dim") {
       } else {
         CHECK_FALSE(choice->modelOnly);
         REQUIRE(static_cast<bool>(full));
-        // The tensor-core template ranks first where it runs; the
-        // cuda_core choice is still among the candidates considered.
-        CHECK(full->config.family == "mma_sync");
-        CHECK(full->skippedTemplates.empty());
+        // A tensor-core template ranks first where it runs (wgmma on
+        // sm_90a for its head dims, else mma_sync); the cuda_core choice is
+        // still among the candidates considered. Only wgmma is ever left
+        // out (it needs sm_90a and head dim 64 or 128).
+        bool hopper = device.computeCapability() == 90 &&
+                      (row.headDim == 64 || row.headDim == 128);
+        CHECK(full->config.family == (hopper ? "wgmma" : "mma_sync"));
+        for (const std::string &skipped : full->skippedTemplates)
+          CHECK(skipped.find("wgmma") == 0);
         bool considered = false;
         for (const CandidateReport &r : full->considered)
           considered = considered || r.config == choice->config;
@@ -145,7 +151,8 @@ TEST_CASE("mma_sync on the H100: two m tiles per warp, one buffer at the "
   // Measured on an H100 (autotune, bench/results): these are the fastest
   // or within 5% of it for non-causal bf16 at seqlen 2k-16k.
   for (Row row : {Row{64, 128, 64, 2, 4}, Row{128, 128, 48, 1, 4}}) {
-    auto choice = chooseConfig(benchSpec(row.headDim, false), h100);
+    auto choice = chooseConfigForTemplate(templateOf("mma_sync"),
+                                          benchSpec(row.headDim, false), h100);
     REQUIRE(static_cast<bool>(choice));
     CAPTURE(choice->config.canonical());
     CHECK(choice->config ==

@@ -32,7 +32,8 @@ struct FakeGpu {
   std::map<std::string, std::string> failures;
   std::string fatal;
   double clockSeconds = 0;
-  double secondsPerMeasurement = 1;
+  /// Well under the default budget for every candidate of every bucket.
+  double secondsPerMeasurement = 0.25;
   std::vector<std::string> measured;
 
   llvm::Expected<Measurement> measure(const BucketPlan &plan,
@@ -229,7 +230,7 @@ TEST_CASE("the time budget: shares by work, the heuristic's config first") {
 
   // A generous budget measures everything.
   FakeGpu relaxed;
-  relaxed.secondsPerMeasurement = 1;
+  relaxed.secondsPerMeasurement = 0.25;
   TuningRunResult all = relaxed.run(plans);
   CHECK_FALSE(all.budgetSpent);
   size_t candidates = 0;
@@ -242,6 +243,7 @@ TEST_CASE("progress: every candidate announced, time left estimated") {
   std::vector<BucketPlan> plans = h100Plans(2);
   plans.resize(4);
   FakeGpu gpu;
+  gpu.secondsPerMeasurement = 1;
   std::vector<TuningProgress> progress;
   TuningRunResult run = gpu.run(plans, {}, &progress);
   REQUIRE(progress.size() == 8);

@@ -42,4 +42,21 @@ def LowerAttentionToKernel
     "::mlir::vector::VectorDialect"];
 }
 
+def MarkGridConstantParams
+    : Pass<"attn-mark-grid-constant-params", "mlir::LLVM::LLVMFuncOp"> {
+  let summary = "Pass the tensor-map parameters of kernels by value";
+  let description = [{
+    A template that loads with TMA lists the positions of its tensor-map
+    parameters in the kernel attribute `flashjit.tensor_map_args` (the
+    lowering of gpu.func keeps function attributes but drops byval and
+    nvvm.grid_constant from arguments, and nvvm.grid_constant may only be
+    set on an llvm.func kernel). This pass, run after the lowering to the
+    LLVM dialect, makes each listed `!llvm.ptr` argument a 128-byte byval,
+    64-byte aligned grid constant: PTX then declares `.param .align 64 .b8
+    [128]` and takes its address with `cvta.param`, as cp.async.bulk.tensor
+    wants, and the runtime passes the CUtensorMap by value.
+  }];
+  let dependentDialects = ["::mlir::NVVM::NVVMDialect"];
+}
+
 #endif

@@ -58,7 +58,8 @@ namespace flashjit {
   X(cuEventSynchronize)                                                        \
   X(cuEventElapsedTime)                                                        \
   X(cuEventDestroy)                                                            \
-  X(cuPointerGetAttribute)
+  X(cuPointerGetAttribute)                                                     \
+  X(cuTensorMapEncodeTiled)
 
 /// The symbol libcuda exports for `fn` under this cuda.h: the argument is
 /// macro-expanded before it is stringified (cuMemAlloc -> "cuMemAlloc_v2").

@@ -2,16 +2,42 @@
 //-*-===//
 // Why: a launch with an impossible grid fails inside the driver with a bare
 // CUDA_ERROR_INVALID_VALUE; checking the geometry first gives the user a
-// message that says which number is wrong.
+// message that says which number is wrong. The parameter array of a forward
+// launch, tensor maps included, is built here and nowhere else.
 #ifndef FLASHJIT_RUNTIME_LAUNCH_H
 #define FLASHJIT_RUNTIME_LAUNCH_H
 
+#include "flashjit/Runtime/TensorMaps.h"
 #include "flashjit/Templates/KernelABI.h"
 
 #include "llvm/Support/Error.h"
+#include <array>
 #include <cuda.h>
 
 namespace flashjit {
+
+/// What cuLaunchKernel gets for one forward launch: the kernel's parameters
+/// and, for a kernel that loads with TMA, the tensor maps of Q, K and V.
+struct ForwardLaunchParams {
+  ForwardKernelArgs args;
+  ForwardTensorMaps maps;
+  bool hasTensorMaps = false;
+
+  static constexpr unsigned kMaxParams =
+      ForwardKernelArgs::kNumParams + kNumTensorMaps;
+  /// Pointers to args' parameters, then to the maps (null without them).
+  /// The array points into *this: keep *this alive until the launch returns.
+  std::array<void *, kMaxParams> pointers();
+};
+
+/// Fills `params` for `args` (checked by checkForwardArgs) with softmax
+/// `scale`; when `layouts` is given, encodes the tensor maps with them,
+/// which needs the driver and a current context (device `deviceOrdinal`'s
+/// primary one if the thread has none, as launch() does).
+llvm::Error prepareForwardLaunch(const ForwardArgs &args, double scale,
+                                 const ForwardTensorMapLayouts *layouts,
+                                 ForwardLaunchParams &params,
+                                 int deviceOrdinal = 0);
 
 /// Error unless every grid and block dimension is positive and within the
 /// CUDA limits (grid y, z <= 65535, block <= 1024 threads).

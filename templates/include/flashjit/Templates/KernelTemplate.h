@@ -13,6 +13,7 @@
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
+#include <optional>
 #include <vector>
 
 namespace mlir {
@@ -45,6 +46,17 @@ public:
   /// a kernel (e.g. without its softmax): built only when a config names
   /// it, never a candidate of the heuristic or the tuner.
   virtual bool measurementOnly() const { return false; }
+  /// Whether the kernels need the arch-specific target of their minimum
+  /// compute capability (sm_90a, for wgmma and setmaxnreg), which newer
+  /// chips do not run.
+  virtual bool needsArchSpecificTarget() const { return false; }
+  /// The tensor maps a kernel of this config takes (KernelABI.h), or none
+  /// when it loads through plain pointers.
+  virtual std::optional<TensorMapBoxes>
+  tensorMapBoxes(const TileConfig &config) const {
+    (void)config;
+    return std::nullopt;
+  }
   /// Head dims the template builds, ascending.
   virtual std::vector<int64_t> headDims() const = 0;
   /// Whether the template can build this problem for this target (a valid

@@ -1,0 +1,75 @@
+//===- FragmentSoftmax.h - online softmax on tensor-core fragments -*- C++ -*-===//
+// Why: mma.sync m16n8k16 and wgmma m64nNk16 leave the scores in the same
+// per-thread layout, so the mask, the online softmax (running max and sum,
+// P packed for the next product, O rescaled) and the epilogue (O / l and
+// the log-sum-exp) are written once here for both tensor-core templates.
+#ifndef FLASHJIT_TEMPLATES_FRAGMENTSOFTMAX_H
+#define FLASHJIT_TEMPLATES_FRAGMENTSOFTMAX_H
+
+#include "KernelIR.h"
+
+namespace flashjit {
+
+/// One thread's rows of a score tile in the accumulator layout of mma.sync
+/// m16n8k16 (and of each warp of wgmma m64nNk16): for m tile mt and n8 tile
+/// nt, element (mt * nTiles + nt) * 4 + r holds row half r / 2 (row g or
+/// g + 8 of the m16 tile, g = lane / 4) and column nt * 8 + 2 (lane % 4) +
+/// r % 2. Running max and sum are indexed mt * 2 + h (row half h); the max
+/// is kept unscaled, the sum per thread (reduced across the quad once, at
+/// the end).
+class FragmentSoftmax {
+public:
+  static constexpr int64_t kAccPerTile = 4;
+
+  FragmentSoftmax(KernelIR &ir, int64_t mTiles, int64_t nTiles)
+      : ir(ir), mTiles(mTiles), nTiles(nTiles) {}
+
+  int64_t rowStates() const { return mTiles * 2; }
+  int64_t scoreAt(int64_t mt, int64_t nt) const {
+    return (mt * nTiles + nt) * kAccPerTile;
+  }
+
+  /// Scores at or past seqlenK, or (causal) right of their row's diagonal,
+  /// become -inf; the selects run only when `needMask` holds (a tile that
+  /// crosses the end or the diagonal). n0 is the tile's first column,
+  /// quadCol 2 (lane % 4), rowOf(mt, h) the query row of a row half.
+  void mask(llvm::MutableArrayRef<mlir::Value> s, mlir::Value needMask,
+            mlir::Value n0, mlir::Value quadCol, mlir::Value seqlenK,
+            llvm::function_ref<mlir::Value(int64_t, int64_t)> rowOf);
+
+  struct Update {
+    /// New running max and sum per row half, the factor alpha = 2^(old max
+    /// - new max) (scaled) that the old sum and O take, and P rounded and
+    /// packed in pairs: packed[(mt * nTiles + nt) * 2 + h].
+    llvm::SmallVector<mlir::Value> max, sum, alpha, packed;
+  };
+  /// One tile's online-softmax step: p = 2^(s c - m c) with c = scale *
+  /// log2(e) > 0 folded into one multiply-add per score.
+  Update update(mlir::ValueRange s, mlir::ValueRange max,
+                mlir::ValueRange sum, mlir::Value scaleLog2,
+                llvm::function_ref<mlir::Value(mlir::Value, mlir::Value)>
+                    packPair);
+
+  /// O accumulators (mTiles x dTiles n8 tiles, same layout) times alpha,
+  /// computed only when some row of the warp has a new max (one vote, a
+  /// warp-uniform branch); late tiles rarely move the max.
+  llvm::SmallVector<mlir::Value> rescale(mlir::ValueRange acc,
+                                         mlir::ValueRange alpha);
+
+  /// Epilogue: O = acc / l written as pairs of the element type to rows
+  /// below seqlenQ, and the log-sum-exp by the first thread of each quad.
+  void store(const ForwardParams &p, const BlockCoordinates &at,
+             mlir::ValueRange max, mlir::ValueRange sum,
+             mlir::ValueRange acc, mlir::Value quadCol,
+             llvm::function_ref<mlir::Value(int64_t, int64_t)> rowOf,
+             llvm::function_ref<mlir::Value(mlir::Value, mlir::Value)>
+                 packPair);
+
+private:
+  KernelIR &ir;
+  const int64_t mTiles, nTiles;
+};
+
+} // namespace flashjit
+
+#endif

@@ -1,0 +1,96 @@
+//===- WgmmaBuilder.h - the wgmma template's IR builder ----------*- C++ -*-===//
+// Why: the builder of the wgmma kernel is one class; its Hopper instruction
+// helpers (mbarriers, TMA loads, shared-memory descriptors, wgmma) live in
+// WgmmaInstructions.cpp and the kernel's structure (producer, consumers,
+// the loop over K/V tiles) in WgmmaForward.cpp.
+#ifndef FLASHJIT_TEMPLATES_WGMMABUILDER_H
+#define FLASHJIT_TEMPLATES_WGMMABUILDER_H
+
+#include "KernelIR.h"
+
+#include "flashjit/Templates/TileConfig.h"
+#include "flashjit/Templates/WgmmaForward.h"
+
+namespace flashjit::wgmma {
+
+namespace LLVM = mlir::LLVM;
+using Pred = mlir::arith::CmpIPredicate;
+using mlir::ArrayRef;
+using mlir::Location;
+using mlir::OpBuilder;
+using mlir::SmallVector;
+using mlir::StringRef;
+using mlir::Type;
+using mlir::Value;
+using mlir::ValueRange;
+
+/// How a wgmma operand tile sits in shared memory: 128-byte swizzled rows,
+/// in panels of 64 columns (WgmmaForward::kPanelCols).
+enum class Major {
+  /// The reduction dimension is contiguous (Q and K for S = Q K^T).
+  K,
+  /// The N dimension is contiguous (V for O += P V, rows are keys).
+  MN,
+};
+
+class Builder : public KernelIR {
+public:
+  Builder(OpBuilder &b, Location loc, const AttentionSpec &spec,
+          const TileConfig &config);
+
+  void build(StringRef name);
+
+private:
+  // ---- shared memory and mbarriers (WgmmaInstructions.cpp) ---------------
+  /// Pointer to byte `offset` (i32) of the aligned shared buffer.
+  Value shared(Value offset);
+  Value shared(int64_t offset) { return shared(c32(offset)); }
+  void barrierInit(Value bar, int64_t count);
+  /// Arrive and expect `bytes` from the copy engine on the barrier.
+  void barrierExpect(Value bar, int64_t bytes);
+  void barrierArrive(Value bar);
+  /// Waits until the phase of the given parity (i32 0 or 1) has completed.
+  void barrierWait(Value bar, Value parity);
+
+  /// TMA: one box of `tensorMap` at (col, row, head, batch) (i32) into the
+  /// shared bytes at `dst`, completing on `bar`.
+  void tmaLoad(Value tensorMap, Value dst, Value bar, ValueRange coords);
+  /// Loads rows [row0, row0 + rows) of a whole tile, one box per 64-column
+  /// panel, panels `rows` * 128 bytes apart from `dstOffset`.
+  void tmaLoadTile(Value tensorMap, int64_t dstOffset, Value dynamicOffset,
+                   Value bar, Value row0, Value head, Value batch,
+                   int64_t rows);
+
+  // ---- wgmma (WgmmaInstructions.cpp) -------------------------------------
+  /// The shared-memory matrix descriptor of a 128-byte swizzled operand at
+  /// byte address `address` (i32, 1024-aligned pattern): for K-major the
+  /// 8-row groups are 1024 bytes apart; for MN-major also, and the 64-wide
+  /// panels `panelBytes` apart.
+  Value descriptor(Value address, Major major, int64_t panelBytes);
+  /// S = Q K^T for one warpgroup: fence, head_dim / 16 wgmma m64nNk16 with
+  /// both operands from shared memory, commit, wait. Returns block_n / 2
+  /// f32 per thread in the fragment layout of FragmentSoftmax.
+  SmallVector<Value> scores(Value qDesc, Value kDesc);
+  /// O += P V: fence, block_n / 16 wgmma m64nNk16 with P from registers
+  /// (four packed i32 per k step) and V from shared memory, commit, wait.
+  SmallVector<Value> accumulate(ValueRange o, ArrayRef<Value> pPacked,
+                                Value vDesc);
+  /// Inline PTX with side effects returning `outs` f32 registers (the
+  /// first constraints, "=f") from `operands` under `inputs` constraints.
+  SmallVector<Value> asmFloats(StringRef text, StringRef inputs,
+                               ValueRange operands, int64_t outs);
+  /// "f16" or "bf16" in PTX type suffixes.
+  StringRef ptxType() const;
+
+  const TileConfig &cfg;
+  const int64_t d, consumers, threads, stages;
+  const int64_t qBytes, kvTileBytes;
+  // Shared layout (bytes from the aligned base).
+  int64_t kOffset, vOffset, barOffset;
+  Value smemAligned;
+  Type sharedPtr;
+};
+
+} // namespace flashjit::wgmma
+
+#endif

@@ -1,0 +1,243 @@
+//===- WgmmaForward.cpp - IR builder of the wgmma template ----------------===//
+// Why: emits the Hopper FlashAttention forward kernel (FlashAttention-3's
+// structure) as a gpu.func of upstream dialects plus inline PTX for wgmma.
+//
+// Roles: warpgroup 0 is the producer. It gives registers back (setmaxnreg)
+// and one of its threads issues every load: Q once, then for each K/V tile
+// waits until the consumers have released its ring slot, and loads K and V
+// with TMA, each completing on its own mbarrier. Warpgroups 1..C are the
+// consumers, 64 query rows each. Per K/V tile a consumer waits for K, runs
+// S = Q K^T (wgmma, both operands in shared memory), the online softmax on
+// the S registers (FragmentSoftmax: wgmma's per-warp accumulator layout is
+// mma.sync's), waits for V, runs O += P V (wgmma, P from registers), and
+// releases the slot (one arrive per warp). While one consumer warpgroup
+// runs its softmax the tensor cores serve the other's products.
+//
+// Shared layout, from a 1024-byte aligned base (the 128-byte swizzle
+// pattern repeats every 1024 bytes): the Q tile, `stages` K tiles, `stages`
+// V tiles, then the mbarriers (Q full, K full [stages], V full [stages],
+// slot empty [stages]). A tile of R rows is stored as head_dim / 64 panels
+// of R rows x 128 bytes, each written by one TMA box with 128-byte swizzle.
+// Rows past the sequence end arrive as zeros (TMA's out-of-bounds fill) and
+// the mask sets their scores to -inf.
+#include "WgmmaBuilder.h"
+
+#include "FragmentSoftmax.h"
+
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+#include <limits>
+
+using namespace mlir;
+
+namespace flashjit::wgmma {
+
+namespace {
+constexpr int64_t kWarpgroupThreads = 128;
+constexpr int64_t kRowBytes = 128; // one swizzled shared row
+} // namespace
+
+Builder::Builder(OpBuilder &b, Location loc, const AttentionSpec &spec,
+                 const TileConfig &config)
+    : KernelIR(b, loc, spec), cfg(config), d(spec.headDim),
+      consumers(config.blockM / WgmmaForward::kRowsPerWarpgroup),
+      threads(config.warps * 32), stages(config.stages),
+      qBytes(config.blockM * spec.headDim * dtypeBytes(spec.dtype)),
+      kvTileBytes(config.blockN * spec.headDim * dtypeBytes(spec.dtype)) {
+  sharedPtr = LLVM::LLVMPointerType::get(b.getContext(), /*addressSpace=*/3);
+  kOffset = qBytes;
+  vOffset = kOffset + stages * kvTileBytes;
+  barOffset = vOffset + stages * kvTileBytes;
+}
+
+void Builder::build(StringRef name) {
+  std::string smemName = (name + "_smem").str();
+  LLVM::GlobalOp::create(b, loc, LLVM::LLVMArrayType::get(b.getI8Type(), 0),
+                         /*isConstant=*/false, LLVM::Linkage::External,
+                         smemName, Attribute(), /*alignment=*/1024,
+                         /*addrSpace=*/3);
+  OpBuilder::InsertionGuard funcGuard(b);
+  ForwardParams p = beginForwardKernel(name, threads, /*withTensorMaps=*/true);
+  // One block per SM: ptxas then caps registers at entry, which setmaxnreg
+  // needs to take effect.
+  b.getInsertionBlock()->getParentOp()->setAttr("nvvm.minctasm",
+                                                b.getI32IntegerAttr(1));
+
+  // The dynamic shared base, rounded up to 1024 bytes (resources() counts
+  // the slack).
+  Value base = LLVM::AddressOfOp::create(b, loc, sharedPtr, smemName);
+  Value baseAddress = LLVM::PtrToIntOp::create(b, loc, i32, base);
+  Value alignedAddress = arith::AndIOp::create(
+      b, loc, add(baseAddress, c32(1023)), c32(~1023));
+  smemAligned = LLVM::GEPOp::create(b, loc, sharedPtr, b.getI8Type(), base,
+                                    ValueRange{sub(alignedAddress,
+                                                   baseAddress)});
+  auto barrier = [&](int64_t index) { return shared(barOffset + 8 * index); };
+  auto slotBarrier = [&](int64_t first, Value slot) {
+    return shared(add(c32(barOffset + 8 * first), mul(slot, c32(8))));
+  };
+  Value qFull = barrier(0);
+  auto kFull = [&](Value s) { return slotBarrier(1, s); };
+  auto vFull = [&](Value s) { return slotBarrier(1 + stages, s); };
+  auto slotEmpty = [&](Value s) { return slotBarrier(1 + 2 * stages, s); };
+
+  Value tid = toI32(gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x));
+  BlockCoordinates at = blockCoordinates();
+  Value m0 = mul(at.queryBlock, c64(cfg.blockM));
+  Value kvEnd = p.seqlenK;
+  if (spec.causal)
+    kvEnd = minS(p.seqlenK, add(m0, c64(cfg.blockM)));
+  Value numTiles = divU(add(kvEnd, c64(cfg.blockN - 1)), cfg.blockN);
+
+  // Barriers: set up by one thread, visible to the copy engine and to every
+  // thread before any use.
+  {
+    OpBuilder::InsertionGuard g(b);
+    auto first = scf::IfOp::create(b, loc, cmp(Pred::eq, tid, c32(0)),
+                                   /*withElse=*/false);
+    b.setInsertionPoint(first.thenBlock()->getTerminator());
+    barrierInit(qFull, 1);
+    for (int64_t s = 0; s < stages; ++s) {
+      barrierInit(barrier(1 + s), 1);
+      barrierInit(barrier(1 + stages + s), 1);
+      barrierInit(barrier(1 + 2 * stages + s),
+                  consumers * WgmmaForward::kWarpsPerWarpgroup);
+    }
+    NVVM::FenceMbarrierInitOp::create(b, loc);
+  }
+  gpu::BarrierOp::create(b, loc);
+
+  Value warpgroup = divU(tid, kWarpgroupThreads);
+  auto roles = scf::IfOp::create(b, loc, cmp(Pred::eq, warpgroup, c32(0)),
+                                 /*withElse=*/true);
+  // ---- producer -------------------------------------------------------------
+  {
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPoint(roles.thenBlock()->getTerminator());
+    NVVM::SetMaxRegisterOp::create(
+        b, loc, WgmmaForward::producerRegisters(consumers),
+        NVVM::SetMaxRegisterAction::decrease);
+    auto issuer = scf::IfOp::create(b, loc, cmp(Pred::eq, tid, c32(0)),
+                                    /*withElse=*/false);
+    b.setInsertionPoint(issuer.thenBlock()->getTerminator());
+    Value qMap = p.tensorMaps[0], kMap = p.tensorMaps[1],
+          vMap = p.tensorMaps[2];
+    barrierExpect(qFull, qBytes);
+    tmaLoadTile(qMap, 0, c32(0), qFull, m0, at.head, at.batch, cfg.blockM);
+    scf::ForOp::create(
+        b, loc, cIdx(0), toIndex(numTiles), cIdx(1), ValueRange{},
+        [&](OpBuilder &, Location, Value tileIndex, ValueRange) {
+          Value j = toI32(tileIndex);
+          Value s = remU(j, stages);
+          Value round = divU(j, stages);
+          // The first round finds every slot free: waiting on the parity
+          // before a fresh barrier's phase 0 returns at once.
+          Value freeParity = arith::XOrIOp::create(
+              b, loc, arith::AndIOp::create(b, loc, round, c32(1)), c32(1));
+          barrierWait(slotEmpty(s), freeParity);
+          Value row0 = mul(toI64(tileIndex), c64(cfg.blockN));
+          Value slotOffset = mul(s, c32(kvTileBytes));
+          barrierExpect(kFull(s), kvTileBytes);
+          tmaLoadTile(kMap, kOffset, slotOffset, kFull(s), row0, at.kvHead,
+                      at.batch, cfg.blockN);
+          barrierExpect(vFull(s), kvTileBytes);
+          tmaLoadTile(vMap, vOffset, slotOffset, vFull(s), row0, at.kvHead,
+                      at.batch, cfg.blockN);
+          scf::YieldOp::create(b, loc);
+        });
+  }
+
+  // ---- consumers ------------------------------------------------------------
+  b.setInsertionPoint(roles.elseBlock()->getTerminator());
+  NVVM::SetMaxRegisterOp::create(b, loc,
+                                 WgmmaForward::consumerRegisters(consumers),
+                                 NVVM::SetMaxRegisterAction::increase);
+  Value consumer = sub(warpgroup, c32(1));
+  Value lane = remU(tid, 32);
+  Value warpInGroup = remU(divU(tid, 32), WgmmaForward::kWarpsPerWarpgroup);
+  Value quadRow = toI64(divU(lane, 4));
+  Value quadCol = toI64(mul(remU(lane, 4), c32(2)));
+  Value consumerRow0 = add(
+      m0, toI64(mul(consumer, c32(WgmmaForward::kRowsPerWarpgroup))));
+  Value warpRow0 = add(consumerRow0, toI64(mul(warpInGroup, c32(16))));
+  auto myRow = [&](int64_t, int64_t h) {
+    return add(warpRow0, add(quadRow, c64(8 * h)));
+  };
+
+  const int64_t nTiles = cfg.blockN / 8;
+  const int64_t outs = d / 2;
+  FragmentSoftmax softmax(*this, /*mTiles=*/1, nTiles);
+  Value qDesc = descriptor(
+      add(alignedAddress,
+          mul(consumer, c32(WgmmaForward::kRowsPerWarpgroup * kRowBytes))),
+      Major::K, 0);
+  barrierWait(qFull, c32(0));
+
+  const float negInf = -std::numeric_limits<float>::infinity();
+  SmallVector<Value> init(2, cF32(negInf));
+  init.append(2, cF32(0.0f));
+  init.append(outs, cF32(0.0f));
+  auto loop = scf::ForOp::create(
+      b, loc, cIdx(0), toIndex(numTiles), cIdx(1), init,
+      [&](OpBuilder &, Location, Value tileIndex, ValueRange state) {
+        Value j = toI32(tileIndex);
+        Value s = remU(j, stages);
+        Value parity = arith::AndIOp::create(b, loc, divU(j, stages), c32(1));
+        Value slotOffset = mul(s, c32(kvTileBytes));
+        Value n0 = mul(toI64(tileIndex), c64(cfg.blockN));
+
+        barrierWait(kFull(s), parity);
+        Value kDesc = descriptor(
+            add(alignedAddress, add(c32(kOffset), slotOffset)), Major::K, 0);
+        SmallVector<Value> scoresOfTile = scores(qDesc, kDesc);
+
+        Value needMask = cmp(Pred::sgt, add(n0, c64(cfg.blockN)), p.seqlenK);
+        if (spec.causal)
+          needMask = arith::OrIOp::create(
+              b, loc, needMask,
+              cmp(Pred::sgt, add(n0, c64(cfg.blockN - 1)), consumerRow0));
+        softmax.mask(scoresOfTile, needMask, n0, quadCol, p.seqlenK, myRow);
+        FragmentSoftmax::Update u = softmax.update(
+            scoresOfTile, state.slice(0, 2), state.slice(2, 2), p.scaleLog2,
+            [&](Value lo, Value hi) { return packPair(lo, hi); });
+        SmallVector<Value> acc =
+            softmax.rescale(state.drop_front(4), u.alpha);
+
+        barrierWait(vFull(s), parity);
+        Value vDesc = descriptor(
+            add(alignedAddress, add(c32(vOffset), slotOffset)), Major::MN,
+            cfg.blockN * kRowBytes);
+        acc = accumulate(acc, u.packed, vDesc);
+        {
+          // The products that read this slot are complete: release it.
+          OpBuilder::InsertionGuard g(b);
+          auto first = scf::IfOp::create(b, loc, cmp(Pred::eq, lane, c32(0)),
+                                         /*withElse=*/false);
+          b.setInsertionPoint(first.thenBlock()->getTerminator());
+          barrierArrive(slotEmpty(s));
+        }
+        SmallVector<Value> next = {u.max[0], u.max[1], u.sum[0], u.sum[1]};
+        next.append(acc.begin(), acc.end());
+        scf::YieldOp::create(b, loc, next);
+      });
+
+  ValueRange results = loop.getResults();
+  softmax.store(p, at, results.slice(0, 2), results.slice(2, 2),
+                results.drop_front(4), quadCol, myRow,
+                [&](Value lo, Value hi) { return packPair(lo, hi); });
+  b.setInsertionPointAfter(roles);
+  gpu::ReturnOp::create(b, loc);
+}
+
+} // namespace flashjit::wgmma
+
+namespace flashjit {
+
+void WgmmaForward::emit(OpBuilder &builder, Location loc,
+                        const AttentionSpec &spec, const TileConfig &config,
+                        StringRef name) const {
+  wgmma::Builder(builder, loc, spec, config).build(name);
+}
+
+} // namespace flashjit

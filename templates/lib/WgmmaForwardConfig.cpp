@@ -1,0 +1,140 @@
+//===- WgmmaForwardConfig.cpp - what the wgmma template supports ----------===//
+// Why: the autotuner needs the template's limits and resource use without
+// building IR; this file holds them apart from the IR builder.
+#include "flashjit/Templates/WgmmaForward.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
+
+namespace flashjit {
+namespace {
+
+llvm::Error configError(const llvm::Twine &message) {
+  return llvm::createStringError("wgmma: " + message.str());
+}
+
+/// Registers a consumer thread needs beyond its accumulators: row state,
+/// descriptors, addresses and loop state (fitted to ptxas -v).
+constexpr int64_t kConsumerOverhead = 40;
+/// Shared memory beyond the tiles: slack to align the base to the 1024
+/// bytes of the 128-byte swizzle pattern, then the mbarriers.
+constexpr int64_t kAlignSlack = 1024;
+constexpr int64_t kBarrierBytes = 8;
+
+int64_t consumersOf(const TileConfig &config) {
+  return config.blockM / WgmmaForward::kRowsPerWarpgroup;
+}
+
+/// S (block_n/2 f32) and O (D/2 f32) per thread; P packed (block_n/4)
+/// takes the place of S as the softmax consumes it.
+int64_t consumerEstimate(const AttentionSpec &spec, const TileConfig &config) {
+  return config.blockN / 2 + spec.headDim / 2 + kConsumerOverhead;
+}
+
+} // namespace
+
+unsigned WgmmaForward::producerRegisters(int64_t consumers) {
+  return consumers >= 3 ? 32 : 24;
+}
+unsigned WgmmaForward::consumerRegisters(int64_t consumers) {
+  return consumers >= 3 ? 160 : 240;
+}
+
+std::optional<TensorMapBoxes>
+WgmmaForward::tensorMapBoxes(const TileConfig &config) const {
+  TensorMapBoxes boxes;
+  boxes.qRows = static_cast<unsigned>(config.blockM);
+  boxes.kvRows = static_cast<unsigned>(config.blockN);
+  boxes.cols = static_cast<unsigned>(kPanelCols);
+  return boxes;
+}
+
+llvm::Error WgmmaForward::checkConfig(const AttentionSpec &spec,
+                                      const TileConfig &config) const {
+  if (config.family != family())
+    return configError(llvm::formatv("config family '{0}' given to it",
+                                     config.family)
+                           .str());
+  if (dtypeBytes(spec.dtype) != 2)
+    return configError("only 2-byte elements (f16, bf16) are supported");
+  int64_t consumers = consumersOf(config);
+  if (config.blockM % kRowsPerWarpgroup != 0 || consumers < 1 ||
+      consumers > 3)
+    return configError(
+        llvm::formatv("block_m must be 64, 128 or 192 (one to three consumer "
+                      "warpgroups of 64 query rows), got {0}",
+                      config.blockM)
+            .str());
+  if (config.warps != (consumers + 1) * kWarpsPerWarpgroup)
+    return configError(
+        llvm::formatv("block_m {0} has {1} consumer warpgroups and one "
+                      "producer: warps must be {2}, got {3}",
+                      config.blockM, consumers,
+                      (consumers + 1) * kWarpsPerWarpgroup, config.warps)
+            .str());
+  if (config.blockN < 16 || config.blockN > 256 || config.blockN % 16 != 0)
+    return configError(
+        llvm::formatv("block_n must be a multiple of 16 from 16 to 256, got "
+                      "{0}",
+                      config.blockN)
+            .str());
+  if (config.stages < 1 || config.stages > 4)
+    return configError(
+        llvm::formatv("stages (K/V buffers in the ring) must be 1 to 4, got "
+                      "{0}",
+                      config.stages)
+            .str());
+  int64_t estimate = consumerEstimate(spec, config);
+  if (estimate > consumerRegisters(consumers))
+    return configError(
+        llvm::formatv("block_n {0} with head dim {1} needs about {2} "
+                      "registers per consumer thread, more than the {3} "
+                      "that {4} consumer warpgroups get",
+                      config.blockN, spec.headDim, estimate,
+                      consumerRegisters(consumers), consumers)
+            .str());
+  return llvm::Error::success();
+}
+
+TemplateResources WgmmaForward::resources(const AttentionSpec &spec,
+                                          const TileConfig &config) const {
+  TemplateResources r;
+  r.threadsPerBlock = static_cast<unsigned>(config.warps * 32);
+  int64_t rowBytes = spec.headDim * dtypeBytes(spec.dtype);
+  int64_t tiles = (config.blockM + config.stages * 2 * config.blockN) * rowBytes;
+  int64_t barriers = (1 + 3 * config.stages) * kBarrierBytes;
+  r.sharedMemoryBytes =
+      static_cast<unsigned>(kAlignSlack + tiles + barriers);
+  // At entry every thread has the block's share of the register file
+  // (one block per SM); setmaxnreg then moves registers from the producer
+  // to the consumers.
+  r.registersPerThread = static_cast<unsigned>(
+      std::min<int64_t>(255, (65536 / r.threadsPerBlock) & ~int64_t(7)));
+  r.queryRowsPerWarp = static_cast<unsigned>(kRowsPerWarpgroup /
+                                             kWarpsPerWarpgroup);
+  return r;
+}
+
+std::vector<TileConfig>
+WgmmaForward::candidates(const AttentionSpec &spec) const {
+  // FlashAttention-3's tiles and their neighbours: two consumer warpgroups
+  // (block_m 128) for every head dim, three (192) where the accumulators
+  // leave room (head dim 64); two stages of K/V.
+  std::vector<TileConfig> out;
+  for (int64_t consumers : {2, 3})
+    for (int64_t blockN : {64, 128, 176}) {
+      if (consumers == 3 && (spec.headDim > 64 || blockN > 128))
+        continue;
+      TileConfig config{family().str(), consumers * kRowsPerWarpgroup, blockN,
+                        /*stages=*/2, (consumers + 1) * kWarpsPerWarpgroup};
+      if (auto err = checkConfig(spec, config)) {
+        llvm::consumeError(std::move(err));
+        continue;
+      }
+      out.push_back(config);
+    }
+  return out;
+}
+
+} // namespace flashjit

@@ -1,0 +1,197 @@
+//===- WgmmaInstructions.cpp - Hopper instructions of the wgmma kernel ----===//
+// Why: the pieces the kernel is made of, each emitted one way: mbarriers,
+// TMA tile loads, the shared-memory matrix descriptors of 128-byte swizzled
+// tiles, and the two wgmma sequences. MLIR has no wgmma op that takes A
+// from registers (MLIR-NOTES.md), so both products are inline PTX, each one
+// block from fence to wait: LLVM cannot move an accumulator access into
+// the window where the tensor cores own the registers.
+#include "WgmmaBuilder.h"
+
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+using namespace mlir;
+
+namespace flashjit::wgmma {
+
+namespace {
+/// Suspend-time hint of mbarrier.try_wait, in nanoseconds.
+constexpr int32_t kWaitTicks = 10000000;
+/// Swizzle mode field (bits 62-63) of a descriptor: 1 = 128-byte swizzle.
+constexpr uint64_t kSwizzle128 = 1ull << 62;
+/// Bytes between 8-row groups of a 128-byte swizzled tile.
+constexpr int64_t kRowGroupBytes = 8 * 128;
+
+/// "{$first, ..., $first+count-1}" for an inline-asm register list.
+std::string operandList(int64_t first, int64_t count) {
+  std::string s = "{";
+  for (int64_t i = 0; i < count; ++i)
+    s += (i ? ", $" : "$") + std::to_string(first + i);
+  return s + "}";
+}
+} // namespace
+
+Value Builder::shared(Value offset) {
+  return LLVM::GEPOp::create(b, loc, sharedPtr, b.getI8Type(), smemAligned,
+                             ValueRange{offset});
+}
+
+void Builder::barrierInit(Value bar, int64_t count) {
+  NVVM::MBarrierInitOp::create(b, loc, bar, c32(count), /*predicate=*/Value());
+}
+
+void Builder::barrierExpect(Value bar, int64_t bytes) {
+  NVVM::MBarrierArriveExpectTxOp::create(b, loc, /*res=*/Type(), bar,
+                                         c32(bytes), NVVM::MemScopeKind::CTA,
+                                         /*relaxed=*/false,
+                                         /*predicate=*/Value());
+}
+
+void Builder::barrierArrive(Value bar) {
+  NVVM::MBarrierArriveOp::create(b, loc, /*res=*/Type(), bar,
+                                 /*count=*/Value());
+}
+
+void Builder::barrierWait(Value bar, Value parity) {
+  NVVM::MBarrierTryWaitParityOp::create(b, loc, bar, parity, c32(kWaitTicks));
+}
+
+void Builder::tmaLoad(Value tensorMap, Value dst, Value bar,
+                      ValueRange coords) {
+  // Without a cluster, this CTA's shared::cta address is its own
+  // shared::cluster address.
+  auto clusterPtr = LLVM::LLVMPointerType::get(b.getContext(), 7);
+  Value dstCluster = LLVM::AddrSpaceCastOp::create(b, loc, clusterPtr, dst);
+  NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp::create(
+      b, loc, dstCluster, tensorMap, coords, bar, /*im2colOffsets=*/{},
+      /*multicastMask=*/Value(), /*l2CacheHint=*/Value(),
+      NVVM::TMALoadMode::TILE, /*isCTAOnly=*/false, /*group=*/nullptr,
+      /*predicate=*/Value());
+}
+
+void Builder::tmaLoadTile(Value tensorMap, int64_t dstOffset,
+                          Value dynamicOffset, Value bar, Value row0,
+                          Value head, Value batch, int64_t rows) {
+  const int64_t panels = d / WgmmaForward::kPanelCols;
+  for (int64_t panel = 0; panel < panels; ++panel) {
+    Value dst = shared(add(dynamicOffset, c32(dstOffset + panel * rows * 128)));
+    tmaLoad(tensorMap, dst, bar,
+            {c32(panel * WgmmaForward::kPanelCols), toI32(row0), toI32(head),
+             toI32(batch)});
+  }
+}
+
+Value Builder::descriptor(Value address, Major major, int64_t panelBytes) {
+  // Start address >> 4 in bits 0-13, leading byte offset >> 4 in 16-29,
+  // stride byte offset >> 4 in 32-45, swizzle mode in 62-63. K-major
+  // swizzled operands ignore the leading offset (1 by convention); MN-major
+  // ones step by it from one 64-wide panel to the next.
+  uint64_t leading = major == Major::K ? 1 : uint64_t(panelBytes) >> 4;
+  uint64_t fixed = (leading << 16) | (uint64_t(kRowGroupBytes >> 4) << 32) |
+                   kSwizzle128;
+  Value start = arith::ExtUIOp::create(
+      b, loc, i64,
+      arith::AndIOp::create(b, loc, arith::ShRUIOp::create(b, loc, address,
+                                                           c32(4)),
+                            c32(0x3FFF)));
+  return arith::OrIOp::create(b, loc, start, c64(static_cast<int64_t>(fixed)));
+}
+
+SmallVector<Value> Builder::asmFloats(StringRef text, StringRef inputs,
+                                     ValueRange operands, int64_t outs) {
+  std::string constraints;
+  for (int64_t i = 0; i < outs; ++i)
+    constraints += "=f,";
+  constraints += inputs.str();
+  SmallVector<Type> fields(outs, f32);
+  auto resultType = LLVM::LLVMStructType::getLiteral(b.getContext(), fields);
+  Value result = LLVM::InlineAsmOp::create(
+                     b, loc, resultType, operands, text, constraints,
+                     /*has_side_effects=*/true, /*is_align_stack=*/false,
+                     LLVM::tailcallkind::TailCallKind::None,
+                     LLVM::AsmDialectAttr::get(b.getContext(),
+                                               LLVM::AsmDialect::AD_ATT),
+                     /*operand_attrs=*/ArrayAttr())
+                     .getResult(0);
+  SmallVector<Value> floats;
+  for (int64_t i = 0; i < outs; ++i)
+    floats.push_back(LLVM::ExtractValueOp::create(b, loc, result, i));
+  return floats;
+}
+
+StringRef Builder::ptxType() const {
+  return spec.dtype == DType::BF16 ? "bf16" : "f16";
+}
+
+SmallVector<Value> Builder::scores(Value qDesc, Value kDesc) {
+  const int64_t n = cfg.blockN, outs = n / 2;
+  const int64_t steps = d / 16;
+  // Operands: $0..$outs-1 the scores, then the Q and K descriptors.
+  const int64_t qOp = outs, kOp = outs + 1;
+  std::string text = "{\n.reg .pred fj_zero;\n.reg .pred fj_one;\n"
+                     ".reg .b64 fj_da;\n.reg .b64 fj_db;\n";
+  text += llvm::formatv("setp.ne.b64 fj_zero, ${0}, ${0};\n"
+                        "setp.eq.b64 fj_one, ${0}, ${0};\n"
+                        "wgmma.fence.sync.aligned;\n",
+                        qOp)
+              .str();
+  const int64_t panelCols = WgmmaForward::kPanelCols;
+  for (int64_t ks = 0; ks < steps; ++ks) {
+    // k step ks: 32 bytes into a 128-byte row, in panel ks / 4.
+    int64_t within = (ks % (panelCols / 16)) * 32;
+    int64_t panel = ks / (panelCols / 16);
+    int64_t qStep = (panel * cfg.blockM * 128 + within) >> 4;
+    int64_t kStep = (panel * n * 128 + within) >> 4;
+    text += llvm::formatv("add.s64 fj_da, ${0}, {1};\n"
+                          "add.s64 fj_db, ${2}, {3};\n",
+                          qOp, qStep, kOp, kStep)
+                .str();
+    text += llvm::formatv("wgmma.mma_async.sync.aligned.m64n{0}k16.f32.{1}.{1} "
+                          "{2}, fj_da, fj_db, {3}, 1, 1, 0, 0;\n",
+                          n, ptxType(), operandList(0, outs),
+                          ks == 0 ? "fj_zero" : "fj_one")
+                .str();
+  }
+  text += "wgmma.commit_group.sync.aligned;\n"
+          "wgmma.wait_group.sync.aligned 0;\n}";
+  return asmFloats(text, "l,l", ValueRange{qDesc, kDesc}, outs);
+}
+
+SmallVector<Value> Builder::accumulate(ValueRange o, ArrayRef<Value> pPacked,
+                                       Value vDesc) {
+  const int64_t outs = d / 2, steps = cfg.blockN / 16;
+  // Operands: $0..$outs-1 O out; $outs..$2outs-1 O in (tied); then the
+  // packed P (4 per k step); then the V descriptor.
+  const int64_t pOp = 2 * outs, vOp = 2 * outs + pPacked.size();
+  std::string text = "{\n.reg .pred fj_one;\n.reg .b64 fj_db;\n";
+  text += llvm::formatv("setp.eq.b64 fj_one, ${0}, ${0};\n"
+                        "wgmma.fence.sync.aligned;\n",
+                        vOp)
+              .str();
+  for (int64_t kk = 0; kk < steps; ++kk) {
+    // k step kk: 16 key rows of 128 bytes further into each panel.
+    text += llvm::formatv("add.s64 fj_db, ${0}, {1};\n", vOp,
+                          (kk * 16 * 128) >> 4)
+                .str();
+    text += llvm::formatv("wgmma.mma_async.sync.aligned.m64n{0}k16.f32.{1}.{1} "
+                          "{2}, {3}, fj_db, fj_one, 1, 1, 1;\n",
+                          d, ptxType(), operandList(0, outs),
+                          operandList(pOp + 4 * kk, 4))
+                .str();
+  }
+  text += "wgmma.commit_group.sync.aligned;\n"
+          "wgmma.wait_group.sync.aligned 0;\n}";
+  std::string inputs;
+  for (int64_t i = 0; i < outs; ++i)
+    inputs += std::to_string(i) + ","; // O in, tied to O out
+  for (size_t i = 0; i < pPacked.size(); ++i)
+    inputs += "r,";
+  inputs += "l";
+  SmallVector<Value> operands(o.begin(), o.end());
+  operands.append(pPacked.begin(), pPacked.end());
+  operands.push_back(vDesc);
+  return asmFloats(text, inputs, operands, outs);
+}
+
+} // namespace flashjit::wgmma
