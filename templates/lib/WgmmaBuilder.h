@@ -67,14 +67,23 @@ private:
   /// 8-row groups are 1024 bytes apart; for MN-major also, and the 64-wide
   /// panels `panelBytes` apart.
   Value descriptor(Value address, Major major, int64_t panelBytes);
-  /// S = Q K^T for one warpgroup: fence, head_dim / 16 wgmma m64nNk16 with
-  /// both operands from shared memory, commit, wait. Returns block_n / 2
-  /// f32 per thread in the fragment layout of FragmentSoftmax.
-  SmallVector<Value> scores(Value qDesc, Value kDesc);
-  /// O += P V: fence, block_n / 16 wgmma m64nNk16 with P from registers
-  /// (four packed i32 per k step) and V from shared memory, commit, wait.
-  SmallVector<Value> accumulate(ValueRange o, ArrayRef<Value> pPacked,
-                                Value vDesc);
+  /// Issues S = Q K^T for one warpgroup: fence, head_dim / 16 wgmma
+  /// m64nNk16 with both operands in shared memory, commit (one group). The
+  /// block_n / 2 f32 per thread (FragmentSoftmax's layout) are valid only
+  /// after waitGroups.
+  SmallVector<Value> issueScores(Value qDesc, Value kDesc);
+  /// Issues O += P V: fence, block_n / 16 wgmma m64nNk16 with P from
+  /// registers (four packed i32 per k step) and V from shared memory,
+  /// commit (one group).
+  SmallVector<Value> issueAccumulate(ValueRange o, ArrayRef<Value> pPacked,
+                                     Value vDesc);
+  /// Waits until at most `pending` wgmma groups are in flight; `values`
+  /// (registers of the completed groups) come back usable.
+  SmallVector<Value> waitGroups(int64_t pending, ValueRange values);
+  /// bar.sync / bar.arrive on named barrier `id` (i32) for `threads`.
+  void namedBarrierSync(Value id, int64_t threads);
+  void namedBarrierArrive(Value id, int64_t threads);
+  void asmVoid(StringRef text, StringRef constraints, ValueRange operands);
   /// Inline PTX with side effects returning `outs` f32 registers (the
   /// first constraints, "=f") from `operands` under `inputs` constraints.
   SmallVector<Value> asmFloats(StringRef text, StringRef inputs,

@@ -6,12 +6,16 @@
 // and one of its threads issues every load: Q once, then for each K/V tile
 // waits until the consumers have released its ring slot, and loads K and V
 // with TMA, each completing on its own mbarrier. Warpgroups 1..C are the
-// consumers, 64 query rows each. Per K/V tile a consumer waits for K, runs
-// S = Q K^T (wgmma, both operands in shared memory), the online softmax on
-// the S registers (FragmentSoftmax: wgmma's per-warp accumulator layout is
-// mma.sync's), waits for V, runs O += P V (wgmma, P from registers), and
-// releases the slot (one arrive per warp). While one consumer warpgroup
-// runs its softmax the tensor cores serve the other's products.
+// consumers, 64 query rows each, with the registers the producer gave up.
+//
+// A consumer runs a software pipeline one tile deep: iteration j issues
+// S_j = Q K_j^T (wgmma, both operands in shared memory) and O += P_{j-1}
+// V_{j-1} (wgmma, P from registers) back to back, waits for S_j only, runs
+// the mask and online softmax of S_j (FragmentSoftmax: each warp's wgmma
+// accumulators have mma.sync's layout) while P V is still on the tensor
+// cores, then waits for P V, releases that slot (one arrive per warp) and
+// rescales O. The consumers take turns issuing (named barriers, ping-pong):
+// one warpgroup's softmax runs under the other's products.
 //
 // Shared layout, from a 1024-byte aligned base (the 128-byte swizzle
 // pattern repeats every 1024 bytes): the Q tile, `stages` K tiles, `stages`
@@ -165,6 +169,39 @@ void Builder::build(StringRef name) {
     return add(warpRow0, add(quadRow, c64(8 * h)));
   };
 
+  // Ping-pong: consumer c issues its products only after c - 1 (cyclic)
+  // issued theirs, so the tensor cores take the warpgroups' products in
+  // turn and one warpgroup's softmax runs under the other's products.
+  // Named barrier 1 + c admits consumer c (its 128 threads wait, the
+  // previous consumer's 128 arrive); the last consumer opens the first
+  // turn and skips its final arrive, so every barrier ends balanced.
+  Value isLastConsumer = cmp(Pred::eq, consumer, c32(consumers - 1));
+  Value myTurn = add(consumer, c32(1));
+  Value nextTurn = add(remU(add(consumer, c32(1)), consumers), c32(1));
+  const int64_t turnThreads = 2 * kWarpgroupThreads;
+  auto ifThen = [&](Value condition, llvm::function_ref<void()> body) {
+    OpBuilder::InsertionGuard g(b);
+    auto op = scf::IfOp::create(b, loc, condition, /*withElse=*/false);
+    b.setInsertionPoint(op.thenBlock()->getTerminator());
+    body();
+  };
+  auto beginProducts = [&] {
+    if (consumers > 1)
+      namedBarrierSync(myTurn, turnThreads);
+  };
+  auto endProducts = [&](bool final) {
+    if (consumers == 1)
+      return;
+    if (!final)
+      return namedBarrierArrive(nextTurn, turnThreads);
+    ifThen(arith::XOrIOp::create(b, loc, isLastConsumer,
+                                 arith::ConstantIntOp::create(b, loc, 1, 1)),
+           [&] { namedBarrierArrive(nextTurn, turnThreads); });
+  };
+  if (consumers > 1)
+    ifThen(isLastConsumer,
+           [&] { namedBarrierArrive(c32(1), turnThreads); });
+
   const int64_t nTiles = cfg.blockN / 8;
   const int64_t outs = d / 2;
   FragmentSoftmax softmax(*this, /*mTiles=*/1, nTiles);
@@ -172,60 +209,100 @@ void Builder::build(StringRef name) {
       add(alignedAddress,
           mul(consumer, c32(WgmmaForward::kRowsPerWarpgroup * kRowBytes))),
       Major::K, 0);
+  auto kDesc = [&](Value s) {
+    return descriptor(add(alignedAddress,
+                          add(c32(kOffset), mul(s, c32(kvTileBytes)))),
+                      Major::K, 0);
+  };
+  auto vDesc = [&](Value s) {
+    return descriptor(add(alignedAddress,
+                          add(c32(vOffset), mul(s, c32(kvTileBytes)))),
+                      Major::MN, cfg.blockN * kRowBytes);
+  };
+  auto slotOf = [&](Value j) { return remU(j, stages); };
+  auto parityOf = [&](Value j) {
+    return arith::AndIOp::create(b, loc, divU(j, stages), c32(1));
+  };
+  // The scores of tile j (i32) through the mask and the online softmax.
+  auto softmaxStep = [&](SmallVector<Value> &s, Value j, ValueRange max,
+                         ValueRange sum) {
+    Value n0 = mul(toI64(j), c64(cfg.blockN));
+    Value needMask = cmp(Pred::sgt, add(n0, c64(cfg.blockN)), p.seqlenK);
+    if (spec.causal)
+      needMask = arith::OrIOp::create(
+          b, loc, needMask,
+          cmp(Pred::sgt, add(n0, c64(cfg.blockN - 1)), consumerRow0));
+    softmax.mask(s, needMask, n0, quadCol, p.seqlenK, myRow);
+    return softmax.update(s, max, sum, p.scaleLog2,
+                          [&](Value lo, Value hi) { return packPair(lo, hi); });
+  };
+  // The products that read slot s are complete: one arrive per warp.
+  auto release = [&](Value s) {
+    ifThen(cmp(Pred::eq, lane, c32(0)), [&] { barrierArrive(slotEmpty(s)); });
+  };
   barrierWait(qFull, c32(0));
 
+  // Software pipeline, one K/V tile apart: iteration j issues S_j = Q K_j^T
+  // and O += P_{j-1} V_{j-1} together, then runs the softmax of S_j while
+  // P V is still on the tensor cores, and rescales O once that lands.
+  // Tile 0: S only.
   const float negInf = -std::numeric_limits<float>::infinity();
-  SmallVector<Value> init(2, cF32(negInf));
-  init.append(2, cF32(0.0f));
-  init.append(outs, cF32(0.0f));
+  Value zero = c32(0);
+  barrierWait(kFull(zero), zero);
+  beginProducts();
+  SmallVector<Value> s0 = issueScores(qDesc, kDesc(zero));
+  endProducts(/*final=*/false);
+  s0 = waitGroups(0, s0);
+  Value negInfV = cF32(negInf), zeroF = cF32(0.0f);
+  FragmentSoftmax::Update first =
+      softmaxStep(s0, zero, ValueRange{negInfV, negInfV},
+                  ValueRange{zeroF, zeroF});
+
+  // State: max[2], sum[2], O[outs], P of the previous tile.
+  SmallVector<Value> init = {first.max[0], first.max[1], first.sum[0],
+                             first.sum[1]};
+  init.append(outs, zeroF);
+  init.append(first.packed.begin(), first.packed.end());
+  const int64_t oAt = 4, pAt = 4 + outs;
+  const int64_t pCount = first.packed.size();
   auto loop = scf::ForOp::create(
-      b, loc, cIdx(0), toIndex(numTiles), cIdx(1), init,
+      b, loc, cIdx(1), toIndex(numTiles), cIdx(1), init,
       [&](OpBuilder &, Location, Value tileIndex, ValueRange state) {
         Value j = toI32(tileIndex);
-        Value s = remU(j, stages);
-        Value parity = arith::AndIOp::create(b, loc, divU(j, stages), c32(1));
-        Value slotOffset = mul(s, c32(kvTileBytes));
-        Value n0 = mul(toI64(tileIndex), c64(cfg.blockN));
-
-        barrierWait(kFull(s), parity);
-        Value kDesc = descriptor(
-            add(alignedAddress, add(c32(kOffset), slotOffset)), Major::K, 0);
-        SmallVector<Value> scoresOfTile = scores(qDesc, kDesc);
-
-        Value needMask = cmp(Pred::sgt, add(n0, c64(cfg.blockN)), p.seqlenK);
-        if (spec.causal)
-          needMask = arith::OrIOp::create(
-              b, loc, needMask,
-              cmp(Pred::sgt, add(n0, c64(cfg.blockN - 1)), consumerRow0));
-        softmax.mask(scoresOfTile, needMask, n0, quadCol, p.seqlenK, myRow);
-        FragmentSoftmax::Update u = softmax.update(
-            scoresOfTile, state.slice(0, 2), state.slice(2, 2), p.scaleLog2,
-            [&](Value lo, Value hi) { return packPair(lo, hi); });
-        SmallVector<Value> acc =
-            softmax.rescale(state.drop_front(4), u.alpha);
-
-        barrierWait(vFull(s), parity);
-        Value vDesc = descriptor(
-            add(alignedAddress, add(c32(vOffset), slotOffset)), Major::MN,
-            cfg.blockN * kRowBytes);
-        acc = accumulate(acc, u.packed, vDesc);
-        {
-          // The products that read this slot are complete: release it.
-          OpBuilder::InsertionGuard g(b);
-          auto first = scf::IfOp::create(b, loc, cmp(Pred::eq, lane, c32(0)),
-                                         /*withElse=*/false);
-          b.setInsertionPoint(first.thenBlock()->getTerminator());
-          barrierArrive(slotEmpty(s));
-        }
+        Value prev = sub(j, c32(1));
+        Value slot = slotOf(j), prevSlot = slotOf(prev);
+        barrierWait(kFull(slot), parityOf(j));
+        barrierWait(vFull(prevSlot), parityOf(prev));
+        beginProducts();
+        SmallVector<Value> scores = issueScores(qDesc, kDesc(slot));
+        SmallVector<Value> o = issueAccumulate(
+            state.slice(oAt, outs),
+            SmallVector<Value>(state.slice(pAt, pCount)), vDesc(prevSlot));
+        endProducts(/*final=*/false);
+        scores = waitGroups(1, scores);
+        FragmentSoftmax::Update u =
+            softmaxStep(scores, j, state.slice(0, 2), state.slice(2, 2));
+        o = waitGroups(0, o);
+        release(prevSlot);
+        o = softmax.rescale(o, u.alpha);
         SmallVector<Value> next = {u.max[0], u.max[1], u.sum[0], u.sum[1]};
-        next.append(acc.begin(), acc.end());
+        next.append(o.begin(), o.end());
+        next.append(u.packed.begin(), u.packed.end());
         scf::YieldOp::create(b, loc, next);
       });
 
+  // The last tile's P V.
   ValueRange results = loop.getResults();
-  softmax.store(p, at, results.slice(0, 2), results.slice(2, 2),
-                results.drop_front(4), quadCol, myRow,
-                [&](Value lo, Value hi) { return packPair(lo, hi); });
+  Value last = toI32(sub(numTiles, c64(1)));
+  barrierWait(vFull(slotOf(last)), parityOf(last));
+  beginProducts();
+  SmallVector<Value> o = issueAccumulate(
+      results.slice(oAt, outs), SmallVector<Value>(results.slice(pAt, pCount)),
+      vDesc(slotOf(last)));
+  endProducts(/*final=*/true);
+  o = waitGroups(0, o);
+  softmax.store(p, at, results.slice(0, 2), results.slice(2, 2), o, quadCol,
+                myRow, [&](Value lo, Value hi) { return packPair(lo, hi); });
   b.setInsertionPointAfter(roles);
   gpu::ReturnOp::create(b, loc);
 }

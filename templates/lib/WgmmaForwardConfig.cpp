@@ -15,8 +15,11 @@ llvm::Error configError(const llvm::Twine &message) {
 }
 
 /// Registers a consumer thread needs beyond its accumulators: row state,
-/// descriptors, addresses and loop state (fitted to ptxas -v).
-constexpr int64_t kConsumerOverhead = 40;
+/// descriptors, addresses and loop state (fitted to ptxas -v, CUDA 13.0).
+constexpr int64_t kConsumerOverhead = 32;
+/// Widest K/V tile: past 128 keys the pipelined kernel (S of this tile, O
+/// and P of the last one live together) spills at head dim 128 (ptxas -v).
+constexpr int64_t kMaxBlockN = 128;
 /// Shared memory beyond the tiles: slack to align the base to the 1024
 /// bytes of the 128-byte swizzle pattern, then the mbarriers.
 constexpr int64_t kAlignSlack = 1024;
@@ -26,10 +29,11 @@ int64_t consumersOf(const TileConfig &config) {
   return config.blockM / WgmmaForward::kRowsPerWarpgroup;
 }
 
-/// S (block_n/2 f32) and O (D/2 f32) per thread; P packed (block_n/4)
-/// takes the place of S as the softmax consumes it.
+/// Per consumer thread: S (block_n/2 f32), O (D/2 f32) and the previous
+/// tile's P, packed (block_n/4), are live together in the pipeline.
 int64_t consumerEstimate(const AttentionSpec &spec, const TileConfig &config) {
-  return config.blockN / 2 + spec.headDim / 2 + kConsumerOverhead;
+  return config.blockN / 2 + spec.headDim / 2 + config.blockN / 4 +
+         kConsumerOverhead;
 }
 
 } // namespace
@@ -73,11 +77,12 @@ llvm::Error WgmmaForward::checkConfig(const AttentionSpec &spec,
                       config.blockM, consumers,
                       (consumers + 1) * kWarpsPerWarpgroup, config.warps)
             .str());
-  if (config.blockN < 16 || config.blockN > 256 || config.blockN % 16 != 0)
+  if (config.blockN < 16 || config.blockN > kMaxBlockN ||
+      config.blockN % 16 != 0)
     return configError(
-        llvm::formatv("block_n must be a multiple of 16 from 16 to 256, got "
-                      "{0}",
-                      config.blockN)
+        llvm::formatv("block_n must be a multiple of 16 from 16 to {0}, got "
+                      "{1}",
+                      kMaxBlockN, config.blockN)
             .str());
   if (config.stages < 1 || config.stages > 4)
     return configError(
@@ -123,8 +128,8 @@ WgmmaForward::candidates(const AttentionSpec &spec) const {
   // leave room (head dim 64); two stages of K/V.
   std::vector<TileConfig> out;
   for (int64_t consumers : {2, 3})
-    for (int64_t blockN : {64, 128, 176}) {
-      if (consumers == 3 && (spec.headDim > 64 || blockN > 128))
+    for (int64_t blockN : {64, 96, 128}) {
+      if (consumers == 3 && spec.headDim > 64)
         continue;
       TileConfig config{family().str(), consumers * kRowsPerWarpgroup, blockN,
                         /*stages=*/2, (consumers + 1) * kWarpsPerWarpgroup};

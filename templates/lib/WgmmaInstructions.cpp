@@ -124,7 +124,7 @@ StringRef Builder::ptxType() const {
   return spec.dtype == DType::BF16 ? "bf16" : "f16";
 }
 
-SmallVector<Value> Builder::scores(Value qDesc, Value kDesc) {
+SmallVector<Value> Builder::issueScores(Value qDesc, Value kDesc) {
   const int64_t n = cfg.blockN, outs = n / 2;
   const int64_t steps = d / 16;
   // Operands: $0..$outs-1 the scores, then the Q and K descriptors.
@@ -153,13 +153,13 @@ SmallVector<Value> Builder::scores(Value qDesc, Value kDesc) {
                           ks == 0 ? "fj_zero" : "fj_one")
                 .str();
   }
-  text += "wgmma.commit_group.sync.aligned;\n"
-          "wgmma.wait_group.sync.aligned 0;\n}";
+  text += "wgmma.commit_group.sync.aligned;\n}";
   return asmFloats(text, "l,l", ValueRange{qDesc, kDesc}, outs);
 }
 
-SmallVector<Value> Builder::accumulate(ValueRange o, ArrayRef<Value> pPacked,
-                                       Value vDesc) {
+SmallVector<Value> Builder::issueAccumulate(ValueRange o,
+                                            ArrayRef<Value> pPacked,
+                                            Value vDesc) {
   const int64_t outs = d / 2, steps = cfg.blockN / 16;
   // Operands: $0..$outs-1 O out; $outs..$2outs-1 O in (tied); then the
   // packed P (4 per k step); then the V descriptor.
@@ -180,8 +180,7 @@ SmallVector<Value> Builder::accumulate(ValueRange o, ArrayRef<Value> pPacked,
                           operandList(pOp + 4 * kk, 4))
                 .str();
   }
-  text += "wgmma.commit_group.sync.aligned;\n"
-          "wgmma.wait_group.sync.aligned 0;\n}";
+  text += "wgmma.commit_group.sync.aligned;\n}";
   std::string inputs;
   for (int64_t i = 0; i < outs; ++i)
     inputs += std::to_string(i) + ","; // O in, tied to O out
@@ -192,6 +191,35 @@ SmallVector<Value> Builder::accumulate(ValueRange o, ArrayRef<Value> pPacked,
   operands.append(pPacked.begin(), pPacked.end());
   operands.push_back(vDesc);
   return asmFloats(text, inputs, operands, outs);
+}
+
+SmallVector<Value> Builder::waitGroups(int64_t pending, ValueRange values) {
+  // The values pass through the wait as tied operands: their uses depend
+  // on it, so LLVM cannot hoist one above it.
+  std::string inputs;
+  for (size_t i = 0; i < values.size(); ++i)
+    inputs += (i ? "," : "") + std::to_string(i);
+  return asmFloats(
+      llvm::formatv("wgmma.wait_group.sync.aligned {0};", pending).str(),
+      inputs, values, values.size());
+}
+
+void Builder::asmVoid(StringRef text, StringRef constraints,
+                      ValueRange operands) {
+  LLVM::InlineAsmOp::create(
+      b, loc, /*res=*/Type(), operands, text, constraints,
+      /*has_side_effects=*/true, /*is_align_stack=*/false,
+      LLVM::tailcallkind::TailCallKind::None,
+      LLVM::AsmDialectAttr::get(b.getContext(), LLVM::AsmDialect::AD_ATT),
+      /*operand_attrs=*/ArrayAttr());
+}
+
+void Builder::namedBarrierSync(Value id, int64_t threads) {
+  asmVoid(llvm::formatv("bar.sync $0, {0};", threads).str(), "r", {id});
+}
+
+void Builder::namedBarrierArrive(Value id, int64_t threads) {
+  asmVoid(llvm::formatv("bar.arrive $0, {0};", threads).str(), "r", {id});
 }
 
 } // namespace flashjit::wgmma

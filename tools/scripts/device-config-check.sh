@@ -12,7 +12,9 @@ c128=${2:-wgmma:m128:n128:s2:w12}
 pass=0 fail=0
 run() {
   local line
-  line=$(timeout 60 flashjit run --json "$@" 2>&1 | tail -1)
+  # `flashjit run --json` prints one JSON document (several lines) on
+  # stdout; diagnostics go to stderr.
+  line=$(timeout 60 flashjit run --json "$@" 2>>"$OUT/config-check.err" | tr -d '\n')
   echo "$line" >> "$OUT/config-check.jsonl"
   if python3 -c "import json,sys; j=json.loads(sys.argv[1]); sys.exit(0 if j.get('passed') else 1)" "$line" 2>/dev/null; then
     pass=$((pass + 1))
