@@ -42,8 +42,12 @@
 // PTX-DAG: setmaxnreg.inc.sync.aligned.u32 \09240
 // PTX-DAG: setmaxnreg.dec.sync.aligned.u32 \0924
 // PTX-DAG: mbarrier.try_wait.parity
-// PTX-DAG: wgmma.mma_async.sync.aligned.m64n176k16.f32.bf16.bf16
+// S = Q K^T with both operands in shared memory (K-major), O += P V with P
+// in registers and V transposed (MN-major).
 // PTX-DAG: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16
+// PTX-DAG: fj_da, fj_db, fj_zero, 1, 1, 0, 0;
+// PTX-DAG: fj_db, fj_one, 1, 1, 1;
+// PTX-DAG: wgmma.wait_group.sync.aligned 1;
 // PTX-DAG: shfl.sync.bfly.b32
 // PTX-DAG: ex2.approx.ftz.f32
 // PTX-DAG: vote.sync.any.pred
