@@ -4,8 +4,8 @@
 //
 // Roles: warpgroup 0 is the producer. It gives registers back (setmaxnreg)
 // and one of its threads issues every load: Q once, then for each K/V tile
-// waits until the consumers have released its ring slot, and loads K and V
-// with TMA, each completing on its own mbarrier. Warpgroups 1..C are the
+// waits until the consumers have released the K slot (then the V slot) of
+// the ring, and loads K and V with TMA, each completing on its own mbarrier. Warpgroups 1..C are the
 // consumers, 64 query rows each, with the registers the producer gave up.
 //
 // A consumer runs a software pipeline one tile deep: iteration j issues
@@ -13,14 +13,15 @@
 // V_{j-1} (wgmma, P from registers) back to back, waits for S_j only, runs
 // the mask and online softmax of S_j (FragmentSoftmax: each warp's wgmma
 // accumulators have mma.sync's layout) while P V is still on the tensor
-// cores, then waits for P V, releases that slot (one arrive per warp) and
-// rescales O. The consumers take turns issuing (named barriers, ping-pong):
+// cores, then waits for P V and rescales O. K_j's slot is released (one
+// arrive per warp) once S_j has landed, V_{j-1}'s once P V has, so the
+// producer refills K a tile ahead of V. The consumers take turns issuing (named barriers, ping-pong):
 // one warpgroup's softmax runs under the other's products.
 //
 // Shared layout, from a 1024-byte aligned base (the 128-byte swizzle
 // pattern repeats every 1024 bytes): the Q tile, `stages` K tiles, `stages`
 // V tiles, then the mbarriers (Q full, K full [stages], V full [stages],
-// slot empty [stages]). A tile of R rows is stored as head_dim / 64 panels
+// K empty [stages], V empty [stages]). A tile of R rows is stored as head_dim / 64 panels
 // of R rows x 128 bytes, each written by one TMA box with 128-byte swizzle.
 // Rows past the sequence end arrive as zeros (TMA's out-of-bounds fill) and
 // the mask sets their scores to -inf.
@@ -84,7 +85,10 @@ void Builder::build(StringRef name) {
   Value qFull = barrier(0);
   auto kFull = [&](Value s) { return slotBarrier(1, s); };
   auto vFull = [&](Value s) { return slotBarrier(1 + stages, s); };
-  auto slotEmpty = [&](Value s) { return slotBarrier(1 + 2 * stages, s); };
+  // K and V slots are released apart: K_j as soon as S_j has landed, V_j
+  // after P_j V_j, a tile later in the pipeline.
+  auto kEmpty = [&](Value s) { return slotBarrier(1 + 2 * stages, s); };
+  auto vEmpty = [&](Value s) { return slotBarrier(1 + 3 * stages, s); };
 
   Value tid = toI32(gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x));
   BlockCoordinates at = blockCoordinates();
@@ -106,6 +110,8 @@ void Builder::build(StringRef name) {
       barrierInit(barrier(1 + s), 1);
       barrierInit(barrier(1 + stages + s), 1);
       barrierInit(barrier(1 + 2 * stages + s),
+                  consumers * WgmmaForward::kWarpsPerWarpgroup);
+      barrierInit(barrier(1 + 3 * stages + s),
                   consumers * WgmmaForward::kWarpsPerWarpgroup);
     }
     NVVM::FenceMbarrierInitOp::create(b, loc);
@@ -139,12 +145,13 @@ void Builder::build(StringRef name) {
           // before a fresh barrier's phase 0 returns at once.
           Value freeParity = arith::XOrIOp::create(
               b, loc, arith::AndIOp::create(b, loc, round, c32(1)), c32(1));
-          barrierWait(slotEmpty(s), freeParity);
           Value row0 = mul(toI64(tileIndex), c64(cfg.blockN));
           Value slotOffset = mul(s, c32(kvTileBytes));
+          barrierWait(kEmpty(s), freeParity);
           barrierExpect(kFull(s), kvTileBytes);
           tmaLoadTile(kMap, kOffset, slotOffset, kFull(s), row0, at.kvHead,
                       at.batch, cfg.blockN);
+          barrierWait(vEmpty(s), freeParity);
           barrierExpect(vFull(s), kvTileBytes);
           tmaLoadTile(vMap, vOffset, slotOffset, vFull(s), row0, at.kvHead,
                       at.batch, cfg.blockN);
@@ -236,9 +243,10 @@ void Builder::build(StringRef name) {
     return softmax.update(s, max, sum, p.scaleLog2,
                           [&](Value lo, Value hi) { return packPair(lo, hi); });
   };
-  // The products that read slot s are complete: one arrive per warp.
-  auto release = [&](Value s) {
-    ifThen(cmp(Pred::eq, lane, c32(0)), [&] { barrierArrive(slotEmpty(s)); });
+  // The products that read a slot are complete: one arrive per warp.
+  auto release = [&](Value emptyBarrier) {
+    ifThen(cmp(Pred::eq, lane, c32(0)),
+           [&] { barrierArrive(emptyBarrier); });
   };
   barrierWait(qFull, c32(0));
 
@@ -253,6 +261,7 @@ void Builder::build(StringRef name) {
   SmallVector<Value> s0 = issueScores(qDesc, kDesc(zero));
   endProducts(/*final=*/false);
   s0 = waitGroups(0, s0);
+  release(kEmpty(zero));
   Value negInfV = cF32(negInf), zeroF = cF32(0.0f);
   FragmentSoftmax::Update first =
       softmaxStep(s0, zero, ValueRange{negInfV, negInfV},
@@ -280,10 +289,11 @@ void Builder::build(StringRef name) {
             SmallVector<Value>(state.slice(pAt, pCount)), vDesc(prevSlot));
         endProducts(/*final=*/false);
         scores = waitGroups(1, scores);
+        release(kEmpty(slot));
         FragmentSoftmax::Update u =
             softmaxStep(scores, j, state.slice(0, 2), state.slice(2, 2));
         o = waitGroups(0, o);
-        release(prevSlot);
+        release(vEmpty(prevSlot));
         o = softmax.rescale(o, u.alpha);
         SmallVector<Value> next = {u.max[0], u.max[1], u.sum[0], u.sum[1]};
         next.append(o.begin(), o.end());

@@ -108,7 +108,7 @@ TemplateResources WgmmaForward::resources(const AttentionSpec &spec,
   r.threadsPerBlock = static_cast<unsigned>(config.warps * 32);
   int64_t rowBytes = spec.headDim * dtypeBytes(spec.dtype);
   int64_t tiles = (config.blockM + config.stages * 2 * config.blockN) * rowBytes;
-  int64_t barriers = (1 + 3 * config.stages) * kBarrierBytes;
+  int64_t barriers = (1 + 4 * config.stages) * kBarrierBytes;
   r.sharedMemoryBytes =
       static_cast<unsigned>(kAlignSlack + tiles + barriers);
   // At entry every thread has the block's share of the register file
