@@ -192,12 +192,13 @@ void Builder::build(StringRef name) {
     b.setInsertionPoint(op.thenBlock()->getTerminator());
     body();
   };
+  const bool pingPong = consumers > 1;
   auto beginProducts = [&] {
-    if (consumers > 1)
+    if (pingPong)
       namedBarrierSync(myTurn, turnThreads);
   };
   auto endProducts = [&](bool final) {
-    if (consumers == 1)
+    if (!pingPong)
       return;
     if (!final)
       return namedBarrierArrive(nextTurn, turnThreads);
@@ -205,7 +206,7 @@ void Builder::build(StringRef name) {
                                  arith::ConstantIntOp::create(b, loc, 1, 1)),
            [&] { namedBarrierArrive(nextTurn, turnThreads); });
   };
-  if (consumers > 1)
+  if (pingPong)
     ifThen(isLastConsumer,
            [&] { namedBarrierArrive(c32(1), turnThreads); });
 
@@ -230,19 +231,23 @@ void Builder::build(StringRef name) {
   auto parityOf = [&](Value j) {
     return arith::AndIOp::create(b, loc, divU(j, stages), c32(1));
   };
-  // The scores of tile j (i32) through the mask and the online softmax.
+  // The scores of tile j (i32) through the mask (when `masked`) and the
+  // online softmax.
   auto softmaxStep = [&](SmallVector<Value> &s, Value j, ValueRange max,
-                         ValueRange sum) {
-    Value n0 = mul(toI64(j), c64(cfg.blockN));
-    Value needMask = cmp(Pred::sgt, add(n0, c64(cfg.blockN)), p.seqlenK);
-    if (spec.causal)
-      needMask = arith::OrIOp::create(
-          b, loc, needMask,
-          cmp(Pred::sgt, add(n0, c64(cfg.blockN - 1)), consumerRow0));
-    softmax.mask(s, needMask, n0, quadCol, p.seqlenK, myRow);
+                         ValueRange sum, bool masked) {
+    if (masked)
+      softmax.mask(s, arith::ConstantIntOp::create(b, loc, 1, 1),
+                   mul(toI64(j), c64(cfg.blockN)), quadCol, p.seqlenK, myRow);
     return softmax.update(s, max, sum, p.scaleLog2,
                           [&](Value lo, Value hi) { return packPair(lo, hi); });
   };
+  // Tiles before maskFrom lie wholly before the sequence end and (causal)
+  // left of this consumer's first row: they skip the mask. The loop over
+  // tiles is emitted twice, without and with it.
+  Value maskFrom = divU(p.seqlenK, cfg.blockN);
+  if (spec.causal)
+    maskFrom = minS(maskFrom, divU(add(consumerRow0, c64(1)), cfg.blockN));
+  maskFrom = arith::MaxSIOp::create(b, loc, c64(1), minS(maskFrom, numTiles));
   // The products that read a slot are complete: one arrive per warp.
   auto release = [&](Value emptyBarrier) {
     ifThen(cmp(Pred::eq, lane, c32(0)),
@@ -265,7 +270,7 @@ void Builder::build(StringRef name) {
   Value negInfV = cF32(negInf), zeroF = cF32(0.0f);
   FragmentSoftmax::Update first =
       softmaxStep(s0, zero, ValueRange{negInfV, negInfV},
-                  ValueRange{zeroF, zeroF});
+                  ValueRange{zeroF, zeroF}, /*masked=*/true);
 
   // State: max[2], sum[2], O[outs], P of the previous tile.
   SmallVector<Value> init = {first.max[0], first.max[1], first.sum[0],
@@ -274,32 +279,37 @@ void Builder::build(StringRef name) {
   init.append(first.packed.begin(), first.packed.end());
   const int64_t oAt = 4, pAt = 4 + outs;
   const int64_t pCount = first.packed.size();
-  auto loop = scf::ForOp::create(
-      b, loc, cIdx(1), toIndex(numTiles), cIdx(1), init,
-      [&](OpBuilder &, Location, Value tileIndex, ValueRange state) {
-        Value j = toI32(tileIndex);
-        Value prev = sub(j, c32(1));
-        Value slot = slotOf(j), prevSlot = slotOf(prev);
-        barrierWait(kFull(slot), parityOf(j));
-        barrierWait(vFull(prevSlot), parityOf(prev));
-        beginProducts();
-        SmallVector<Value> scores = issueScores(qDesc, kDesc(slot));
-        SmallVector<Value> o = issueAccumulate(
-            state.slice(oAt, outs),
-            SmallVector<Value>(state.slice(pAt, pCount)), vDesc(prevSlot));
-        endProducts(/*final=*/false);
-        scores = waitGroups(1, scores);
-        release(kEmpty(slot));
-        FragmentSoftmax::Update u =
-            softmaxStep(scores, j, state.slice(0, 2), state.slice(2, 2));
-        o = waitGroups(0, o);
-        release(vEmpty(prevSlot));
-        o = softmax.rescale(o, u.alpha);
-        SmallVector<Value> next = {u.max[0], u.max[1], u.sum[0], u.sum[1]};
-        next.append(o.begin(), o.end());
-        next.append(u.packed.begin(), u.packed.end());
-        scf::YieldOp::create(b, loc, next);
-      });
+  auto tileLoop = [&](Value from, Value to, ValueRange init, bool masked) {
+    return scf::ForOp::create(
+        b, loc, toIndex(from), toIndex(to), cIdx(1), init,
+        [&](OpBuilder &, Location, Value tileIndex, ValueRange state) {
+          Value j = toI32(tileIndex);
+          Value prev = sub(j, c32(1));
+          Value slot = slotOf(j), prevSlot = slotOf(prev);
+          barrierWait(kFull(slot), parityOf(j));
+          barrierWait(vFull(prevSlot), parityOf(prev));
+          beginProducts();
+          SmallVector<Value> scores = issueScores(qDesc, kDesc(slot));
+          SmallVector<Value> o = issueAccumulate(
+              state.slice(oAt, outs),
+              SmallVector<Value>(state.slice(pAt, pCount)), vDesc(prevSlot));
+          endProducts(/*final=*/false);
+          scores = waitGroups(1, scores);
+          release(kEmpty(slot));
+          FragmentSoftmax::Update u = softmaxStep(
+              scores, j, state.slice(0, 2), state.slice(2, 2), masked);
+          o = waitGroups(0, o);
+          release(vEmpty(prevSlot));
+          o = softmax.rescale(o, u.alpha);
+          SmallVector<Value> next = {u.max[0], u.max[1], u.sum[0], u.sum[1]};
+          next.append(o.begin(), o.end());
+          next.append(u.packed.begin(), u.packed.end());
+          scf::YieldOp::create(b, loc, next);
+        });
+  };
+  auto interior = tileLoop(c64(1), maskFrom, init, /*masked=*/false);
+  auto loop = tileLoop(maskFrom, numTiles, interior.getResults(),
+                       /*masked=*/true);
 
   // The last tile's P V.
   ValueRange results = loop.getResults();
