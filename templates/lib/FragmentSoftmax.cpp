@@ -14,25 +14,6 @@ namespace flashjit {
 
 namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-/// Reduction in kLanes interleaved chains, combined at the end: values are
-/// folded in as they are produced (short live ranges, unlike a tree) while
-/// the chains hide the ALU latency (unlike one chain).
-constexpr size_t kLanes = 4;
-Value interleavedReduce(ArrayRef<Value> values,
-                        function_ref<Value(Value, Value)> combine) {
-  SmallVector<Value, kLanes> chains;
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (i < kLanes)
-      chains.push_back(values[i]);
-    else
-      chains[i % kLanes] = combine(chains[i % kLanes], values[i]);
-  }
-  Value total = chains.front();
-  for (size_t i = 1; i < chains.size(); ++i)
-    total = combine(total, chains[i]);
-  return total;
-}
 } // namespace
 
 void FragmentSoftmax::mask(MutableArrayRef<Value> s, Value needMask, Value n0,
@@ -46,24 +27,16 @@ void FragmentSoftmax::mask(MutableArrayRef<Value> s, Value needMask, Value n0,
   {
     OpBuilder::InsertionGuard g(b);
     b.setInsertionPointToStart(masked.thenBlock());
-    // Column n0 + quadCol + off is valid when off < limit, one 32-bit
-    // limit per row half: seqlenK, and (causal) the row's diagonal + 1,
-    // both taken relative to the thread's first column.
-    Value first = ir.add(n0, quadCol);
-    Value keyLimit = ir.toI32(ir.sub(seqlenK, first));
     SmallVector<Value> out;
     for (int64_t mt = 0; mt < mTiles; ++mt) {
-      Value limits[2];
-      for (int64_t h = 0; h < 2; ++h) {
-        limits[h] = keyLimit;
-        if (ir.spec.causal)
-          limits[h] = arith::MinSIOp::create(
-              b, loc, keyLimit,
-              ir.toI32(ir.sub(ir.add(rowOf(mt, h), ir.c64(1)), first)));
-      }
+      Value rows[2] = {rowOf(mt, 0), rowOf(mt, 1)};
       for (int64_t nt = 0; nt < nTiles; ++nt)
         for (int64_t r = 0; r < kAccPerTile; ++r) {
-          Value valid = ir.cmp(Pred::slt, ir.c32(nt * 8 + r % 2), limits[r / 2]);
+          Value col = ir.add(ir.add(n0, quadCol), ir.c64(nt * 8 + r % 2));
+          Value valid = ir.cmp(Pred::slt, col, seqlenK);
+          if (ir.spec.causal)
+            valid = arith::AndIOp::create(b, loc, valid,
+                                          ir.cmp(Pred::sle, col, rows[r / 2]));
           out.push_back(arith::SelectOp::create(
               b, loc, valid, s[scoreAt(mt, nt) + r], ir.cF32(kNegInf)));
         }
@@ -93,13 +66,10 @@ FragmentSoftmax::update(ValueRange s, ValueRange max,
   for (int64_t mt = 0; mt < mTiles; ++mt)
     for (int64_t h = 0; h < 2; ++h) {
       int64_t row = mt * 2 + h;
-      SmallVector<Value> rowScores = {max[row]};
+      Value rowMax = max[row];
       for (int64_t nt = 0; nt < nTiles; ++nt)
         for (int64_t e = 0; e < 2; ++e)
-          rowScores.push_back(s[scoreAt(mt, nt) + 2 * h + e]);
-      Value rowMax = interleavedReduce(rowScores, [&](Value x, Value y) {
-        return ir.maxF(x, y);
-      });
+          rowMax = ir.maxF(rowMax, s[scoreAt(mt, nt) + 2 * h + e]);
       rowMax = ir.shuffleXorReduce(rowMax, 4, /*isMax=*/true);
       Value isEmpty = arith::CmpFOp::create(
           b, loc, arith::CmpFPredicate::OEQ, rowMax, ir.cF32(kNegInf));
@@ -115,29 +85,17 @@ FragmentSoftmax::update(ValueRange s, ValueRange max,
   for (int64_t mt = 0; mt < mTiles; ++mt)
     for (int64_t h = 0; h < 2; ++h) {
       int64_t row = mt * 2 + h;
-      // The sum in kLanes interleaved chains, each term added as soon as
-      // it exists.
-      SmallVector<Value, kLanes> chains = {
-          arith::MulFOp::create(b, loc, sum[row], u.alpha[row])};
-      int64_t terms = 0;
+      Value rowSum = arith::MulFOp::create(b, loc, sum[row], u.alpha[row]);
       for (int64_t nt = 0; nt < nTiles; ++nt) {
         Value pair[2];
-        for (int64_t e = 0; e < 2; ++e, ++terms) {
+        for (int64_t e = 0; e < 2; ++e) {
           Value score = s[scoreAt(mt, nt) + 2 * h + e];
           pair[e] = ir.exp2(
               LLVM::FMAOp::create(b, loc, score, scaleLog2, negShift[row]));
-          size_t chain = (terms + 1) % kLanes;
-          if (chain >= chains.size())
-            chains.push_back(pair[e]);
-          else
-            chains[chain] = arith::AddFOp::create(b, loc, chains[chain],
-                                                  pair[e]);
+          rowSum = arith::AddFOp::create(b, loc, rowSum, pair[e]);
         }
         u.packed[(mt * nTiles + nt) * 2 + h] = packPair(pair[0], pair[1]);
       }
-      Value rowSum = chains.front();
-      for (size_t i = 1; i < chains.size(); ++i)
-        rowSum = arith::AddFOp::create(b, loc, rowSum, chains[i]);
       u.sum[row] = rowSum;
     }
   return u;

@@ -47,7 +47,7 @@
 // PTX-DAG: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16
 // PTX-DAG: fj_da, fj_db, fj_zero, 1, 1, 0, 0;
 // PTX-DAG: fj_db, fj_one, 1, 1, 1;
-// PTX-DAG: wgmma.wait_group.sync.aligned 1;
+// PTX-DAG: wgmma.wait_group.sync.aligned 0;
 // PTX-DAG: shfl.sync.bfly.b32
 // PTX-DAG: ex2.approx.ftz.f32
 // PTX-DAG: vote.sync.any.pred
