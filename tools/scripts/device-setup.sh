@@ -4,7 +4,7 @@
 # toolchain recorded in $OUT/gpu.txt and $OUT/info.txt.
 source .device-carry/unpack.sh
 export PATH=$PWD/.device-bundle/bin:$PATH
-export FLASHJIT_CACHE_DIR=/tmp/flashjit-cache
+export FLASHJIT_CACHE_DIR=${FLASHJIT_CACHE_DIR:-/tmp/flashjit-cache}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
