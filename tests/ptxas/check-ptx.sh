@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # ptxas accepts every PTX `flashjit compile` emits: head dims 64/96/128/256,
 # f16/bf16, causal or not, sm_80 and sm_90a. The tensor-core kernels of head
-# dims 64, 96 and 128 must not spill and must use their family's
-# instructions: on sm_90a, head dims 64 and 128 take the wgmma template
+# dims 64, 96 and 128 (and 256 on sm_90a) must not spill and must use their
+# family's instructions: on sm_90a, head dims 64, 128 and 256 take the wgmma
+# template
 # (wgmma.mma_async, TMA loads, mbarriers, setmaxnreg, and no ptxas warning
 # that it injected warpgroup waits or ignored setmaxnreg); the others use
 # mma.sync m16n8k16, ldmatrix and cp.async. Exit 77 (ctest: skipped) when
@@ -33,7 +34,7 @@ for arch in sm_80 sm_90a; do
         fi
         regs=$(grep -o "Used [0-9]* registers" "$work/$name.log" | head -1)
         spill=$(grep -o "[0-9]* bytes spill stores" "$work/$name.log" | head -1)
-        if [ "$d" -le 128 ]; then
+        if [ "$d" -le 128 ] || [ "$arch" = sm_90a ]; then
           missing=""
           if [ "$arch" = sm_90a ] && [ "$d" -ne 96 ]; then
             insns=("wgmma.mma_async.sync.aligned.m64n" ".f32.$dtype.$dtype"

@@ -127,9 +127,8 @@ TEST_CASE("cuda_core choices per known GPU and head dim") {
         // A tensor-core template ranks first where it runs (wgmma on
         // sm_90a for its head dims, else mma_sync); the cuda_core choice is
         // still among the candidates considered. Only wgmma is ever left
-        // out (it needs sm_90a and head dim 64 or 128).
-        bool hopper = device.computeCapability() == 90 &&
-                      (row.headDim == 64 || row.headDim == 128);
+        // out (it needs sm_90a).
+        bool hopper = device.computeCapability() == 90;
         CHECK(full->config.family == (hopper ? "wgmma" : "mma_sync"));
         for (const std::string &skipped : full->skippedTemplates)
           CHECK(skipped.find("wgmma") == 0);
