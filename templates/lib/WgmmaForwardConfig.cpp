@@ -23,6 +23,8 @@ constexpr int64_t kMaxBlockN = 128;
 /// Shared memory beyond the tiles: slack to align the base to the 1024
 /// bytes of the 128-byte swizzle pattern, then the mbarriers.
 constexpr int64_t kAlignSlack = 1024;
+/// Dynamic shared memory a block may opt into on sm_90 (H100, H200).
+constexpr int64_t kMaxSharedBytes = 232448;
 constexpr int64_t kBarrierBytes = 8;
 
 int64_t consumersOf(const TileConfig &config) {
@@ -89,6 +91,16 @@ llvm::Error WgmmaForward::checkConfig(const AttentionSpec &spec,
         llvm::formatv("stages (K/V buffers in the ring) must be 1 to 4, got "
                       "{0}",
                       config.stages)
+            .str());
+  int64_t shared = resources(spec, config).sharedMemoryBytes;
+  if (shared > kMaxSharedBytes)
+    return configError(
+        llvm::formatv("block_m {0}, block_n {1} and {2} stages with head dim "
+                      "{3} need {4} bytes of shared memory; sm_90 allows at "
+                      "most {5} per block: use a smaller block_n or fewer "
+                      "stages",
+                      config.blockM, config.blockN, config.stages,
+                      spec.headDim, shared, kMaxSharedBytes)
             .str());
   int64_t estimate = consumerEstimate(spec, config);
   if (estimate > consumerRegisters(consumers))

@@ -347,3 +347,29 @@ TEST_CASE("bad inputs are errors, not aborts") {
   CHECK(message.find("no tile config runs fwd;d=128") != std::string::npos);
   CHECK(message.find("the tiny allows 4 KB per block") != std::string::npos);
 }
+
+TEST_CASE("wgmma: every candidate fits sm_90's shared memory; a larger "
+          "config is refused with the sizes") {
+  const KernelTemplate &wgmma = templateOf("wgmma");
+  for (int64_t d : {64, 128, 256}) {
+    AttentionSpec spec = benchSpec(d, false);
+    std::vector<TileConfig> configs = wgmma.candidates(spec);
+    CAPTURE(d);
+    CHECK_FALSE(configs.empty());
+    for (const TileConfig &config : configs) {
+      CHECK_FALSE(static_cast<bool>(wgmma.checkConfig(spec, config)));
+      CHECK(wgmma.resources(spec, config).sharedMemoryBytes <= 232448u);
+      CHECK(config.warps == (config.blockM / 64 + 1) * 4);
+    }
+  }
+  AttentionSpec d256 = benchSpec(256, false);
+  llvm::Error err =
+      wgmma.checkConfig(d256, TileConfig{"wgmma", 128, 96, 2, 12});
+  REQUIRE(static_cast<bool>(err));
+  std::string message = errorOf(std::move(err));
+  CHECK(message.find("bytes of shared memory; sm_90 allows at most 232448") !=
+        std::string::npos);
+  // block_n past 128 spills at head dim 128: refused, not offered.
+  CHECK(static_cast<bool>(llvm::errorToBool(wgmma.checkConfig(
+      benchSpec(128, false), TileConfig{"wgmma", 128, 176, 2, 12}))));
+}
