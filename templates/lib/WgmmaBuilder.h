@@ -41,6 +41,23 @@ public:
   void build(StringRef name);
 
 private:
+  // ---- the two roles (WgmmaForward.cpp) ----------------------------------
+  /// Warpgroup 0: one thread loads Q, then K and V into the ring.
+  void emitProducer(const ForwardParams &p, const BlockCoordinates &at,
+                    Value m0, Value numTiles, Value tid);
+  /// Warpgroups 1..C: the products, the online softmax and the epilogue.
+  void emitConsumer(const ForwardParams &p, const BlockCoordinates &at,
+                    Value m0, Value numTiles, Value tid, Value warpgroup);
+  /// The mbarriers after the tiles: Q full, then per slot K full, V full,
+  /// K empty, V empty (`stages` each). K and V slots are released apart:
+  /// K_j once S_j has landed, V_j after P_j V_j, a tile later.
+  Value barrier(int64_t index) { return shared(barOffset + 8 * index); }
+  Value slotBarrier(int64_t first, Value slot);
+  Value kFull(Value slot) { return slotBarrier(1, slot); }
+  Value vFull(Value slot) { return slotBarrier(1 + stages, slot); }
+  Value kEmpty(Value slot) { return slotBarrier(1 + 2 * stages, slot); }
+  Value vEmpty(Value slot) { return slotBarrier(1 + 3 * stages, slot); }
+
   // ---- shared memory and mbarriers (WgmmaInstructions.cpp) ---------------
   /// Pointer to byte `offset` (i32) of the aligned shared buffer.
   Value shared(Value offset);
@@ -96,7 +113,10 @@ private:
   const int64_t qBytes, kvTileBytes;
   // Shared layout (bytes from the aligned base).
   int64_t kOffset, vOffset, barOffset;
-  Value smemAligned;
+  /// The 1024-aligned shared base, as a pointer and as a 32-bit address.
+  Value smemAligned, alignedAddress;
+  /// The Q-full barrier, made once.
+  Value qFull;
   Type sharedPtr;
 };
 

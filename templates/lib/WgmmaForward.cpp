@@ -5,26 +5,29 @@
 // Roles: warpgroup 0 is the producer. It gives registers back (setmaxnreg)
 // and one of its threads issues every load: Q once, then for each K/V tile
 // waits until the consumers have released the K slot (then the V slot) of
-// the ring, and loads K and V with TMA, each completing on its own mbarrier. Warpgroups 1..C are the
-// consumers, 64 query rows each, with the registers the producer gave up.
+// the ring, and loads K and V with TMA, each completing on its own
+// mbarrier. Warpgroups 1..C are the consumers, 64 query rows each, with
+// the registers the producer gave up; each warp's wgmma accumulators have
+// mma.sync's layout, so the mask and online softmax are FragmentSoftmax's.
 //
-// A consumer runs a software pipeline one tile deep: iteration j issues
-// S_j = Q K_j^T (wgmma, both operands in shared memory) and O += P_{j-1}
-// V_{j-1} (wgmma, P from registers) back to back, waits for S_j only, runs
-// the mask and online softmax of S_j (FragmentSoftmax: each warp's wgmma
-// accumulators have mma.sync's layout) while P V is still on the tensor
-// cores, then waits for P V and rescales O. K_j's slot is released (one
-// arrive per warp) once S_j has landed, V_{j-1}'s once P V has, so the
-// producer refills K a tile ahead of V. The consumers take turns issuing (named barriers, ping-pong):
-// one warpgroup's softmax runs under the other's products.
+// Head dim 64: a software pipeline one tile deep. Iteration j issues S_j =
+// Q K_j^T (wgmma, both operands in shared memory) and O += P_{j-1} V_{j-1}
+// (wgmma, P from registers) back to back, waits for S_j only, runs the
+// softmax of S_j while P V is still on the tensor cores, then waits for
+// P V and rescales O. The consumers take turns issuing (named barriers,
+// ping-pong), so one warpgroup's softmax runs under the other's products.
+// Head dims 128 and 256: the plain loop per tile (S, softmax, P V), the
+// faster form there (measurements in emitConsumer).
+//
+// K_j's slot is released (one arrive per warp) once S_j has landed, V_j's
+// once P_j V_j has, so the producer refills K a tile ahead of V.
 //
 // Shared layout, from a 1024-byte aligned base (the 128-byte swizzle
-// pattern repeats every 1024 bytes): the Q tile, `stages` K tiles, `stages`
-// V tiles, then the mbarriers (Q full, K full [stages], V full [stages],
-// K empty [stages], V empty [stages]). A tile of R rows is stored as head_dim / 64 panels
-// of R rows x 128 bytes, each written by one TMA box with 128-byte swizzle.
-// Rows past the sequence end arrive as zeros (TMA's out-of-bounds fill) and
-// the mask sets their scores to -inf.
+// pattern repeats every 1024 bytes): the Q tile, `stages` K tiles,
+// `stages` V tiles, then the mbarriers (WgmmaBuilder.h). A tile of R rows
+// is stored as head_dim / 64 panels of R rows x 128 bytes, each written by
+// one TMA box with 128-byte swizzle. Rows past the sequence end arrive as
+// zeros (TMA's out-of-bounds fill) and the mask sets their scores to -inf.
 #include "WgmmaBuilder.h"
 
 #include "FragmentSoftmax.h"
@@ -73,22 +76,12 @@ void Builder::build(StringRef name) {
   // the slack).
   Value base = LLVM::AddressOfOp::create(b, loc, sharedPtr, smemName);
   Value baseAddress = LLVM::PtrToIntOp::create(b, loc, i32, base);
-  Value alignedAddress = arith::AndIOp::create(
+  alignedAddress = arith::AndIOp::create(
       b, loc, add(baseAddress, c32(1023)), c32(~1023));
   smemAligned = LLVM::GEPOp::create(b, loc, sharedPtr, b.getI8Type(), base,
                                     ValueRange{sub(alignedAddress,
                                                    baseAddress)});
-  auto barrier = [&](int64_t index) { return shared(barOffset + 8 * index); };
-  auto slotBarrier = [&](int64_t first, Value slot) {
-    return shared(add(c32(barOffset + 8 * first), mul(slot, c32(8))));
-  };
-  Value qFull = barrier(0);
-  auto kFull = [&](Value s) { return slotBarrier(1, s); };
-  auto vFull = [&](Value s) { return slotBarrier(1 + stages, s); };
-  // K and V slots are released apart: K_j as soon as S_j has landed, V_j
-  // after P_j V_j, a tile later in the pipeline.
-  auto kEmpty = [&](Value s) { return slotBarrier(1 + 2 * stages, s); };
-  auto vEmpty = [&](Value s) { return slotBarrier(1 + 3 * stages, s); };
+  qFull = barrier(0);
 
   Value tid = toI32(gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x));
   BlockCoordinates at = blockCoordinates();
@@ -121,46 +114,62 @@ void Builder::build(StringRef name) {
   Value warpgroup = divU(tid, kWarpgroupThreads);
   auto roles = scf::IfOp::create(b, loc, cmp(Pred::eq, warpgroup, c32(0)),
                                  /*withElse=*/true);
-  // ---- producer -------------------------------------------------------------
   {
     OpBuilder::InsertionGuard g(b);
     b.setInsertionPoint(roles.thenBlock()->getTerminator());
-    NVVM::SetMaxRegisterOp::create(
-        b, loc, WgmmaForward::producerRegisters(consumers),
-        NVVM::SetMaxRegisterAction::decrease);
-    auto issuer = scf::IfOp::create(b, loc, cmp(Pred::eq, tid, c32(0)),
-                                    /*withElse=*/false);
-    b.setInsertionPoint(issuer.thenBlock()->getTerminator());
-    Value qMap = p.tensorMaps[0], kMap = p.tensorMaps[1],
-          vMap = p.tensorMaps[2];
-    barrierExpect(qFull, qBytes);
-    tmaLoadTile(qMap, 0, c32(0), qFull, m0, at.head, at.batch, cfg.blockM);
-    scf::ForOp::create(
-        b, loc, cIdx(0), toIndex(numTiles), cIdx(1), ValueRange{},
-        [&](OpBuilder &, Location, Value tileIndex, ValueRange) {
-          Value j = toI32(tileIndex);
-          Value s = remU(j, stages);
-          Value round = divU(j, stages);
-          // The first round finds every slot free: waiting on the parity
-          // before a fresh barrier's phase 0 returns at once.
-          Value freeParity = arith::XOrIOp::create(
-              b, loc, arith::AndIOp::create(b, loc, round, c32(1)), c32(1));
-          Value row0 = mul(toI64(tileIndex), c64(cfg.blockN));
-          Value slotOffset = mul(s, c32(kvTileBytes));
-          barrierWait(kEmpty(s), freeParity);
-          barrierExpect(kFull(s), kvTileBytes);
-          tmaLoadTile(kMap, kOffset, slotOffset, kFull(s), row0, at.kvHead,
-                      at.batch, cfg.blockN);
-          barrierWait(vEmpty(s), freeParity);
-          barrierExpect(vFull(s), kvTileBytes);
-          tmaLoadTile(vMap, vOffset, slotOffset, vFull(s), row0, at.kvHead,
-                      at.batch, cfg.blockN);
-          scf::YieldOp::create(b, loc);
-        });
+    emitProducer(p, at, m0, numTiles, tid);
   }
-
-  // ---- consumers ------------------------------------------------------------
   b.setInsertionPoint(roles.elseBlock()->getTerminator());
+  emitConsumer(p, at, m0, numTiles, tid, warpgroup);
+  b.setInsertionPointAfter(roles);
+  gpu::ReturnOp::create(b, loc);
+}
+
+Value Builder::slotBarrier(int64_t first, Value slot) {
+  return shared(add(c32(barOffset + 8 * first), mul(slot, c32(8))));
+}
+
+// ---- producer ---------------------------------------------------------------
+void Builder::emitProducer(const ForwardParams &p, const BlockCoordinates &at,
+                           Value m0, Value numTiles, Value tid) {
+  NVVM::SetMaxRegisterOp::create(
+      b, loc, WgmmaForward::producerRegisters(consumers),
+      NVVM::SetMaxRegisterAction::decrease);
+  auto issuer = scf::IfOp::create(b, loc, cmp(Pred::eq, tid, c32(0)),
+                                  /*withElse=*/false);
+  b.setInsertionPoint(issuer.thenBlock()->getTerminator());
+  Value qMap = p.tensorMaps[0], kMap = p.tensorMaps[1],
+        vMap = p.tensorMaps[2];
+  barrierExpect(qFull, qBytes);
+  tmaLoadTile(qMap, 0, c32(0), qFull, m0, at.head, at.batch, cfg.blockM);
+  scf::ForOp::create(
+      b, loc, cIdx(0), toIndex(numTiles), cIdx(1), ValueRange{},
+      [&](OpBuilder &, Location, Value tileIndex, ValueRange) {
+        Value j = toI32(tileIndex);
+        Value s = remU(j, stages);
+        Value round = divU(j, stages);
+        // The first round finds every slot free: waiting on the parity
+        // before a fresh barrier's phase 0 returns at once.
+        Value freeParity = arith::XOrIOp::create(
+            b, loc, arith::AndIOp::create(b, loc, round, c32(1)), c32(1));
+        Value row0 = mul(toI64(tileIndex), c64(cfg.blockN));
+        Value slotOffset = mul(s, c32(kvTileBytes));
+        barrierWait(kEmpty(s), freeParity);
+        barrierExpect(kFull(s), kvTileBytes);
+        tmaLoadTile(kMap, kOffset, slotOffset, kFull(s), row0, at.kvHead,
+                    at.batch, cfg.blockN);
+        barrierWait(vEmpty(s), freeParity);
+        barrierExpect(vFull(s), kvTileBytes);
+        tmaLoadTile(vMap, vOffset, slotOffset, vFull(s), row0, at.kvHead,
+                    at.batch, cfg.blockN);
+        scf::YieldOp::create(b, loc);
+      });
+}
+
+// ---- consumers --------------------------------------------------------------
+void Builder::emitConsumer(const ForwardParams &p, const BlockCoordinates &at,
+                           Value m0, Value numTiles, Value tid,
+                           Value warpgroup) {
   NVVM::SetMaxRegisterOp::create(b, loc,
                                  WgmmaForward::consumerRegisters(consumers),
                                  NVVM::SetMaxRegisterAction::increase);
@@ -193,7 +202,8 @@ void Builder::build(StringRef name) {
     body();
   };
   // Head dim 64 runs the software pipeline below with the consumers taking
-  // turns; head dim 128 the plain loop (S, softmax, P V in turn). Measured
+  // turns; head dims 128 and 256 the plain loop (S, softmax, P V in turn).
+  // Measured
   // on an H100 (wgmma:m128:n128:s2:w12, bf16, b4 h16 s4096, builds side by
   // side in one run): head dim 128 plain 511 TFLOP/s, pipelined 456, turns
   // with both products landing before the softmax 455; head dim 64
@@ -291,8 +301,6 @@ void Builder::build(StringRef name) {
     softmax.store(p, at, results.slice(0, 2), results.slice(2, 2),
                   results.drop_front(4), quadCol, myRow,
                   [&](Value lo, Value hi) { return packPair(lo, hi); });
-    b.setInsertionPointAfter(roles);
-    gpu::ReturnOp::create(b, loc);
     return;
   }
 
@@ -357,8 +365,6 @@ void Builder::build(StringRef name) {
   o = waitGroups(0, o);
   softmax.store(p, at, results.slice(0, 2), results.slice(2, 2), o, quadCol,
                 myRow, [&](Value lo, Value hi) { return packPair(lo, hi); });
-  b.setInsertionPointAfter(roles);
-  gpu::ReturnOp::create(b, loc);
 }
 
 } // namespace flashjit::wgmma
