@@ -205,8 +205,8 @@ void Builder::emitConsumer(const ForwardParams &p, const BlockCoordinates &at,
   // turns; head dims 128 and 256 the plain loop (S, softmax, P V in turn).
   // Measured
   // on an H100 (wgmma:m128:n128:s2:w12, bf16, b4 h16 s4096, builds side by
-  // side in one run): head dim 128 plain 511 TFLOP/s, pipelined 456, turns
-  // with both products landing before the softmax 455; head dim 64
+  // side in one run): head dim 128 plain 511 TFLOP/s, pipelined with turns
+  // 456, turns with both products landing before the softmax 455; head dim 64
   // pipelined with turns 362, without turns 335, plain 330. At head dim
   // 128, S, O and two tiles of P live together leave ptxas too little room
   // in 240 registers.
