@@ -81,6 +81,10 @@ def parse_args(argv):
                    help="write the results page; no PATH or a directory: "
                         "<dir, default bench/results>/<gpu-name>.md")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--flashjit-config", metavar="FAMILY|CONFIG", default=None,
+                   help="run this kernel family's heuristic choice (e.g. mma_sync, to time "
+                        "one template where another is the default) or this whole tile "
+                        "config, instead of flashjit's own choice")
     args = p.parse_args(argv)
     unknown = set(args.peers.split(",")) - set(bench_report.PEERS)
     if unknown:
@@ -173,8 +177,9 @@ def environment(torch, args, fj_version, chip):
 class Flashjit:
     """flashjit through the C API, or the reason it cannot run."""
 
-    def __init__(self, torch, path):
+    def __init__(self, torch, path, config=None):
         self.error, self.kernels, self.version, self.chip = None, {}, None, None
+        self.config = config
         try:
             self.lib = flashjit_capi.Library(path)
             self.version, _ = self.lib.version()
@@ -190,7 +195,8 @@ class Flashjit:
         key = (d, causal, heads)
         if key not in self.kernels:
             t0 = time.perf_counter()
-            k = self.ctx.compile(d, "bf16", causal=causal, num_heads=heads)
+            k = self.ctx.compile(d, "bf16", causal=causal, num_heads=heads,
+                                 config=self.config)
             name, config = k.describe()
             meta["flashjit_kernels"][name] = {
                 "config": config, "compile_ms": (time.perf_counter() - t0) * 1e3}
@@ -348,7 +354,7 @@ def run_bench(args):
         return 2
     torch.manual_seed(args.seed)
     torch.empty(1, device="cuda")  # CUDA initialised: flashjit joins torch's context
-    fj = Flashjit(torch, args.lib)
+    fj = Flashjit(torch, args.lib, args.flashjit_config)
     if fj.error:
         print(f"warning: flashjit is n/a: {fj.error}", file=sys.stderr)
     meta = environment(torch, args, fj.version, fj.chip)
@@ -412,6 +418,10 @@ def self_test_plan(out=print):
     args = parse_args(["--seqlens", "2k,8192", "--no-causal", "--peers", "flex,sdpa-flash"])
     check("seqlens in k", args.seqlens == [2048, 8192], str(args.seqlens))
     check("peers in table order", args.peers == ["sdpa-flash", "flex"], str(args.peers))
+    check("flashjit's own choice by default", args.flashjit_config is None,
+          str(args.flashjit_config))
+    check("--flashjit-config names a family",
+          parse_args(["--flashjit-config", "mma_sync"]).flashjit_config == "mma_sync")
     check("results page named for the GPU", results_page_path("", "NVIDIA H100 80GB HBM3")
           == os.path.join(HERE, "results", "nvidia-h100-80gb-hbm3.md"))
     return len(check.failed)

@@ -145,6 +145,8 @@ class Library:
                                                  P(ctypes.c_char_p)]),
             "flashjit_kernel_compile": (status, [ctypes.c_void_p, ctypes.c_void_p,
                                                  P(ctypes.c_void_p)]),
+            "flashjit_kernel_compile_config": (status, [ctypes.c_void_p, ctypes.c_void_p,
+                                                        ctypes.c_char_p, P(ctypes.c_void_p)]),
             "flashjit_kernel_release": (status, [ctypes.c_void_p]),
             "flashjit_kernel_describe": (status, [ctypes.c_void_p, P(ctypes.c_char_p),
                                                   P(ctypes.c_char_p)]),
@@ -197,15 +199,17 @@ class Context:
         return bool(has.value), (reason.value or b"").decode(errors="replace")
 
     def compile(self, head_dim, dtype="bf16", causal=False, num_heads=1,
-                num_kv_heads=None):
+                num_kv_heads=None, config=None):
+        """config: None (the default choice), a family such as "mma_sync"
+        (its heuristic choice) or a whole tile config."""
         spec = make_spec(head_dim, dtype, causal, num_heads,
                          num_kv_heads if num_kv_heads is not None else num_heads)
-        return Kernel(self.lib, self._compile_spec(spec))
+        return Kernel(self.lib, self._compile_spec(spec, config))
 
-    def _compile_spec(self, spec):
+    def _compile_spec(self, spec, config=None):
         handle = ctypes.c_void_p()
-        self.lib.call("flashjit_kernel_compile", self.handle, ctypes.byref(spec),
-                      ctypes.byref(handle))
+        self.lib.call("flashjit_kernel_compile_config", self.handle, ctypes.byref(spec),
+                      config.encode() if config else None, ctypes.byref(handle))
         return handle
 
 
@@ -288,6 +292,14 @@ def self_test(path=None, out=print):
     check("compile names the kernel", name == f"flashjit_fwd_d{d}_bf16_causal_h{h}_kv{h}",
           name)
     check("compile reports its tile config", config.split(":")[0] in ("wgmma", "mma_sync", "cuda_core"), config)
+    _, family_config = ctx.compile(d, "bf16", causal=True, num_heads=h,
+                                   config="cuda_core").describe()
+    check("compile with a family builds that family", family_config.startswith("cuda_core:"),
+          family_config)
+    st, msg = status_of(lambda: ctx.compile(d, "bf16", num_heads=h, config="tpu"))
+    check("an unknown family is an invalid argument",
+          st == INVALID_ARGUMENT and "unknown kernel family 'tpu'" in msg,
+          f"{STATUS_NAMES.get(st)}: {msg}")
 
     st, msg = status_of(lambda: ctx.compile(48, "bf16", num_heads=h))
     check("head dim 48 is unsupported", st == UNSUPPORTED and "head dim 48" in msg,

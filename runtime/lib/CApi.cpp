@@ -247,25 +247,53 @@ flashjit_status_t flashjit_context_device(flashjit_context_t ctx,
   });
 }
 
+namespace {
+/// Both compile entry points: `config` is null or "" (the default choice),
+/// a whole tile config, or a family name (that family's heuristic choice).
+flashjit_status_t compileKernel(const char *fn, flashjit_context_t ctx,
+                                const flashjit_attention_spec_t *spec,
+                                const char *config, flashjit_kernel_t *out) {
+  if (!out)
+    return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT, "out is a null pointer");
+  *out = nullptr;
+  if (!ctx)
+    return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT, "ctx is a null handle");
+  auto parsed = readSpec(spec);
+  if (!parsed)
+    return fail(fn, parsed.takeError());
+  flashjit::KernelOptions options;
+  llvm::StringRef text = config ? config : "";
+  if (text.contains(':')) {
+    auto tile = flashjit::TileConfig::parse(text);
+    if (!tile)
+      return fail(fn, flashjit::withCode(flashjit::ErrorCode::InvalidArgument,
+                                         tile.takeError()));
+    options.config = *tile;
+  } else if (!text.empty()) {
+    options.family = text.str();
+  }
+  auto kernel = ctx->context->compile(*parsed, options);
+  if (!kernel)
+    return fail(fn, kernel.takeError());
+  *out = new flashjit_kernel{*kernel, ctx->device,
+                             (*kernel)->info().config.canonical()};
+  return succeed();
+}
+} // namespace
+
 flashjit_status_t flashjit_kernel_compile(flashjit_context_t ctx,
                                           const flashjit_attention_spec_t *spec,
                                           flashjit_kernel_t *out) {
   return guarded(__func__, [&](const char *fn) {
-    if (!out)
-      return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
-                  "out is a null pointer");
-    *out = nullptr;
-    if (!ctx)
-      return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT, "ctx is a null handle");
-    auto parsed = readSpec(spec);
-    if (!parsed)
-      return fail(fn, parsed.takeError());
-    auto kernel = ctx->context->compile(*parsed);
-    if (!kernel)
-      return fail(fn, kernel.takeError());
-    *out = new flashjit_kernel{*kernel, ctx->device,
-                               (*kernel)->info().config.canonical()};
-    return succeed();
+    return compileKernel(fn, ctx, spec, nullptr, out);
+  });
+}
+
+flashjit_status_t flashjit_kernel_compile_config(
+    flashjit_context_t ctx, const flashjit_attention_spec_t *spec,
+    const char *config, flashjit_kernel_t *out) {
+  return guarded(__func__, [&](const char *fn) {
+    return compileKernel(fn, ctx, spec, config, out);
   });
 }
 

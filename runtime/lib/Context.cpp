@@ -6,6 +6,7 @@
 #include "flashjit/FlashJIT.h"
 
 #include "flashjit/Autotune/Candidates.h"
+#include "flashjit/Autotune/Heuristic.h"
 #include "flashjit/Autotune/KnownGPUs.h"
 #include "flashjit/Compiler/Compiler.h"
 #include "flashjit/Compiler/ConfigChoice.h"
@@ -259,6 +260,23 @@ Context::resolveConfig(const AttentionSpec &spec,
     return withCode(ErrorCode::InvalidArgument, std::move(err));
   if (options.config)
     return ResolvedConfig{*options.config, {ConfigSource::Explicit, ""}};
+  if (options.family) {
+    auto tmpl = findTemplate(*options.family);
+    if (!tmpl)
+      return withCode(ErrorCode::InvalidArgument, tmpl.takeError());
+    if (auto err = (*tmpl)->supports(spec, TargetChip))
+      return withCode(ErrorCode::Unsupported, std::move(err));
+    auto model = heuristicDeviceModel(TargetChip, HeuristicDevice);
+    if (!model)
+      return withCode(ErrorCode::Internal, model.takeError());
+    auto choice = autotune::chooseConfigForTemplate(**tmpl, spec, *model);
+    if (!choice)
+      return withCode(ErrorCode::Unsupported, choice.takeError());
+    return ResolvedConfig{
+        choice->config,
+        {ConfigSource::Heuristic,
+         "the heuristic's choice within family " + *options.family}};
+  }
 
   int64_t seqlen = options.seqlen.value_or(defaultSeqlen());
   std::string why = "no tuning database";
@@ -308,6 +326,9 @@ Context::compile(const AttentionSpec &spec, const KernelOptions &options) {
   if (options.config) {
     slot = kExplicitSlot;
     named = options.config->canonical();
+  } else if (options.family) {
+    slot = kExplicitSlot;
+    named = "family " + *options.family;
   } else if (Tuned.size() > 0) {
     if (auto index = Tuned.find(spec, options.seqlen.value_or(defaultSeqlen())))
       slot = static_cast<int64_t>(*index);

@@ -93,6 +93,10 @@ struct KernelOptions {
   /// Build this tile config (cached under its own key) instead of the
   /// tuning database's or the heuristic's.
   std::optional<TileConfig> config;
+  /// Without `config`: the heuristic's config among this family's
+  /// candidates (e.g. "mma_sync", to run that template where another is the
+  /// default), instead of the tuning database's or the overall heuristic's.
+  std::optional<std::string> family;
   /// The sequence length the kernel will mostly run at: it picks the tuning
   /// database's bucket (the kernel still serves every length). None: the
   /// heuristic's hint, 2048.

@@ -140,6 +140,18 @@ FLASHJIT_API flashjit_status_t flashjit_kernel_compile(
     flashjit_context_t ctx, const flashjit_attention_spec_t *spec,
     flashjit_kernel_t *out);
 
+/* flashjit_kernel_compile with a say in the tile config. config: NULL or
+ * "" as flashjit_kernel_compile; a whole config such as
+ * "mma_sync:m128:n48:s1:w4" builds exactly that one; a family name such
+ * as "mma_sync" builds that family's heuristic choice (to run one template
+ * where another is the default). A malformed config or an unknown family
+ * is FLASHJIT_STATUS_INVALID_ARGUMENT; a family or config that cannot
+ * build this spec on this chip, FLASHJIT_STATUS_UNSUPPORTED or
+ * FLASHJIT_STATUS_COMPILE_ERROR, with the reason in the last error. */
+FLASHJIT_API flashjit_status_t flashjit_kernel_compile_config(
+    flashjit_context_t ctx, const flashjit_attention_spec_t *spec,
+    const char *config, flashjit_kernel_t *out);
+
 /* Releases a kernel (NULL: nothing to do). */
 FLASHJIT_API flashjit_status_t
 flashjit_kernel_release(flashjit_kernel_t kernel);

@@ -498,3 +498,49 @@ TEST_CASE("the last error is per thread") {
   CHECK(has(seenThere, "out is a null pointer"));
   CHECK(lastError() == "");
 }
+
+TEST_CASE("compile_config: a whole config, a family's choice, and refusals") {
+  flashjit_context_t ctx = nullptr;
+  REQUIRE(flashjit_context_create(0, "", "sm_90a", &ctx) ==
+          FLASHJIT_STATUS_OK);
+  flashjit_attention_spec_t spec = smallSpec();
+  auto configOf = [&](const char *config) -> std::string {
+    flashjit_kernel_t kernel = nullptr;
+    flashjit_status_t status =
+        flashjit_kernel_compile_config(ctx, &spec, config, &kernel);
+    if (status != FLASHJIT_STATUS_OK) {
+      CHECK(kernel == nullptr);
+      return std::string("status ") + flashjit_status_name(status);
+    }
+    const char *text = nullptr;
+    CHECK(flashjit_kernel_describe(kernel, nullptr, &text) ==
+          FLASHJIT_STATUS_OK);
+    std::string out = text;
+    flashjit_kernel_release(kernel);
+    return out;
+  };
+  // NULL and "" are the default choice: wgmma on sm_90a for head dim 64.
+  CHECK(has(configOf(nullptr), "wgmma:"));
+  CHECK(has(configOf(""), "wgmma:"));
+  // A family runs that template where another is the default.
+  CHECK(has(configOf("mma_sync"), "mma_sync:"));
+  CHECK(has(configOf("cuda_core"), "cuda_core:"));
+  // A whole config is built as given.
+  CHECK(configOf("mma_sync:m64:n32:s2:w4") == "mma_sync:m64:n32:s2:w4");
+  CHECK(configOf("wgmma:m128:n64:s2:w12") == "wgmma:m128:n64:s2:w12");
+  // Refusals, each with its reason.
+  CHECK(configOf("tpu") == "status invalid argument");
+  CHECK(has(lastError(), "unknown kernel family 'tpu'"));
+  CHECK(configOf("mma_sync:m64") == "status invalid argument");
+  CHECK(has(lastError(), "malformed tile config"));
+  CHECK(configOf("wgmma:m128:n256:s2:w12").rfind("status ", 0) == 0);
+  CHECK(has(lastError(), "block_n"));
+  flashjit_context_destroy(ctx);
+
+  // wgmma needs sm_90a: on sm_80 the family is unsupported.
+  REQUIRE(flashjit_context_create(0, "", "sm_80", &ctx) == FLASHJIT_STATUS_OK);
+  CHECK(configOf("wgmma") == "status unsupported");
+  CHECK(has(lastError(), "needs sm_90 or newer"));
+  CHECK(has(configOf(nullptr), "mma_sync:"));
+  flashjit_context_destroy(ctx);
+}
