@@ -2,9 +2,11 @@
 // Why: the pieces the kernel is made of, each emitted one way: mbarriers,
 // TMA tile loads, the shared-memory matrix descriptors of 128-byte swizzled
 // tiles, and the two wgmma sequences. MLIR has no wgmma op that takes A
-// from registers (MLIR-NOTES.md), so both products are inline PTX, each one
-// block from fence to wait: LLVM cannot move an accumulator access into
-// the window where the tensor cores own the registers.
+// from registers (MLIR-NOTES.md), so both products are inline PTX: one
+// block issues a product (fence, wgmmas, commit), another waits for it and
+// passes the accumulators through as tied operands, so LLVM cannot move an
+// accumulator access into the window where the tensor cores own the
+// registers.
 #include "WgmmaBuilder.h"
 
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
