@@ -5,6 +5,7 @@
 
 #include "flashjit/Autotune/Heuristic.h"
 #include "flashjit/Autotune/KnownGPUs.h"
+#include "flashjit/Templates/KernelTemplate.h"
 
 namespace flashjit {
 
@@ -22,6 +23,20 @@ llvm::Expected<autotune::Choice> explainTileConfig(const AttentionSpec &spec,
   if (!model)
     return model.takeError();
   return autotune::chooseConfig(spec, *model);
+}
+
+llvm::Expected<autotune::Choice>
+explainFamilyChoice(const AttentionSpec &spec, const Target &target,
+                    llvm::StringRef device, llvm::StringRef family) {
+  auto tmpl = findTemplate(family);
+  if (!tmpl)
+    return tmpl.takeError();
+  if (auto err = (*tmpl)->supports(spec, target))
+    return std::move(err);
+  auto model = heuristicDeviceModel(target, device);
+  if (!model)
+    return model.takeError();
+  return autotune::chooseConfigForTemplate(**tmpl, spec, *model);
 }
 
 llvm::Expected<TileConfig> chooseTileConfig(const AttentionSpec &spec,

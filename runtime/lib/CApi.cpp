@@ -261,17 +261,13 @@ flashjit_status_t compileKernel(const char *fn, flashjit_context_t ctx,
   auto parsed = readSpec(spec);
   if (!parsed)
     return fail(fn, parsed.takeError());
+  auto request = flashjit::ConfigRequest::parse(config ? config : "");
+  if (!request)
+    return fail(fn, flashjit::withCode(flashjit::ErrorCode::InvalidArgument,
+                                       request.takeError()));
   flashjit::KernelOptions options;
-  llvm::StringRef text = config ? config : "";
-  if (text.contains(':')) {
-    auto tile = flashjit::TileConfig::parse(text);
-    if (!tile)
-      return fail(fn, flashjit::withCode(flashjit::ErrorCode::InvalidArgument,
-                                         tile.takeError()));
-    options.config = *tile;
-  } else if (!text.empty()) {
-    options.family = text.str();
-  }
+  options.config = request->config;
+  options.family = request->family;
   auto kernel = ctx->context->compile(*parsed, options);
   if (!kernel)
     return fail(fn, kernel.takeError());

@@ -261,15 +261,10 @@ Context::resolveConfig(const AttentionSpec &spec,
   if (options.config)
     return ResolvedConfig{*options.config, {ConfigSource::Explicit, ""}};
   if (options.family) {
-    auto tmpl = findTemplate(*options.family);
-    if (!tmpl)
+    if (auto tmpl = findTemplate(*options.family); !tmpl)
       return withCode(ErrorCode::InvalidArgument, tmpl.takeError());
-    if (auto err = (*tmpl)->supports(spec, TargetChip))
-      return withCode(ErrorCode::Unsupported, std::move(err));
-    auto model = heuristicDeviceModel(TargetChip, HeuristicDevice);
-    if (!model)
-      return withCode(ErrorCode::Internal, model.takeError());
-    auto choice = autotune::chooseConfigForTemplate(**tmpl, spec, *model);
+    auto choice =
+        explainFamilyChoice(spec, TargetChip, HeuristicDevice, *options.family);
     if (!choice)
       return withCode(ErrorCode::Unsupported, choice.takeError());
     return ResolvedConfig{

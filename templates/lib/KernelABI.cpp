@@ -64,6 +64,19 @@ llvm::Expected<TileConfig> TileConfig::parse(llvm::StringRef text) {
   return config;
 }
 
+llvm::Expected<ConfigRequest> ConfigRequest::parse(llvm::StringRef text) {
+  ConfigRequest request;
+  if (text.contains(':')) {
+    auto config = TileConfig::parse(text);
+    if (!config)
+      return config.takeError();
+    request.config = *config;
+  } else if (!text.empty()) {
+    request.family = text.str();
+  }
+  return request;
+}
+
 std::string TileConfig::canonical() const {
   return llvm::formatv("{0}:m{1}:n{2}:s{3}:w{4}", family, blockM, blockN,
                        stages, warps)

@@ -43,6 +43,12 @@ static cl::opt<std::string> device(
     cl::desc("Known GPU for the tile-size heuristic (e.g. h100, a100, t4); "
              "default: the reference GPU of --arch"),
     cl::init(""), cl::sub(compileCommand), cl::cat(category));
+static cl::opt<std::string> configText(
+    "config",
+    cl::desc("Build this tile config (e.g. mma_sync:m128:n48:s1:w4), or the "
+             "heuristic's choice within this kernel family (e.g. mma_sync), "
+             "instead of the heuristic's overall choice"),
+    cl::init(""), cl::sub(compileCommand), cl::cat(category));
 static cl::opt<bool> json("json",
                           cl::desc("Print a JSON summary instead of the text "
                                    "(the text goes to -o when given)"),
@@ -75,12 +81,22 @@ int runCompile() {
     auto spec = specFromOptions();
     if (!spec)
       return reportError("compile", spec.takeError());
-    auto choice = explainTileConfig(*spec, *target, device);
-    if (!choice)
-      return reportError("compile", choice.takeError());
-    if (explain)
-      llvm::outs() << autotune::renderChoiceText(*choice) << "\n";
-    options.config = choice->config;
+    auto request = ConfigRequest::parse(configText);
+    if (!request)
+      return reportError("compile", request.takeError());
+    if (request->config) {
+      options.config = request->config;
+    } else {
+      auto choice = request->family
+                        ? explainFamilyChoice(*spec, *target, device,
+                                              *request->family)
+                        : explainTileConfig(*spec, *target, device);
+      if (!choice)
+        return reportError("compile", choice.takeError());
+      if (explain)
+        llvm::outs() << autotune::renderChoiceText(*choice) << "\n";
+      options.config = choice->config;
+    }
     llvm::consumeError(kernel.takeError());
     kernel = compileAttention(*spec, options);
   }

@@ -47,8 +47,10 @@ static cl::opt<bool> json("json", cl::desc("Print JSON"), cl::sub(runCommand),
                           cl::cat(category));
 static cl::opt<std::string>
     configText("config",
-               cl::desc("Build this tile config (e.g. mma_sync:m128:n64:s2:w4) "
-                        "instead of the tuned or heuristic one"),
+               cl::desc("Build this tile config (e.g. mma_sync:m128:n64:s2:w4), "
+                        "or the heuristic's choice within this kernel family "
+                        "(e.g. mma_sync), instead of the tuned or heuristic "
+                        "one"),
                cl::sub(runCommand), cl::cat(category));
 
 int runRun() {
@@ -63,13 +65,9 @@ int runRun() {
     return reportError("run", llvm::createStringError(
                                   "batch and seqlen must be at least 1, "
                                   "iters and warmup at least 0"));
-  std::optional<TileConfig> explicitConfig;
-  if (!configText.empty()) {
-    auto config = TileConfig::parse(configText);
-    if (!config)
-      return reportError("run", config.takeError());
-    explicitConfig = *config;
-  }
+  auto request = ConfigRequest::parse(configText);
+  if (!request)
+    return reportError("run", request.takeError());
   auto ctx = Context::create();
   if (!ctx)
     return reportError("run", ctx.takeError());
@@ -80,7 +78,8 @@ int runRun() {
   // The run's length picks the tuning database's bucket.
   KernelOptions kernelOptions;
   kernelOptions.seqlen = seqlen;
-  kernelOptions.config = explicitConfig;
+  kernelOptions.config = request->config;
+  kernelOptions.family = request->family;
   auto kernel = (*ctx)->compile(*spec, kernelOptions);
   if (!kernel)
     return reportError("run", kernel.takeError());

@@ -25,6 +25,13 @@ llvm::Expected<TileConfig> chooseTileConfig(const AttentionSpec &spec,
                                             const Target &target,
                                             llvm::StringRef device);
 
+/// The heuristic's choice among one kernel family's configs (e.g.
+/// "mma_sync" where another family is the default); an unknown family, or
+/// one that cannot build the spec on the target, is an error that says so.
+llvm::Expected<autotune::Choice>
+explainFamilyChoice(const AttentionSpec &spec, const Target &target,
+                    llvm::StringRef device, llvm::StringRef family);
+
 /// The same choice with every candidate considered and why one won
 /// (`flashjit compile --explain`).
 llvm::Expected<autotune::Choice> explainTileConfig(const AttentionSpec &spec,

@@ -9,6 +9,7 @@
 #include "llvm/Support/Error.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace flashjit {
@@ -31,6 +32,18 @@ struct TileConfig {
            stages == o.stages && warps == o.warps;
   }
   bool operator!=(const TileConfig &o) const { return !(*this == o); }
+};
+
+/// What a user asked for on a command line or through the C API: a whole
+/// config ("mma_sync:m128:n48:s1:w4"), a family whose heuristic choice to
+/// build ("mma_sync"), or (empty text) neither.
+struct ConfigRequest {
+  std::optional<TileConfig> config;
+  std::optional<std::string> family;
+
+  /// Text with a ':' is a whole config (malformed: an error); other
+  /// non-empty text a family name, checked when it is used.
+  static llvm::Expected<ConfigRequest> parse(llvm::StringRef text);
 };
 
 } // namespace flashjit
