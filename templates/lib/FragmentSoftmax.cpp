@@ -16,11 +16,16 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 } // namespace
 
-void FragmentSoftmax::mask(MutableArrayRef<Value> s, Value needMask, Value n0,
-                           Value quadCol, Value seqlenK,
+void FragmentSoftmax::mask(MutableArrayRef<Value> s, Value n0, int64_t blockN,
+                           Value firstRow, Value quadCol, Value seqlenK,
                            function_ref<Value(int64_t, int64_t)> rowOf) {
   OpBuilder &b = ir.b;
   Location loc = ir.loc;
+  Value needMask = ir.cmp(Pred::sgt, ir.add(n0, ir.c64(blockN)), seqlenK);
+  if (ir.spec.causal)
+    needMask = arith::OrIOp::create(
+        b, loc, needMask,
+        ir.cmp(Pred::sgt, ir.add(n0, ir.c64(blockN - 1)), firstRow));
   SmallVector<Type> types(s.size(), ir.f32);
   auto masked = scf::IfOp::create(b, loc, types, needMask,
                                   /*withElseRegion=*/true);

@@ -30,11 +30,14 @@ public:
   }
 
   /// Scores at or past seqlenK, or (causal) right of their row's diagonal,
-  /// become -inf; the selects run only when `needMask` holds (a tile that
-  /// crosses the end or the diagonal). n0 is the tile's first column,
-  /// quadCol 2 (lane % 4), rowOf(mt, h) the query row of a row half.
-  void mask(llvm::MutableArrayRef<mlir::Value> s, mlir::Value needMask,
-            mlir::Value n0, mlir::Value quadCol, mlir::Value seqlenK,
+  /// become -inf. The selects run only on a tile that needs them: one that
+  /// crosses the sequence end, or (causal) whose last column lies right of
+  /// `firstRow`, the first query row of the thread's rows. n0 is the tile's
+  /// first column, blockN its width, quadCol 2 (lane % 4), rowOf(mt, h) the
+  /// query row of a row half.
+  void mask(llvm::MutableArrayRef<mlir::Value> s, mlir::Value n0,
+            int64_t blockN, mlir::Value firstRow, mlir::Value quadCol,
+            mlir::Value seqlenK,
             llvm::function_ref<mlir::Value(int64_t, int64_t)> rowOf);
 
   struct Update {

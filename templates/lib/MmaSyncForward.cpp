@@ -222,12 +222,7 @@ void Builder::build(StringRef name) {
           acc.assign(state.begin() + accBase, state.end());
         } else {
           // Masks, only on tiles that cross the end or the diagonal.
-          Value needMask = cmp(Pred::sgt, add(n0, c64(cfg.blockN)), p.seqlenK);
-          if (spec.causal)
-            needMask = arith::OrIOp::create(
-                b, loc, needMask,
-                cmp(Pred::sgt, add(n0, c64(cfg.blockN - 1)), m0));
-          softmax.mask(s, needMask, n0, quadCol, p.seqlenK, myRow);
+          softmax.mask(s, n0, cfg.blockN, m0, quadCol, p.seqlenK, myRow);
           FragmentSoftmax::Update u = softmax.update(
               s, state.slice(0, rowsState), state.slice(rowsState, rowsState),
               p.scaleLog2, [&](Value lo, Value hi) { return packPair(lo, hi); });

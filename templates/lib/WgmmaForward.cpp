@@ -253,13 +253,8 @@ void Builder::emitConsumer(const ForwardParams &p, const BlockCoordinates &at,
   // The scores of tile j (i32) through the mask and the online softmax.
   auto softmaxStep = [&](SmallVector<Value> &s, Value j, ValueRange max,
                          ValueRange sum) {
-    Value n0 = mul(toI64(j), c64(cfg.blockN));
-    Value needMask = cmp(Pred::sgt, add(n0, c64(cfg.blockN)), p.seqlenK);
-    if (spec.causal)
-      needMask = arith::OrIOp::create(
-          b, loc, needMask,
-          cmp(Pred::sgt, add(n0, c64(cfg.blockN - 1)), consumerRow0));
-    softmax.mask(s, needMask, n0, quadCol, p.seqlenK, myRow);
+    softmax.mask(s, mul(toI64(j), c64(cfg.blockN)), cfg.blockN, consumerRow0,
+                 quadCol, p.seqlenK, myRow);
     return softmax.update(s, max, sum, p.scaleLog2,
                           [&](Value lo, Value hi) { return packPair(lo, hi); });
   };
