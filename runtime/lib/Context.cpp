@@ -389,9 +389,6 @@ Context::build(const AttentionSpec &spec, const ResolvedConfig &resolved) {
                                      (*entry)->cubin, Options.device);
     if (!loaded)
       return withCode(ErrorCode::DriverError, loaded.takeError());
-    if (loaded->linkedFromPtx() && !loaded->cubin().empty())
-      if (auto err = Cache->storeCubin(key, loaded->cubin()))
-        llvm::consumeError(std::move(err)); // the PTX entry stays usable
     module = std::make_unique<LoadedModule>(std::move(*loaded));
   }
   return std::make_shared<const Kernel>(spec, (*entry)->info, (*entry)->ptx,

@@ -36,60 +36,6 @@ llvm::Error checkThreadsPerBlock(const KernelInfo &info, int maxThreads,
       info.name.c_str(), info.threadsPerBlock, registersPerThread, maxThreads);
 }
 
-llvm::Expected<std::string> linkPtxToCubin(llvm::StringRef ptx,
-                                           llvm::StringRef inputName) {
-  auto drv = CudaDriver::get();
-  if (!drv)
-    return drv.takeError();
-  const CudaDriver &d = *drv;
-  if (auto ctx = d.ensureContext(); !ctx)
-    return ctx.takeError();
-
-  // The driver writes its logs into these buffers and the sizes back into
-  // the option values.
-  std::vector<char> errorLog(16384, '\0'), infoLog(16384, '\0');
-  CUjit_option options[] = {
-      CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
-      CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES};
-  void *values[] = {
-      errorLog.data(),
-      reinterpret_cast<void *>(static_cast<uintptr_t>(errorLog.size() - 1)),
-      infoLog.data(),
-      reinterpret_cast<void *>(static_cast<uintptr_t>(infoLog.size() - 1))};
-  auto withLog = [&](llvm::Error err) -> llvm::Error {
-    std::string log(errorLog.data());
-    if (log.empty())
-      return err;
-    return llvm::joinErrors(
-        std::move(err),
-        llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                "PTX JIT log for %s:\n%s",
-                                inputName.str().c_str(), log.c_str()));
-  };
-
-  CUlinkState state = nullptr;
-  if (llvm::Error err =
-          FLASHJIT_CU(d, cuLinkCreate, 4, options, values, &state))
-    return withLog(std::move(err));
-  llvm::scope_exit destroy([&] { d.cuLinkDestroy(state); });
-
-  // cuLinkAddData reads PTX as a C string: pass a NUL-terminated copy.
-  std::string text = ptx.str();
-  std::string name = inputName.str();
-  if (llvm::Error err =
-          FLASHJIT_CU(d, cuLinkAddData, state, CU_JIT_INPUT_PTX, text.data(),
-                      text.size() + 1, name.c_str(), 0, nullptr, nullptr))
-    return withLog(std::move(err));
-
-  void *image = nullptr;
-  size_t imageSize = 0;
-  if (llvm::Error err =
-          FLASHJIT_CU(d, cuLinkComplete, state, &image, &imageSize))
-    return withLog(std::move(err));
-  // The image belongs to the link state: copy it out before cuLinkDestroy.
-  return std::string(static_cast<const char *>(image), imageSize);
-}
-
 llvm::Expected<LoadedModule> LoadedModule::fromCubin(const KernelInfo &info,
                                                      llvm::StringRef cubin,
                                                      int deviceOrdinal) {
@@ -112,6 +58,15 @@ llvm::Expected<LoadedModule> LoadedModule::fromCubin(const KernelInfo &info,
   if (llvm::Error err =
           FLASHJIT_CU(d, cuModuleLoadData, &m.Module, m.Cubin.c_str()))
     return std::move(err);
+  if (llvm::Error err = m.bindFunction())
+    return std::move(err);
+  return std::move(m);
+}
+
+llvm::Error LoadedModule::bindFunction() {
+  const CudaDriver &d = *Driver;
+  const KernelInfo &info = Info;
+  LoadedModule &m = *this;
   if (llvm::Error err = FLASHJIT_CU(d, cuModuleGetFunction, &m.Function,
                                     m.Module, info.name.c_str()))
     return llvm::joinErrors(
@@ -125,18 +80,18 @@ llvm::Expected<LoadedModule> LoadedModule::fromCubin(const KernelInfo &info,
     CUdevice device;
     int optin = 0;
     if (llvm::Error err = FLASHJIT_CU(d, cuCtxGetDevice, &device))
-      return std::move(err);
+      return err;
     if (llvm::Error err = FLASHJIT_CU(
             d, cuDeviceGetAttribute, &optin,
             CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device))
-      return std::move(err);
+      return err;
     if (llvm::Error err = checkSharedMemory(info, optin))
-      return std::move(err);
+      return err;
     if (llvm::Error err =
             FLASHJIT_CU(d, cuFuncSetAttribute, m.Function,
                         CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                         static_cast<int>(info.sharedMemoryBytes)))
-      return std::move(err);
+      return err;
   }
 
   // Register pressure can cap the block size below what the config asks.
@@ -144,13 +99,11 @@ llvm::Expected<LoadedModule> LoadedModule::fromCubin(const KernelInfo &info,
   if (llvm::Error err =
           FLASHJIT_CU(d, cuFuncGetAttribute, &maxThreads,
                       CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, m.Function))
-    return std::move(err);
+    return err;
   if (llvm::Error err = FLASHJIT_CU(d, cuFuncGetAttribute, &registers,
                                     CU_FUNC_ATTRIBUTE_NUM_REGS, m.Function))
-    return std::move(err);
-  if (llvm::Error err = checkThreadsPerBlock(info, maxThreads, registers))
-    return std::move(err);
-  return std::move(m);
+    return err;
+  return checkThreadsPerBlock(info, maxThreads, registers);
 }
 
 llvm::Expected<LoadedModule> LoadedModule::fromPtx(const KernelInfo &info,
@@ -159,15 +112,37 @@ llvm::Expected<LoadedModule> LoadedModule::fromPtx(const KernelInfo &info,
   auto drv = CudaDriver::get();
   if (!drv)
     return drv.takeError();
-  if (auto ctx = drv->ensureContext(deviceOrdinal); !ctx)
+  const CudaDriver &d = *drv;
+  if (auto ctx = d.ensureContext(deviceOrdinal); !ctx)
     return ctx.takeError();
-  auto cubin = linkPtxToCubin(ptx, info.name + ".ptx");
-  if (!cubin)
-    return cubin.takeError();
-  auto m = fromCubin(info, *cubin, deviceOrdinal);
-  if (m)
-    m->LinkedFromPtx = true;
-  return m;
+
+  // The driver writes its log into this buffer and its size back into the
+  // option value.
+  std::vector<char> errorLog(16384, '\0');
+  CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER,
+                            CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+  void *values[] = {
+      errorLog.data(),
+      reinterpret_cast<void *>(static_cast<uintptr_t>(errorLog.size() - 1))};
+  LoadedModule m(d, info);
+  m.DeviceOrdinal = deviceOrdinal;
+  m.LinkedFromPtx = true;
+  // cuModuleLoadDataEx reads PTX as a C string: pass a NUL-terminated copy.
+  std::string text = ptx.str();
+  if (llvm::Error err = FLASHJIT_CU(d, cuModuleLoadDataEx, &m.Module,
+                                    text.c_str(), 2, options, values)) {
+    std::string log(errorLog.data());
+    if (log.empty())
+      return std::move(err);
+    return llvm::joinErrors(
+        std::move(err),
+        llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                "PTX JIT log for %s:\n%s", info.name.c_str(),
+                                log.c_str()));
+  }
+  if (llvm::Error err = m.bindFunction())
+    return std::move(err);
+  return std::move(m);
 }
 
 llvm::Expected<LoadedModule> LoadedModule::load(const KernelInfo &info,

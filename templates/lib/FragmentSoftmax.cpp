@@ -5,6 +5,7 @@
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
+#include <algorithm>
 #include <limits>
 
 using namespace mlir;
@@ -14,6 +15,9 @@ namespace flashjit {
 
 namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+/// Independent add chains per row sum: enough to cover the add latency
+/// with one warp per scheduler.
+constexpr size_t kPartialSums = 4;
 } // namespace
 
 void FragmentSoftmax::mask(MutableArrayRef<Value> s, Value n0, int64_t blockN,
@@ -32,16 +36,27 @@ void FragmentSoftmax::mask(MutableArrayRef<Value> s, Value n0, int64_t blockN,
   {
     OpBuilder::InsertionGuard g(b);
     b.setInsertionPointToStart(masked.thenBlock());
+    // Score (row, n0 + quadCol + c) stays iff c <= last, with last =
+    // seqlenK - 1 - n0 - quadCol (and, causal, at most row - n0 - quadCol)
+    // clamped to [-1, blockN] and made 32-bit once per row half: then one
+    // compare with a constant per score, no 64-bit column arithmetic.
+    Value base = ir.add(n0, quadCol);
+    Value lastByLength = ir.sub(ir.sub(seqlenK, ir.c64(1)), base);
     SmallVector<Value> out;
     for (int64_t mt = 0; mt < mTiles; ++mt) {
-      Value rows[2] = {rowOf(mt, 0), rowOf(mt, 1)};
+      Value last[2];
+      for (int64_t h = 0; h < 2; ++h) {
+        Value bound = lastByLength;
+        if (ir.spec.causal)
+          bound = ir.minS(bound, ir.sub(rowOf(mt, h), base));
+        bound = arith::MaxSIOp::create(
+            b, loc, ir.minS(bound, ir.c64(blockN)), ir.c64(-1));
+        last[h] = ir.toI32(bound);
+      }
       for (int64_t nt = 0; nt < nTiles; ++nt)
         for (int64_t r = 0; r < kAccPerTile; ++r) {
-          Value col = ir.add(ir.add(n0, quadCol), ir.c64(nt * 8 + r % 2));
-          Value valid = ir.cmp(Pred::slt, col, seqlenK);
-          if (ir.spec.causal)
-            valid = arith::AndIOp::create(b, loc, valid,
-                                          ir.cmp(Pred::sle, col, rows[r / 2]));
+          Value valid =
+              ir.cmp(Pred::sle, ir.c32(nt * 8 + r % 2), last[r / 2]);
           out.push_back(arith::SelectOp::create(
               b, loc, valid, s[scoreAt(mt, nt) + r], ir.cF32(kNegInf)));
         }
@@ -54,28 +69,48 @@ void FragmentSoftmax::mask(MutableArrayRef<Value> s, Value n0, int64_t blockN,
     s[i] = masked.getResult(i);
 }
 
-FragmentSoftmax::Update
-FragmentSoftmax::update(ValueRange s, ValueRange max,
-                        ValueRange sum, Value scaleLog2,
-                        function_ref<Value(Value, Value)> packPair) {
+namespace {
+/// Folds `values` pairwise: depth log2(n) instead of a chain of n - 1
+/// dependent instructions, which one warp per scheduler cannot hide.
+Value treeReduce(SmallVector<Value> values,
+                 function_ref<Value(Value, Value)> combine) {
+  while (values.size() > 1) {
+    SmallVector<Value> next;
+    for (size_t i = 0; i + 1 < values.size(); i += 2)
+      next.push_back(combine(values[i], values[i + 1]));
+    if (values.size() % 2)
+      next.push_back(values.back());
+    values = std::move(next);
+  }
+  return values.front();
+}
+} // namespace
+
+FragmentSoftmax::Update FragmentSoftmax::update(ValueRange s, ValueRange max,
+                                                ValueRange sum,
+                                                Value scaleLog2) {
   OpBuilder &b = ir.b;
   Location loc = ir.loc;
   Update u;
   u.max.resize(rowStates());
   u.sum.resize(rowStates());
   u.alpha.resize(rowStates());
-  u.packed.resize(mTiles * nTiles * 2);
-  SmallVector<Value> negShift(rowStates());
-  // New max, and alpha. A row with every score masked so far keeps
-  // m = -inf; it shifts by 0 then, so no -inf - -inf appears.
+  u.probs.resize(s.size());
+  auto add = [&](Value x, Value y) -> Value {
+    return arith::AddFOp::create(b, loc, x, y);
+  };
+  auto maxOf = [&](Value x, Value y) { return ir.maxF(x, y); };
   for (int64_t mt = 0; mt < mTiles; ++mt)
     for (int64_t h = 0; h < 2; ++h) {
       int64_t row = mt * 2 + h;
-      Value rowMax = max[row];
+      // New max, and alpha. A row with every score masked so far keeps
+      // m = -inf; it shifts by 0 then, so no -inf - -inf appears.
+      SmallVector<Value> rowScores = {max[row]};
       for (int64_t nt = 0; nt < nTiles; ++nt)
         for (int64_t e = 0; e < 2; ++e)
-          rowMax = ir.maxF(rowMax, s[scoreAt(mt, nt) + 2 * h + e]);
-      rowMax = ir.shuffleXorReduce(rowMax, 4, /*isMax=*/true);
+          rowScores.push_back(s[scoreAt(mt, nt) + 2 * h + e]);
+      Value rowMax = ir.shuffleXorReduce(treeReduce(rowScores, maxOf), 4,
+                                         /*isMax=*/true);
       Value isEmpty = arith::CmpFOp::create(
           b, loc, arith::CmpFPredicate::OEQ, rowMax, ir.cF32(kNegInf));
       Value scaledMax = arith::MulFOp::create(b, loc, rowMax, scaleLog2);
@@ -83,27 +118,40 @@ FragmentSoftmax::update(ValueRange s, ValueRange max,
           arith::SelectOp::create(b, loc, isEmpty, ir.cF32(0.0f), scaledMax);
       Value oldScaled = arith::MulFOp::create(b, loc, max[row], scaleLog2);
       u.alpha[row] = ir.exp2(arith::SubFOp::create(b, loc, oldScaled, shift));
-      negShift[row] = arith::NegFOp::create(b, loc, shift);
+      Value negShift = arith::NegFOp::create(b, loc, shift);
       u.max[row] = rowMax;
-    }
-  // P, rounded and packed at once (half the registers of f32 P).
-  for (int64_t mt = 0; mt < mTiles; ++mt)
-    for (int64_t h = 0; h < 2; ++h) {
-      int64_t row = mt * 2 + h;
-      Value rowSum = arith::MulFOp::create(b, loc, sum[row], u.alpha[row]);
-      for (int64_t nt = 0; nt < nTiles; ++nt) {
-        Value pair[2];
-        for (int64_t e = 0; e < 2; ++e) {
-          Value score = s[scoreAt(mt, nt) + 2 * h + e];
-          pair[e] = ir.exp2(
-              LLVM::FMAOp::create(b, loc, score, scaleLog2, negShift[row]));
-          rowSum = arith::AddFOp::create(b, loc, rowSum, pair[e]);
+      // P = 2^(s c - m c), one multiply-add and one exp2 per score, summed
+      // into kPartialSums chains as they come (each P can die once it is
+      // packed; a tree would keep every P alive until the sum).
+      SmallVector<Value> partial(kPartialSums);
+      int64_t k = 0;
+      for (int64_t nt = 0; nt < nTiles; ++nt)
+        for (int64_t e = 0; e < 2; ++e, ++k) {
+          int64_t i = scoreAt(mt, nt) + 2 * h + e;
+          u.probs[i] =
+              ir.exp2(LLVM::FMAOp::create(b, loc, s[i], scaleLog2, negShift));
+          Value &acc = partial[k % kPartialSums];
+          acc = acc ? add(acc, u.probs[i]) : u.probs[i];
         }
-        u.packed[(mt * nTiles + nt) * 2 + h] = packPair(pair[0], pair[1]);
-      }
-      u.sum[row] = rowSum;
+      partial.erase(std::remove(partial.begin(), partial.end(), Value()),
+                    partial.end());
+      partial.push_back(
+          arith::MulFOp::create(b, loc, sum[row], u.alpha[row]));
+      u.sum[row] = treeReduce(partial, add);
     }
   return u;
+}
+
+SmallVector<Value>
+FragmentSoftmax::pack(ValueRange probs) {
+  SmallVector<Value> packed(mTiles * nTiles * 2);
+  for (int64_t mt = 0; mt < mTiles; ++mt)
+    for (int64_t nt = 0; nt < nTiles; ++nt)
+      for (int64_t h = 0; h < 2; ++h) {
+        int64_t i = scoreAt(mt, nt) + 2 * h;
+        packed[(mt * nTiles + nt) * 2 + h] = ir.packPair(probs[i], probs[i + 1]);
+      }
+  return packed;
 }
 
 SmallVector<Value> FragmentSoftmax::rescale(ValueRange acc,
@@ -139,8 +187,7 @@ SmallVector<Value> FragmentSoftmax::rescale(ValueRange acc,
 void FragmentSoftmax::store(const ForwardParams &p, const BlockCoordinates &at,
                             ValueRange max, ValueRange sum,
                             ValueRange acc, Value quadCol,
-                            function_ref<Value(int64_t, int64_t)> rowOf,
-                            function_ref<Value(Value, Value)> packPair) {
+                            function_ref<Value(int64_t, int64_t)> rowOf) {
   OpBuilder &b = ir.b;
   Location loc = ir.loc;
   const int64_t dTiles = acc.size() / (mTiles * kAccPerTile);
@@ -162,7 +209,7 @@ void FragmentSoftmax::store(const ForwardParams &p, const BlockCoordinates &at,
         Value lo = arith::MulFOp::create(b, loc, acc[i], inverse);
         Value hi = arith::MulFOp::create(b, loc, acc[i + 1], inverse);
         LLVM::StoreOp::create(
-            b, loc, packPair(lo, hi),
+            b, loc, ir.packPair(lo, hi),
             ir.globalAddress(p.o, ir.elt, ir.add(oRow, ir.c64(dt * 8))),
             /*alignment=*/4);
       }

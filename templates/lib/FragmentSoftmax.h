@@ -42,16 +42,21 @@ public:
 
   struct Update {
     /// New running max and sum per row half, the factor alpha = 2^(old max
-    /// - new max) (scaled) that the old sum and O take, and P rounded and
-    /// packed in pairs: packed[(mt * nTiles + nt) * 2 + h].
-    llvm::SmallVector<mlir::Value> max, sum, alpha, packed;
+    /// - new max) (scaled) that the old sum and O take, and P in f32, in
+    /// the scores' layout.
+    llvm::SmallVector<mlir::Value> max, sum, alpha, probs;
   };
   /// One tile's online-softmax step: p = 2^(s c - m c) with c = scale *
-  /// log2(e) > 0 folded into one multiply-add per score.
+  /// log2(e) > 0 folded into one multiply-add per score. The row max is
+  /// reduced as a tree, the sum in a few interleaved chains (its order
+  /// differs from a left fold only in rounding).
   Update update(mlir::ValueRange s, mlir::ValueRange max,
-                mlir::ValueRange sum, mlir::Value scaleLog2,
-                llvm::function_ref<mlir::Value(mlir::Value, mlir::Value)>
-                    packPair);
+                mlir::ValueRange sum, mlir::Value scaleLog2);
+  /// P rounded to the element type and packed in pairs, the A operand of
+  /// the next product: packed[(mt * nTiles + nt) * 2 + h]. Apart from
+  /// update() so that a pipelined kernel can round P once the registers of
+  /// the previous P are free.
+  llvm::SmallVector<mlir::Value> pack(mlir::ValueRange probs);
 
   /// O accumulators (mTiles x dTiles n8 tiles, same layout) times alpha,
   /// computed only when some row of the warp has a new max (one vote, a
@@ -64,9 +69,7 @@ public:
   void store(const ForwardParams &p, const BlockCoordinates &at,
              mlir::ValueRange max, mlir::ValueRange sum,
              mlir::ValueRange acc, mlir::Value quadCol,
-             llvm::function_ref<mlir::Value(int64_t, int64_t)> rowOf,
-             llvm::function_ref<mlir::Value(mlir::Value, mlir::Value)>
-                 packPair);
+             llvm::function_ref<mlir::Value(int64_t, int64_t)> rowOf);
 
 private:
   KernelIR &ir;

@@ -214,23 +214,19 @@ void Builder::build(StringRef name) {
         if (!withSoftmax) {
           // Measurement only (family mma_sync_nosoftmax): P = S as it is,
           // with no mask, max, exp2, sum or rescale, to time the rest.
-          for (int64_t mt = 0; mt < mTiles; ++mt)
-            for (int64_t nt = 0; nt < nTiles; ++nt)
-              for (int64_t h = 0; h < 2; ++h)
-                packed[(mt * nTiles + nt) * 2 + h] =
-                    packPair(s[sAt(mt, nt) + 2 * h], s[sAt(mt, nt) + 2 * h + 1]);
+          packed = softmax.pack(s);
           acc.assign(state.begin() + accBase, state.end());
         } else {
           // Masks, only on tiles that cross the end or the diagonal.
           softmax.mask(s, n0, cfg.blockN, m0, quadCol, p.seqlenK, myRow);
           FragmentSoftmax::Update u = softmax.update(
               s, state.slice(0, rowsState), state.slice(rowsState, rowsState),
-              p.scaleLog2, [&](Value lo, Value hi) { return packPair(lo, hi); });
+              p.scaleLog2);
           for (int64_t i = 0; i < rowsState; ++i) {
             next[maxAt(i / 2, i % 2)] = u.max[i];
             next[sumAt(i / 2, i % 2)] = u.sum[i];
           }
-          packed = u.packed;
+          packed = softmax.pack(u.probs);
           acc = softmax.rescale(state.drop_front(accBase), u.alpha);
         }
 
@@ -272,8 +268,7 @@ void Builder::build(StringRef name) {
   ValueRange results = loop.getResults();
   softmax.store(p, at, results.slice(0, rowsState),
                 results.slice(rowsState, rowsState),
-                results.drop_front(accBase), quadCol, myRow,
-                [&](Value lo, Value hi) { return packPair(lo, hi); });
+                results.drop_front(accBase), quadCol, myRow);
   gpu::ReturnOp::create(b, loc);
 }
 

@@ -10,14 +10,14 @@
 // the registers the producer gave up; each warp's wgmma accumulators have
 // mma.sync's layout, so the mask and online softmax are FragmentSoftmax's.
 //
-// Head dim 64: a software pipeline one tile deep. Iteration j issues S_j =
-// Q K_j^T (wgmma, both operands in shared memory) and O += P_{j-1} V_{j-1}
-// (wgmma, P from registers) back to back, waits for S_j only, runs the
-// softmax of S_j while P V is still on the tensor cores, then waits for
-// P V and rescales O. The consumers take turns issuing (named barriers,
-// ping-pong), so one warpgroup's softmax runs under the other's products.
-// Head dims 128 and 256: the plain loop per tile (S, softmax, P V), the
-// faster form there (measurements in emitConsumer).
+// The software pipeline, one tile deep: iteration j issues S_j = Q K_j^T
+// (wgmma, both operands in shared memory) and O += P_{j-1} V_{j-1} (wgmma,
+// P from registers) back to back, waits for S_j only, runs the softmax of
+// S_j while P V is still on the tensor cores, then waits for P V, rescales
+// O and rounds P_j. Two consumers take turns issuing (named barriers,
+// ping-pong), so one warpgroup's softmax also runs under the other's
+// products. Three consumers (head dim 64) have 160 registers each and run
+// the plain loop per tile (S, softmax, P V).
 //
 // K_j's slot is released (one arrive per warp) once S_j has landed, V_j's
 // once P_j V_j has, so the producer refills K a tile ahead of V.
@@ -111,7 +111,16 @@ void Builder::build(StringRef name) {
   }
   gpu::BarrierOp::create(b, loc);
 
-  Value warpgroup = divU(tid, kWarpgroupThreads);
+  // The warpgroup index, broadcast from lane 0: ptxas then knows it is
+  // warp-uniform, so the role branches stay uniform and the wgmma
+  // descriptors computed inside them live in uniform registers. Derived
+  // from the thread index directly, every branch on it is divergent to
+  // ptxas, descriptors go through R2UR into the same uniform registers, and
+  // ptxas waits for each wgmma before the next may start.
+  Value warpgroup =
+      gpu::ShuffleOp::create(b, loc, divU(tid, kWarpgroupThreads), 0, 32,
+                             gpu::ShuffleMode::IDX)
+          .getShuffleResult();
   auto roles = scf::IfOp::create(b, loc, cmp(Pred::eq, warpgroup, c32(0)),
                                  /*withElse=*/true);
   {
@@ -201,17 +210,14 @@ void Builder::emitConsumer(const ForwardParams &p, const BlockCoordinates &at,
     b.setInsertionPoint(op.thenBlock()->getTerminator());
     body();
   };
-  // Head dim 64 runs the software pipeline below with the consumers taking
-  // turns; head dims 128 and 256 the plain loop (S, softmax, P V in turn).
-  // Measured
-  // on an H100 (wgmma:m128:n128:s2:w12, bf16, b4 h16 s4096, builds side by
-  // side in one run): head dim 128 plain 511 TFLOP/s, pipelined with turns
-  // 456, turns with both products landing before the softmax 455; head dim 64
-  // pipelined with turns 362, without turns 335, plain 330. At head dim
-  // 128, S, O and two tiles of P live together leave ptxas too little room
-  // in 240 registers.
-  const bool pipelined = d <= 64;
-  const bool pingPong = consumers > 1 && pipelined;
+  // One or two consumers run the software pipeline below, two of them
+  // taking turns; three (head dim 64, 160 registers each) the plain loop.
+  // Measured on an H100 (bf16, b4 h16 s4096, one run, TFLOP/s, plain /
+  // pipelined / pipelined with turns): head dim 128 m128 n128 559 / 637 /
+  // 633, head dim 256 m128 n64 632 / 681 / 680, head dim 64 m192 n128 474 /
+  // 475 / -, m128 n128 401 / - / 396.
+  const bool pipelined = consumers != 3;
+  const bool pingPong = consumers == 2;
   auto beginProducts = [&] {
     if (pingPong)
       namedBarrierSync(myTurn, turnThreads);
@@ -255,8 +261,7 @@ void Builder::emitConsumer(const ForwardParams &p, const BlockCoordinates &at,
                          ValueRange sum) {
     softmax.mask(s, mul(toI64(j), c64(cfg.blockN)), cfg.blockN, consumerRow0,
                  quadCol, p.seqlenK, myRow);
-    return softmax.update(s, max, sum, p.scaleLog2,
-                          [&](Value lo, Value hi) { return packPair(lo, hi); });
+    return softmax.update(s, max, sum, p.scaleLog2);
   };
   // The products that read a slot are complete: one arrive per warp.
   auto release = [&](Value emptyBarrier) {
@@ -284,9 +289,10 @@ void Builder::emitConsumer(const ForwardParams &p, const BlockCoordinates &at,
           release(kEmpty(slot));
           FragmentSoftmax::Update u =
               softmaxStep(scores, j, state.slice(0, 2), state.slice(2, 2));
+          SmallVector<Value> packed = softmax.pack(u.probs);
           SmallVector<Value> o = softmax.rescale(state.drop_front(4), u.alpha);
           barrierWait(vFull(slot), parityOf(j));
-          o = waitGroups(0, issueAccumulate(o, u.packed, vDesc(slot)));
+          o = waitGroups(0, issueAccumulate(o, packed, vDesc(slot)));
           release(vEmpty(slot));
           SmallVector<Value> next = {u.max[0], u.max[1], u.sum[0], u.sum[1]};
           next.append(o.begin(), o.end());
@@ -294,8 +300,7 @@ void Builder::emitConsumer(const ForwardParams &p, const BlockCoordinates &at,
         });
     ValueRange results = loop.getResults();
     softmax.store(p, at, results.slice(0, 2), results.slice(2, 2),
-                  results.drop_front(4), quadCol, myRow,
-                  [&](Value lo, Value hi) { return packPair(lo, hi); });
+                  results.drop_front(4), quadCol, myRow);
     return;
   }
 
@@ -318,9 +323,10 @@ void Builder::emitConsumer(const ForwardParams &p, const BlockCoordinates &at,
   SmallVector<Value> init = {first.max[0], first.max[1], first.sum[0],
                              first.sum[1]};
   init.append(outs, zeroF);
-  init.append(first.packed.begin(), first.packed.end());
+  SmallVector<Value> firstPacked = softmax.pack(first.probs);
+  init.append(firstPacked.begin(), firstPacked.end());
   const int64_t oAt = 4, pAt = 4 + outs;
-  const int64_t pCount = first.packed.size();
+  const int64_t pCount = firstPacked.size();
   auto loop = scf::ForOp::create(
       b, loc, cIdx(1), toIndex(numTiles), cIdx(1), init,
       [&](OpBuilder &, Location, Value tileIndex, ValueRange state) {
@@ -342,9 +348,12 @@ void Builder::emitConsumer(const ForwardParams &p, const BlockCoordinates &at,
         o = waitGroups(0, o);
         release(vEmpty(prevSlot));
         o = softmax.rescale(o, u.alpha);
+        // P_j is rounded only now, in the registers P_{j-1} held until
+        // its product landed: one packed P is live, not two.
+        SmallVector<Value> packed = softmax.pack(u.probs);
         SmallVector<Value> next = {u.max[0], u.max[1], u.sum[0], u.sum[1]};
         next.append(o.begin(), o.end());
-        next.append(u.packed.begin(), u.packed.end());
+        next.append(packed.begin(), packed.end());
         scf::YieldOp::create(b, loc, next);
       });
 
@@ -359,7 +368,7 @@ void Builder::emitConsumer(const ForwardParams &p, const BlockCoordinates &at,
   endProducts(/*final=*/true);
   o = waitGroups(0, o);
   softmax.store(p, at, results.slice(0, 2), results.slice(2, 2), o, quadCol,
-                myRow, [&](Value lo, Value hi) { return packPair(lo, hi); });
+                myRow);
 }
 
 } // namespace flashjit::wgmma

@@ -131,8 +131,12 @@ SmallVector<Value> Builder::issueScores(Value qDesc, Value kDesc) {
   const int64_t steps = d / 16;
   // Operands: $0..$outs-1 the scores, then the Q and K descriptors.
   const int64_t qOp = outs, kOp = outs + 1;
-  std::string text = "{\n.reg .pred fj_zero;\n.reg .pred fj_one;\n"
-                     ".reg .b64 fj_da;\n.reg .b64 fj_db;\n";
+  // Each k step gets its own descriptor registers: none is redefined
+  // while a wgmma that read it may still be in flight.
+  std::string text = llvm::formatv("{\n.reg .pred fj_zero;\n.reg .pred fj_one;\n"
+                                   ".reg .b64 fj_da<{0}>;\n.reg .b64 fj_db<{0}>;\n",
+                                   steps)
+                         .str();
   text += llvm::formatv("setp.ne.b64 fj_zero, ${0}, ${0};\n"
                         "setp.eq.b64 fj_one, ${0}, ${0};\n"
                         "wgmma.fence.sync.aligned;\n",
@@ -145,14 +149,14 @@ SmallVector<Value> Builder::issueScores(Value qDesc, Value kDesc) {
     int64_t panel = ks / (panelCols / 16);
     int64_t qStep = (panel * cfg.blockM * 128 + within) >> 4;
     int64_t kStep = (panel * n * 128 + within) >> 4;
-    text += llvm::formatv("add.s64 fj_da, ${0}, {1};\n"
-                          "add.s64 fj_db, ${2}, {3};\n",
-                          qOp, qStep, kOp, kStep)
+    text += llvm::formatv("add.s64 fj_da{4}, ${0}, {1};\n"
+                          "add.s64 fj_db{4}, ${2}, {3};\n",
+                          qOp, qStep, kOp, kStep, ks)
                 .str();
     text += llvm::formatv("wgmma.mma_async.sync.aligned.m64n{0}k16.f32.{1}.{1} "
-                          "{2}, fj_da, fj_db, {3}, 1, 1, 0, 0;\n",
+                          "{2}, fj_da{4}, fj_db{4}, {3}, 1, 1, 0, 0;\n",
                           n, ptxType(), operandList(0, outs),
-                          ks == 0 ? "fj_zero" : "fj_one")
+                          ks == 0 ? "fj_zero" : "fj_one", ks)
                 .str();
   }
   text += "wgmma.commit_group.sync.aligned;\n}";
@@ -166,20 +170,22 @@ SmallVector<Value> Builder::issueAccumulate(ValueRange o,
   // Operands: $0..$outs-1 O out; $outs..$2outs-1 O in (tied); then the
   // packed P (4 per k step); then the V descriptor.
   const int64_t pOp = 2 * outs, vOp = 2 * outs + pPacked.size();
-  std::string text = "{\n.reg .pred fj_one;\n.reg .b64 fj_db;\n";
+  std::string text = llvm::formatv("{\n.reg .pred fj_one;\n.reg .b64 fj_db<{0}>;\n",
+                                   steps)
+                         .str();
   text += llvm::formatv("setp.eq.b64 fj_one, ${0}, ${0};\n"
                         "wgmma.fence.sync.aligned;\n",
                         vOp)
               .str();
   for (int64_t kk = 0; kk < steps; ++kk) {
     // k step kk: 16 key rows of 128 bytes further into each panel.
-    text += llvm::formatv("add.s64 fj_db, ${0}, {1};\n", vOp,
-                          (kk * 16 * 128) >> 4)
+    text += llvm::formatv("add.s64 fj_db{2}, ${0}, {1};\n", vOp,
+                          (kk * 16 * 128) >> 4, kk)
                 .str();
     text += llvm::formatv("wgmma.mma_async.sync.aligned.m64n{0}k16.f32.{1}.{1} "
-                          "{2}, {3}, fj_db, fj_one, 1, 1, 1;\n",
+                          "{2}, {3}, fj_db{4}, fj_one, 1, 1, 1;\n",
                           d, ptxType(), operandList(0, outs),
-                          operandList(pOp + 4 * kk, 4))
+                          operandList(pOp + 4 * kk, 4), kk)
                 .str();
   }
   text += "wgmma.commit_group.sync.aligned;\n}";

@@ -45,9 +45,15 @@
 // S = Q K^T with both operands in shared memory (K-major), O += P V with P
 // in registers and V transposed (MN-major).
 // PTX-DAG: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16
-// PTX-DAG: fj_da, fj_db, fj_zero, 1, 1, 0, 0;
-// PTX-DAG: fj_db, fj_one, 1, 1, 1;
+// Every k step has its own descriptor registers.
+// PTX-DAG: fj_da0, fj_db0, fj_zero, 1, 1, 0, 0;
+// PTX-DAG: fj_da1, fj_db1, fj_one, 1, 1, 0, 0;
+// PTX-DAG: fj_db0, fj_one, 1, 1, 1;
+// PTX-DAG: fj_db1, fj_one, 1, 1, 1;
+// The warpgroup index is broadcast, so ptxas sees it warp-uniform.
+// PTX-DAG: shfl.sync.idx.b32
 // PTX-DAG: wgmma.wait_group.sync.aligned 0;
+// PTX-DAG: wgmma.wait_group.sync.aligned 1;
 // PTX-DAG: shfl.sync.bfly.b32
 // PTX-DAG: ex2.approx.ftz.f32
 // PTX-DAG: vote.sync.any.pred

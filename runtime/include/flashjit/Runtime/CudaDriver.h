@@ -34,11 +34,8 @@ namespace flashjit {
   X(cuCtxGetCurrent)                                                           \
   X(cuCtxGetDevice)                                                            \
   X(cuCtxSynchronize)                                                          \
-  X(cuLinkCreate)                                                              \
-  X(cuLinkAddData)                                                             \
-  X(cuLinkComplete)                                                            \
-  X(cuLinkDestroy)                                                             \
   X(cuModuleLoadData)                                                          \
+  X(cuModuleLoadDataEx)                                                        \
   X(cuModuleUnload)                                                            \
   X(cuModuleGetFunction)                                                       \
   X(cuFuncSetAttribute)                                                        \

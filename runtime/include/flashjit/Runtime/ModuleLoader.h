@@ -1,9 +1,18 @@
 //===- ModuleLoader.h - PTX and cubins into launchable functions --*- C++
 //-*-===//
-// Why: flashjit emits PTX without the CUDA toolkit; the driver's own JIT
-// linker turns it into a cubin for the GPU at hand. This header owns that
-// step, the loading of the result, the shared-memory opt-in a large tile
-// needs, and the module's lifetime.
+// Why: flashjit emits PTX without the CUDA toolkit; the driver's JIT
+// compiles it for the GPU at hand. This header owns that step, the loading
+// of the result, the shared-memory opt-in a large tile needs, and the
+// module's lifetime.
+//
+// The PTX is compiled as a whole program (cuModuleLoadDataEx), not through
+// the driver's linker (cuLinkAddData): the linker compiles PTX as
+// relocatable code, and ptxas then ignores setmaxnreg ("to maintain
+// compatibility across compilation units") and waits for every wgmma before
+// the next (extern calls), which cost the Hopper kernels a fifth to a half
+// of their speed. The driver API gives no cubin of a whole-program
+// compile, so the disk cache keeps the PTX and the driver's own JIT cache
+// the machine code.
 #ifndef FLASHJIT_RUNTIME_MODULELOADER_H
 #define FLASHJIT_RUNTIME_MODULELOADER_H
 
@@ -30,13 +39,6 @@ llvm::Error checkSharedMemory(const KernelInfo &info, int optinLimit);
 llvm::Error checkThreadsPerBlock(const KernelInfo &info, int maxThreads,
                                  int registersPerThread);
 
-/// JIT-links PTX into a cubin for the current context's device with
-/// cuLinkCreate / cuLinkAddData / cuLinkComplete. A rejected PTX comes back
-/// as an error that includes the linker's log. Makes a context current
-/// (see CudaDriver::ensureContext) if none is.
-llvm::Expected<std::string>
-linkPtxToCubin(llvm::StringRef ptx, llvm::StringRef inputName = "kernel.ptx");
-
 /// One loaded CUmodule and the kernel function in it; unloaded on
 /// destruction. Move-only.
 class LoadedModule {
@@ -48,8 +50,9 @@ public:
   static llvm::Expected<LoadedModule> fromCubin(const KernelInfo &info,
                                                 llvm::StringRef cubin,
                                                 int deviceOrdinal = 0);
-  /// Links `ptx` to a cubin with linkPtxToCubin and loads that; cubin()
-  /// then holds the result so the cache can keep it (KernelCache::storeCubin).
+  /// JIT-compiles `ptx` as a whole program and loads it; a rejected PTX
+  /// comes back as an error that includes the JIT's log. cubin() stays
+  /// empty (see the file comment).
   static llvm::Expected<LoadedModule>
   fromPtx(const KernelInfo &info, llvm::StringRef ptx, int deviceOrdinal = 0);
   /// The cubin when there is one and this device accepts it, else the PTX.
@@ -67,9 +70,9 @@ public:
   CUmodule module() const { return Module; }
   CUfunction function() const { return Function; }
   const KernelInfo &info() const { return Info; }
-  /// The cubin the module was loaded from.
+  /// The cubin the module was loaded from (empty when it was PTX).
   const std::string &cubin() const { return Cubin; }
-  /// True when load() or fromPtx() had to JIT-link the PTX.
+  /// True when load() or fromPtx() had to JIT-compile the PTX.
   bool linkedFromPtx() const { return LinkedFromPtx; }
   /// The device whose primary context is made current to launch when the
   /// calling thread has none (the ordinal it was loaded for).
@@ -79,6 +82,9 @@ private:
   LoadedModule(const CudaDriver &driver, KernelInfo info)
       : Driver(&driver), Info(std::move(info)) {}
   void unload();
+  /// Finds the kernel in Module, opts in to its shared memory and checks
+  /// that its block fits the registers it got.
+  llvm::Error bindFunction();
 
   const CudaDriver *Driver;
   KernelInfo Info;
