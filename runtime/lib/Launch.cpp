@@ -18,6 +18,7 @@ ForwardLaunchParams::pointers() {
     p[i++] = &maps.q;
     p[i++] = &maps.k;
     p[i++] = &maps.v;
+    p[i++] = &maps.o;
   }
   return p;
 }

@@ -30,7 +30,8 @@ constexpr unsigned kMaxBoxExtent = 256;
 constexpr unsigned kSwizzleSpanBytes = 128;
 
 /// "the wgmma kernel loads K with TMA, which needs <needs>: <found>;
-/// <remedy> or a config of family mma_sync" (no remedy: just the family).
+/// <remedy> or a config of family mma_sync" (no remedy: just the family;
+/// O is stored, not loaded).
 llvm::Error tmaRequirement(llvm::StringRef family, llvm::StringRef name,
                            const llvm::Twine &needs, const llvm::Twine &found,
                            llvm::StringRef remedy = "") {
@@ -42,9 +43,10 @@ llvm::Error tmaRequirement(llvm::StringRef family, llvm::StringRef name,
                           kPointerLoadFamily)
                 .str();
   return llvm::createStringError(
-      llvm::formatv("the {0} kernel loads {1} with TMA, which needs {2}: {3}; "
-                    "{4}",
-                    family, name, needs.str(), found.str(), way)
+      llvm::formatv("the {0} kernel {1} {2} with TMA, which needs {3}: {4}; "
+                    "{5}",
+                    family, name == "O" ? "stores" : "loads", name,
+                    needs.str(), found.str(), way)
           .str());
 }
 
@@ -156,7 +158,8 @@ forwardTensorMapLayouts(const ForwardArgs &args, const TensorMapBoxes &boxes,
   const std::tuple<const char *, const TensorRef *, unsigned, TensorMapLayout *>
       maps[] = {{"Q", &args.q, boxes.qRows, &layouts.q},
                 {"K", &args.k, boxes.kvRows, &layouts.k},
-                {"V", &args.v, boxes.kvRows, &layouts.v}};
+                {"V", &args.v, boxes.kvRows, &layouts.v},
+                {"O", &args.o, boxes.oRows, &layouts.o}};
   for (auto [name, tensor, rows, layout] : maps) {
     auto one = tensorMapLayout(*tensor, name, rows, boxes.cols, family);
     if (!one)
@@ -185,7 +188,8 @@ llvm::Error encodeTensorMaps(const CudaDriver &driver,
   const std::tuple<const char *, const TensorMapLayout *, CUtensorMap *> all[] =
       {{"Q", &layouts.q, &maps.q},
        {"K", &layouts.k, &maps.k},
-       {"V", &layouts.v, &maps.v}};
+       {"V", &layouts.v, &maps.v},
+       {"O", &layouts.o, &maps.o}};
   for (auto [name, layout, map] : all)
     if (llvm::Error err = encodeTensorMap(driver, *layout, *map))
       return llvm::createStringError(

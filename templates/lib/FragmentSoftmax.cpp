@@ -184,6 +184,44 @@ SmallVector<Value> FragmentSoftmax::rescale(ValueRange acc,
   return SmallVector<Value>(rescaled.getResults());
 }
 
+SmallVector<Value>
+FragmentSoftmax::finish(const ForwardParams &p, const BlockCoordinates &at,
+                        ValueRange max, ValueRange sum, ValueRange acc,
+                        Value quadCol,
+                        function_ref<Value(int64_t, int64_t)> rowOf) {
+  OpBuilder &b = ir.b;
+  Location loc = ir.loc;
+  const int64_t dTiles = acc.size() / (mTiles * kAccPerTile);
+  SmallVector<Value> packed(mTiles * dTiles * 2);
+  for (int64_t mt = 0; mt < mTiles; ++mt)
+    for (int64_t h = 0; h < 2; ++h) {
+      int64_t rowState = mt * 2 + h;
+      Value rowMax = arith::MulFOp::create(b, loc, max[rowState], p.scaleLog2);
+      Value rowSum = ir.shuffleXorReduce(sum[rowState], 4, /*isMax=*/false);
+      Value inverse = arith::DivFOp::create(b, loc, ir.cF32(1.0f), rowSum);
+      for (int64_t dt = 0; dt < dTiles; ++dt) {
+        int64_t i = (mt * dTiles + dt) * kAccPerTile + 2 * h;
+        packed[(mt * dTiles + dt) * 2 + h] =
+            ir.packPair(arith::MulFOp::create(b, loc, acc[i], inverse),
+                        arith::MulFOp::create(b, loc, acc[i + 1], inverse));
+      }
+      Value row = rowOf(mt, h);
+      OpBuilder::InsertionGuard g(b);
+      auto lseOwner = scf::IfOp::create(
+          b, loc,
+          arith::AndIOp::create(b, loc, ir.cmp(Pred::slt, row, p.seqlenQ),
+                                ir.cmp(Pred::eq, quadCol, ir.c64(0))),
+          /*withElse=*/false);
+      b.setInsertionPoint(lseOwner.thenBlock()->getTerminator());
+      LLVM::StoreOp::create(
+          b, loc, ir.lseFromBase2(rowMax, rowSum),
+          ir.globalAddress(p.lse, ir.f32,
+                           ir.rowOffset(p.lseStrides, at.batch, at.head, row)),
+          /*alignment=*/4);
+    }
+  return packed;
+}
+
 void FragmentSoftmax::store(const ForwardParams &p, const BlockCoordinates &at,
                             ValueRange max, ValueRange sum,
                             ValueRange acc, Value quadCol,
@@ -191,12 +229,9 @@ void FragmentSoftmax::store(const ForwardParams &p, const BlockCoordinates &at,
   OpBuilder &b = ir.b;
   Location loc = ir.loc;
   const int64_t dTiles = acc.size() / (mTiles * kAccPerTile);
+  SmallVector<Value> packed = finish(p, at, max, sum, acc, quadCol, rowOf);
   for (int64_t mt = 0; mt < mTiles; ++mt)
     for (int64_t h = 0; h < 2; ++h) {
-      int64_t rowState = mt * 2 + h;
-      Value rowMax = arith::MulFOp::create(b, loc, max[rowState], p.scaleLog2);
-      Value rowSum = ir.shuffleXorReduce(sum[rowState], 4, /*isMax=*/false);
-      Value inverse = arith::DivFOp::create(b, loc, ir.cF32(1.0f), rowSum);
       Value row = rowOf(mt, h);
       OpBuilder::InsertionGuard g(b);
       auto inRange = scf::IfOp::create(
@@ -204,23 +239,11 @@ void FragmentSoftmax::store(const ForwardParams &p, const BlockCoordinates &at,
       b.setInsertionPoint(inRange.thenBlock()->getTerminator());
       Value oRow =
           ir.add(ir.rowOffset(p.oStrides, at.batch, at.head, row), quadCol);
-      for (int64_t dt = 0; dt < dTiles; ++dt) {
-        int64_t i = (mt * dTiles + dt) * kAccPerTile + 2 * h;
-        Value lo = arith::MulFOp::create(b, loc, acc[i], inverse);
-        Value hi = arith::MulFOp::create(b, loc, acc[i + 1], inverse);
+      for (int64_t dt = 0; dt < dTiles; ++dt)
         LLVM::StoreOp::create(
-            b, loc, ir.packPair(lo, hi),
+            b, loc, packed[(mt * dTiles + dt) * 2 + h],
             ir.globalAddress(p.o, ir.elt, ir.add(oRow, ir.c64(dt * 8))),
             /*alignment=*/4);
-      }
-      auto firstOfQuad = scf::IfOp::create(
-          b, loc, ir.cmp(Pred::eq, quadCol, ir.c64(0)), /*withElse=*/false);
-      b.setInsertionPoint(firstOfQuad.thenBlock()->getTerminator());
-      LLVM::StoreOp::create(
-          b, loc, ir.lseFromBase2(rowMax, rowSum),
-          ir.globalAddress(p.lse, ir.f32,
-                           ir.rowOffset(p.lseStrides, at.batch, at.head, row)),
-          /*alignment=*/4);
     }
 }
 

@@ -64,8 +64,17 @@ public:
   llvm::SmallVector<mlir::Value> rescale(mlir::ValueRange acc,
                                          mlir::ValueRange alpha);
 
-  /// Epilogue: O = acc / l written as pairs of the element type to rows
-  /// below seqlenQ, and the log-sum-exp by the first thread of each quad.
+  /// Epilogue, first half: O = acc / l rounded and packed in pairs
+  /// (packed[(mt * dTiles + dt) * 2 + h], in the accumulators' layout), and
+  /// the log-sum-exp written by the first thread of each quad for rows
+  /// below seqlenQ.
+  llvm::SmallVector<mlir::Value>
+  finish(const ForwardParams &p, const BlockCoordinates &at,
+         mlir::ValueRange max, mlir::ValueRange sum, mlir::ValueRange acc,
+         mlir::Value quadCol,
+         llvm::function_ref<mlir::Value(int64_t, int64_t)> rowOf);
+  /// Epilogue: finish(), then the pairs stored straight to global memory,
+  /// rows below seqlenQ.
   void store(const ForwardParams &p, const BlockCoordinates &at,
              mlir::ValueRange max, mlir::ValueRange sum,
              mlir::ValueRange acc, mlir::Value quadCol,

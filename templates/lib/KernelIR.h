@@ -20,9 +20,9 @@ struct ForwardParams {
   llvm::SmallVector<mlir::Value, 3> qStrides, kStrides, vStrides, oStrides,
       lseStrides;
   mlir::Value seqlenQ, seqlenK, scaleLog2;
-  /// Generic pointers to the by-value tensor maps of Q, K and V, when the
+  /// Generic pointers to the by-value tensor maps of Q, K, V and O, when the
   /// kernel takes them (KernelABI.h).
-  llvm::SmallVector<mlir::Value, 3> tensorMaps;
+  llvm::SmallVector<mlir::Value, 4> tensorMaps;
 };
 
 /// Where a thread block sits in the grid (KernelABI.h: x query block,
@@ -40,7 +40,7 @@ public:
 
   /// Creates `gpu.func @name` with the forward ABI, marked as a kernel with
   /// a known block size, and moves the insertion point into its body. With
-  /// withTensorMaps, the Q, K and V tensor maps follow the ABI's parameters,
+  /// withTensorMaps, the Q, K, V and O tensor maps follow the ABI's parameters,
   /// named in `flashjit.tensor_map_args` for MarkGridConstantParams.
   ForwardParams beginForwardKernel(llvm::StringRef name, int64_t threads,
                                    bool withTensorMaps = false);

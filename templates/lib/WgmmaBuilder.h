@@ -78,6 +78,13 @@ private:
                    Value bar, Value row0, Value head, Value batch,
                    int64_t rows);
 
+  /// TMA: the box of `tensorMap` at (col, row, head, batch) (i32) from the
+  /// shared bytes at `src` (a bulk-group store).
+  void tmaStore(Value tensorMap, Value src, ValueRange coords);
+  /// Byte offset (i32) of consumer `consumer`'s 64 rows of the Q tile in
+  /// 64-column panel `panel`, where its O is staged for the TMA store.
+  Value outputPanel(Value consumer, int64_t panel);
+
   // ---- wgmma (WgmmaInstructions.cpp) -------------------------------------
   /// The shared-memory matrix descriptor of a 128-byte swizzled operand at
   /// byte address `address` (i32, 1024-aligned pattern): for K-major the

@@ -19,6 +19,11 @@
 // products. Three consumers (head dim 64) have 160 registers each and run
 // the plain loop per tile (S, softmax, P V).
 //
+// Epilogue: each consumer writes O / l into its own rows of the Q tile (its
+// last product has read them) in the 128-byte swizzled layout of a TMA box,
+// and one of its threads stores them with TMA (one box per 64-column
+// panel; rows past seqlenQ are dropped by the store).
+//
 // K_j's slot is released (one arrive per warp) once S_j has landed, V_j's
 // once P_j V_j has, so the producer refills K a tile ahead of V.
 //
@@ -268,6 +273,48 @@ void Builder::emitConsumer(const ForwardParams &p, const BlockCoordinates &at,
     ifThen(cmp(Pred::eq, lane, c32(0)),
            [&] { barrierArrive(emptyBarrier); });
   };
+  // Epilogue: O / l into this consumer's rows of the Q tile (its last
+  // product has read them), in the 128-byte swizzled layout of a TMA box,
+  // then one thread stores the 64 rows with TMA, one box per 64-column
+  // panel; rows past seqlenQ are dropped by the store.
+  auto storeOutput = [&](ValueRange max, ValueRange sum, ValueRange o) {
+    SmallVector<Value> packed =
+        softmax.finish(p, at, max, sum, o, quadCol, myRow);
+    const int64_t dTiles = d / 8;
+    Value rowBase = add(
+        mul(warpInGroup, c32(16 * kRowBytes)),
+        mul(toI32(quadRow), c32(kRowBytes)));
+    Value quadBytes = mul(toI32(quadCol), c32(2));
+    Value swizzle = toI32(quadRow); // row % 8: the 16-byte chunk XOR
+    for (int64_t dt = 0; dt < dTiles; ++dt) {
+      int64_t panel = dt / 8, chunk = dt % 8;
+      Value chunkBytes =
+          mul(arith::XOrIOp::create(b, loc, c32(chunk), swizzle), c32(16));
+      for (int64_t h = 0; h < 2; ++h) {
+        Value offset = add(
+            add(outputPanel(consumer, panel), add(rowBase, c32(h * 8 * kRowBytes))),
+            add(chunkBytes, quadBytes));
+        LLVM::StoreOp::create(b, loc, packed[dt * 2 + h], shared(offset),
+                              /*alignment=*/4);
+      }
+    }
+    // The generic-proxy writes become visible to the copy engine, then the
+    // warpgroup's threads meet before one of them issues the stores.
+    NVVM::FenceProxyOp::create(
+        b, loc, NVVM::ProxyKind::async_shared,
+        NVVM::SharedSpaceAttr::get(b.getContext(),
+                                   NVVM::SharedSpace::shared_cta));
+    namedBarrierSync(add(c32(1 + consumers), consumer), kWarpgroupThreads);
+    ifThen(cmp(Pred::eq, remU(tid, kWarpgroupThreads), c32(0)), [&] {
+      for (int64_t panel = 0; panel < d / WgmmaForward::kPanelCols; ++panel)
+        tmaStore(p.tensorMaps[3], shared(outputPanel(consumer, panel)),
+                 {c32(panel * WgmmaForward::kPanelCols), toI32(consumerRow0),
+                  toI32(at.head), toI32(at.batch)});
+      NVVM::CpAsyncBulkCommitGroupOp::create(b, loc);
+      // Shared memory must outlive the copy's reads of it.
+      NVVM::CpAsyncBulkWaitGroupOp::create(b, loc, 0, b.getUnitAttr());
+    });
+  };
   barrierWait(qFull, c32(0));
 
   const float negInf = -std::numeric_limits<float>::infinity();
@@ -299,8 +346,8 @@ void Builder::emitConsumer(const ForwardParams &p, const BlockCoordinates &at,
           scf::YieldOp::create(b, loc, next);
         });
     ValueRange results = loop.getResults();
-    softmax.store(p, at, results.slice(0, 2), results.slice(2, 2),
-                  results.drop_front(4), quadCol, myRow);
+    storeOutput(results.slice(0, 2), results.slice(2, 2),
+                results.drop_front(4));
     return;
   }
 
@@ -367,8 +414,7 @@ void Builder::emitConsumer(const ForwardParams &p, const BlockCoordinates &at,
       vDesc(slotOf(last)));
   endProducts(/*final=*/true);
   o = waitGroups(0, o);
-  softmax.store(p, at, results.slice(0, 2), results.slice(2, 2), o, quadCol,
-                myRow);
+  storeOutput(results.slice(0, 2), results.slice(2, 2), o);
 }
 
 } // namespace flashjit::wgmma

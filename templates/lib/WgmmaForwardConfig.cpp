@@ -52,6 +52,8 @@ WgmmaForward::tensorMapBoxes(const TileConfig &config) const {
   TensorMapBoxes boxes;
   boxes.qRows = static_cast<unsigned>(config.blockM);
   boxes.kvRows = static_cast<unsigned>(config.blockN);
+  // Each consumer warpgroup stores its own 64 rows of O.
+  boxes.oRows = static_cast<unsigned>(kRowsPerWarpgroup);
   boxes.cols = static_cast<unsigned>(kPanelCols);
   return boxes;
 }

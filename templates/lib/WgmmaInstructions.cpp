@@ -1,6 +1,6 @@
 //===- WgmmaInstructions.cpp - Hopper instructions of the wgmma kernel ----===//
 // Why: the pieces the kernel is made of, each emitted one way: mbarriers,
-// TMA tile loads, the shared-memory matrix descriptors of 128-byte swizzled
+// TMA tile loads and stores, the shared-memory matrix descriptors of 128-byte swizzled
 // tiles, and the two wgmma sequences. MLIR has no wgmma op that takes A
 // from registers (MLIR-NOTES.md), so both products are inline PTX: one
 // block issues a product (fence, wgmmas, commit), another waits for it and
@@ -82,6 +82,18 @@ void Builder::tmaLoadTile(Value tensorMap, int64_t dstOffset,
             {c32(panel * WgmmaForward::kPanelCols), toI32(row0), toI32(head),
              toI32(batch)});
   }
+}
+
+void Builder::tmaStore(Value tensorMap, Value src, ValueRange coords) {
+  NVVM::CpAsyncBulkTensorSharedCTAToGlobalOp::create(
+      b, loc, tensorMap, src, coords, /*l2CacheHint=*/Value(),
+      NVVM::TMAStoreModeAttr::get(b.getContext(), NVVM::TMAStoreMode::TILE),
+      /*predicate=*/Value());
+}
+
+Value Builder::outputPanel(Value consumer, int64_t panel) {
+  return add(c32(panel * cfg.blockM * 128),
+             mul(consumer, c32(WgmmaForward::kRowsPerWarpgroup * 128)));
 }
 
 Value Builder::descriptor(Value address, Major major, int64_t panelBytes) {

@@ -99,10 +99,12 @@ TEST_CASE("a BSHD tensor keeps its own strides, head stride below the row's") {
         std::array<cuuint64_t, 3>{2 * 256, 256, 300 * 2 * 256});
 }
 
-TEST_CASE("Q gets block_m boxes; K and V block_n boxes and their kv heads") {
+TEST_CASE("Q gets block_m boxes; K and V block_n boxes and their kv heads; "
+          "O its store boxes") {
   TensorMapBoxes boxes;
   boxes.qRows = 128;
   boxes.kvRows = 176;
+  boxes.oRows = 64;
   auto layouts = forwardTensorMapLayouts(gqaArgs(), boxes, "wgmma");
   REQUIRE_MESSAGE(bool(layouts), llvm::toString(layouts.takeError()));
   CHECK(layouts->q.base == deviceAddress(0x1000000));
@@ -116,11 +118,20 @@ TEST_CASE("Q gets block_m boxes; K and V block_n boxes and their kv heads") {
   }
   CHECK(layouts->k.base == deviceAddress(0x2000000));
   CHECK(layouts->v.base == deviceAddress(0x3000000));
+  CHECK(layouts->o.base == deviceAddress(0x4000000));
+  CHECK(layouts->o.dims == std::array<cuuint64_t, 4>{128, 100, 8, 2});
+  CHECK(layouts->o.box == std::array<cuuint32_t, 4>{64, 64, 1, 1});
 
   ForwardArgs bad = gqaArgs();
   bad.v.strides[2] = 136 + 4; // 280-byte rows
   CHECK(llvm::toString(forwardTensorMapLayouts(bad, boxes, "wgmma").takeError())
             .find("loads V with TMA") != std::string::npos);
+  ForwardArgs badO = gqaArgs();
+  badO.o.data = static_cast<char *>(badO.o.data) + 2; // not 16-byte aligned
+  CHECK(llvm::toString(
+            forwardTensorMapLayouts(badO, boxes, "wgmma").takeError())
+            .find("the wgmma kernel stores O with TMA, which needs a 16-byte "
+                  "aligned base address") != std::string::npos);
 }
 
 TEST_CASE("what the driver cannot encode is an error that says what to do") {
@@ -212,6 +223,7 @@ TEST_CASE("the launch's parameter array: kernel parameters, then the maps") {
   CHECK(pointers[first] == &params.maps.q);
   CHECK(pointers[first + 1] == &params.maps.k);
   CHECK(pointers[first + 2] == &params.maps.v);
+  CHECK(pointers[first + 3] == &params.maps.o);
   for (unsigned i = first; i < pointers.size(); ++i)
     CHECK(reinterpret_cast<uintptr_t>(pointers[i]) % 64 == 0);
 }
@@ -223,6 +235,7 @@ TEST_CASE("encoding tensor maps without a driver says so") {
   }
   TensorMapBoxes boxes;
   boxes.qRows = boxes.kvRows = 128;
+  boxes.oRows = 64;
   auto layouts = forwardTensorMapLayouts(gqaArgs(), boxes, "wgmma");
   REQUIRE(bool(layouts));
   ForwardLaunchParams params;
@@ -247,6 +260,7 @@ TEST_CASE("a kernel takes the tensor maps its template names for its config") {
     if (expected) {
       CHECK(kernel.tensorMapBoxes()->qRows == expected->qRows);
       CHECK(kernel.tensorMapBoxes()->kvRows == expected->kvRows);
+      CHECK(kernel.tensorMapBoxes()->oRows == expected->oRows);
       CHECK(kernel.tensorMapBoxes()->cols == expected->cols);
     }
   }

@@ -31,9 +31,9 @@ struct TensorMapLayout {
   std::array<cuuint32_t, 4> box{};
 };
 
-/// The layouts of the maps of Q, K and V, in kernel parameter order.
+/// The layouts of the maps of Q, K, V and O, in kernel parameter order.
 struct ForwardTensorMapLayouts {
-  TensorMapLayout q, k, v;
+  TensorMapLayout q, k, v, o;
 };
 
 /// The layout of `tensor`'s map with boxes of `boxRows` x `boxCols`
@@ -45,17 +45,18 @@ tensorMapLayout(const TensorRef &tensor, llvm::StringRef name, unsigned boxRows,
                 unsigned boxCols, llvm::StringRef family);
 
 /// The layouts for `args`: Q with boxes of boxes.qRows, K and V (with their
-/// own kv heads and seqlen) with boxes of boxes.kvRows.
+/// own kv heads and seqlen) with boxes of boxes.kvRows, O with boxes of
+/// boxes.oRows.
 llvm::Expected<ForwardTensorMapLayouts>
 forwardTensorMapLayouts(const ForwardArgs &args, const TensorMapBoxes &boxes,
                         llvm::StringRef family);
 
-/// The encoded maps of Q, K and V, in kernel parameter order. The driver
+/// The encoded maps of Q, K, V and O, in kernel parameter order. The driver
 /// writes a map only at a 64-byte aligned address; cuda.h aligns CUtensorMap
 /// to 64 (CUDA 12) or 128 bytes (CUDA 13), so the members need no alignas of
 /// their own (alignas(64) would be ill-formed under CUDA 13's header).
 struct ForwardTensorMaps {
-  CUtensorMap q, k, v;
+  CUtensorMap q, k, v, o;
 };
 static_assert(sizeof(CUtensorMap) == kTensorMapBytes,
               "the kernel takes tensor maps of kTensorMapBytes bytes");
@@ -66,7 +67,8 @@ static_assert(alignof(CUtensorMap) >= 64,
 llvm::Error encodeTensorMap(const CudaDriver &driver,
                             const TensorMapLayout &layout, CUtensorMap &map);
 
-/// Encodes the maps of Q, K and V; an error names the tensor and its layout.
+/// Encodes the maps of Q, K, V and O; an error names the tensor and its
+/// layout.
 llvm::Error encodeTensorMaps(const CudaDriver &driver,
                              const ForwardTensorMapLayouts &layouts,
                              ForwardTensorMaps &maps);

@@ -34,20 +34,22 @@ struct ForwardKernelArgs {
 
 /// Kernels of families that load tiles with the Tensor Memory Accelerator
 /// (KernelTemplate::tensorMapBoxes returns a value) take kNumTensorMaps more
-/// parameters after the ones of ForwardKernelArgs: the CUtensorMap of Q, K
-/// and V, in that order, each 128 bytes, 64-byte aligned and passed by value
+/// parameters after the ones of ForwardKernelArgs: the CUtensorMap of Q, K,
+/// V and O, in that order, each 128 bytes, 64-byte aligned and passed by value
 /// (a grid constant). Each describes its tensor as 4-D, innermost first:
 /// (head_dim, seqlen, heads, batch), with the tensor's strides in bytes (row,
 /// head, batch), a box of (cols, rows, 1, 1) elements, 128-byte swizzle, no
 /// interleave, L2 promotion of 128 bytes, and elements out of bounds read as
-/// zero. The kernel asks for box (c, row, head, batch) coordinates.
+/// zero (a store drops them). The kernel asks for box (c, row, head, batch)
+/// coordinates; it loads Q, K and V and stores O through its map.
 struct TensorMapBoxes {
-  /// Box rows of the Q map (block_m) and of the K and V maps (block_n).
-  unsigned qRows = 0, kvRows = 0;
+  /// Box rows of the Q map (block_m), of the K and V maps (block_n) and of
+  /// the O map (the rows one store writes).
+  unsigned qRows = 0, kvRows = 0, oRows = 0;
   /// Box columns: 64 two-byte elements, the 128 bytes of one swizzle row.
   unsigned cols = 64;
 };
-constexpr unsigned kNumTensorMaps = 3;
+constexpr unsigned kNumTensorMaps = 4;
 constexpr unsigned kTensorMapBytes = 128;
 
 /// What the runtime must know of a compiled kernel to launch it.

@@ -5,7 +5,8 @@
 // a ring of shared buffers guarded by mbarriers, and consumer warpgroups
 // (64 query rows each) that run wgmma for S = Q K^T (both operands in shared
 // memory) and O += P V (P from registers), with setmaxnreg moving registers
-// from the producer to the consumers.
+// from the producer to the consumers, and O stored through shared memory
+// with TMA.
 #ifndef FLASHJIT_TEMPLATES_WGMMAFORWARD_H
 #define FLASHJIT_TEMPLATES_WGMMAFORWARD_H
 
