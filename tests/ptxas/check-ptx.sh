@@ -4,7 +4,8 @@
 # dims 64, 96 and 128 (and 256 on sm_90a) must not spill and must use their
 # family's instructions: on sm_90a, head dims 64, 128 and 256 take the wgmma
 # template
-# (wgmma.mma_async, TMA loads, mbarriers, setmaxnreg, and no ptxas warning
+# (wgmma.mma_async, TMA loads and the TMA store of O, mbarriers, setmaxnreg,
+# and no ptxas warning
 # or "Potential Performance Loss" note, e.g. that it serialized the wgmmas
 # or ignored setmaxnreg); the others use
 # mma.sync m16n8k16, ldmatrix and cp.async. Exit 77 (ctest: skipped) when
@@ -41,6 +42,7 @@ for arch in sm_80 sm_90a; do
           if [ "$arch" = sm_90a ] && [ "$d" -ne 96 ]; then
             insns=("wgmma.mma_async.sync.aligned.m64n" ".f32.$dtype.$dtype"
                    "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                   "cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group"
                    "mbarrier.try_wait.parity" "mbarrier.arrive.expect_tx"
                    "setmaxnreg.inc.sync.aligned" "setmaxnreg.dec.sync.aligned"
                    "wgmma.wait_group.sync.aligned")

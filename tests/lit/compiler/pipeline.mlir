@@ -60,6 +60,11 @@
 // PTX-DAG: mbarrier.arrive.shared.b64
 // PTX-DAG: mbarrier.arrive.expect_tx.shared.b64
 // PTX-DAG: cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
+// O leaves through shared memory: a TMA store once the generic-proxy writes
+// are fenced, waited on (read) before the block ends.
+// PTX-DAG: fence.proxy.async.shared::cta
+// PTX-DAG: cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group
+// PTX-DAG: cp.async.bulk.wait_group.read \090;
 
 // Dynamic shared memory is one external array per kernel, aligned for the
 // 128-byte swizzle.
