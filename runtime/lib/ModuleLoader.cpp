@@ -66,9 +66,8 @@ llvm::Expected<LoadedModule> LoadedModule::fromCubin(const KernelInfo &info,
 llvm::Error LoadedModule::bindFunction() {
   const CudaDriver &d = *Driver;
   const KernelInfo &info = Info;
-  LoadedModule &m = *this;
-  if (llvm::Error err = FLASHJIT_CU(d, cuModuleGetFunction, &m.Function,
-                                    m.Module, info.name.c_str()))
+  if (llvm::Error err = FLASHJIT_CU(d, cuModuleGetFunction, &Function,
+                                    Module, info.name.c_str()))
     return llvm::joinErrors(
         llvm::createStringError(llvm::inconvertibleErrorCode(),
                                 "kernel %s is not in its module",
@@ -88,7 +87,7 @@ llvm::Error LoadedModule::bindFunction() {
     if (llvm::Error err = checkSharedMemory(info, optin))
       return err;
     if (llvm::Error err =
-            FLASHJIT_CU(d, cuFuncSetAttribute, m.Function,
+            FLASHJIT_CU(d, cuFuncSetAttribute, Function,
                         CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                         static_cast<int>(info.sharedMemoryBytes)))
       return err;
@@ -98,10 +97,10 @@ llvm::Error LoadedModule::bindFunction() {
   int maxThreads = 0, registers = 0;
   if (llvm::Error err =
           FLASHJIT_CU(d, cuFuncGetAttribute, &maxThreads,
-                      CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, m.Function))
+                      CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, Function))
     return err;
   if (llvm::Error err = FLASHJIT_CU(d, cuFuncGetAttribute, &registers,
-                                    CU_FUNC_ATTRIBUTE_NUM_REGS, m.Function))
+                                    CU_FUNC_ATTRIBUTE_NUM_REGS, Function))
     return err;
   return checkThreadsPerBlock(info, maxThreads, registers);
 }
@@ -126,7 +125,6 @@ llvm::Expected<LoadedModule> LoadedModule::fromPtx(const KernelInfo &info,
       reinterpret_cast<void *>(static_cast<uintptr_t>(errorLog.size() - 1))};
   LoadedModule m(d, info);
   m.DeviceOrdinal = deviceOrdinal;
-  m.LinkedFromPtx = true;
   // cuModuleLoadDataEx reads PTX as a C string: pass a NUL-terminated copy.
   std::string text = ptx.str();
   if (llvm::Error err = FLASHJIT_CU(d, cuModuleLoadDataEx, &m.Module,
@@ -166,7 +164,7 @@ llvm::Expected<LoadedModule> LoadedModule::load(const KernelInfo &info,
 LoadedModule::LoadedModule(LoadedModule &&other) noexcept
     : Driver(other.Driver), Info(std::move(other.Info)), Module(other.Module),
       Function(other.Function), Cubin(std::move(other.Cubin)),
-      LinkedFromPtx(other.LinkedFromPtx), DeviceOrdinal(other.DeviceOrdinal) {
+      DeviceOrdinal(other.DeviceOrdinal) {
   other.Module = nullptr;
   other.Function = nullptr;
 }
@@ -179,7 +177,6 @@ LoadedModule &LoadedModule::operator=(LoadedModule &&other) noexcept {
     Module = other.Module;
     Function = other.Function;
     Cubin = std::move(other.Cubin);
-    LinkedFromPtx = other.LinkedFromPtx;
     DeviceOrdinal = other.DeviceOrdinal;
     other.Module = nullptr;
     other.Function = nullptr;

@@ -116,19 +116,17 @@ tensorMapLayout(const TensorRef &tensor, llvm::StringRef name, unsigned boxRows,
                         strideNames[i], stride),
           "pass a contiguous tensor");
     uint64_t bytes = static_cast<uint64_t>(stride) * elemBytes;
+    std::string found = llvm::formatv("{0}'s {1} stride is {2} bytes", name,
+                                      strideNames[i], bytes);
     if (bytes % kStrideAlignmentBytes != 0)
       return tmaRequirement(
           family, name,
-          llvm::formatv("16-byte aligned {0} strides", strideNames[i]),
-          llvm::formatv("{0}'s {1} stride is {2} bytes", name, strideNames[i],
-                        bytes),
+          llvm::formatv("16-byte aligned {0} strides", strideNames[i]), found,
           "pass a contiguous tensor");
     if (bytes >= kStrideLimitBytes)
       return tmaRequirement(
           family, name,
-          llvm::formatv("{0} strides below 2^40 bytes", strideNames[i]),
-          llvm::formatv("{0}'s {1} stride is {2} bytes", name, strideNames[i],
-                        bytes),
+          llvm::formatv("{0} strides below 2^40 bytes", strideNames[i]), found,
           "pass a contiguous tensor");
     layout.byteStrides[i] = bytes;
   }

@@ -5,7 +5,6 @@
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
-#include <algorithm>
 #include <limits>
 
 using namespace mlir;
@@ -123,18 +122,19 @@ FragmentSoftmax::Update FragmentSoftmax::update(ValueRange s, ValueRange max,
       // P = 2^(s c - m c), one multiply-add and one exp2 per score, summed
       // into kPartialSums chains as they come (each P can die once it is
       // packed; a tree would keep every P alive until the sum).
-      SmallVector<Value> partial(kPartialSums);
-      int64_t k = 0;
+      SmallVector<Value> partial;
+      size_t k = 0;
       for (int64_t nt = 0; nt < nTiles; ++nt)
         for (int64_t e = 0; e < 2; ++e, ++k) {
           int64_t i = scoreAt(mt, nt) + 2 * h + e;
           u.probs[i] =
               ir.exp2(LLVM::FMAOp::create(b, loc, s[i], scaleLog2, negShift));
-          Value &acc = partial[k % kPartialSums];
-          acc = acc ? add(acc, u.probs[i]) : u.probs[i];
+          if (k < kPartialSums)
+            partial.push_back(u.probs[i]);
+          else
+            partial[k % kPartialSums] =
+                add(partial[k % kPartialSums], u.probs[i]);
         }
-      partial.erase(std::remove(partial.begin(), partial.end(), Value()),
-                    partial.end());
       partial.push_back(
           arith::MulFOp::create(b, loc, sum[row], u.alpha[row]));
       u.sum[row] = treeReduce(partial, add);

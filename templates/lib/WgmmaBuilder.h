@@ -82,8 +82,9 @@ private:
   /// shared bytes at `src` (a bulk-group store).
   void tmaStore(Value tensorMap, Value src, ValueRange coords);
   /// Byte offset (i32) of consumer `consumer`'s 64 rows of the Q tile in
-  /// 64-column panel `panel`, where its O is staged for the TMA store.
-  Value outputPanel(Value consumer, int64_t panel);
+  /// 64-column panel `panel`: its A operand of S = Q K^T, and where its O
+  /// is staged for the TMA store.
+  Value consumerRows(Value consumer, int64_t panel);
 
   // ---- wgmma (WgmmaInstructions.cpp) -------------------------------------
   /// The shared-memory matrix descriptor of a 128-byte swizzled operand at

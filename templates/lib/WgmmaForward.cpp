@@ -243,10 +243,8 @@ void Builder::emitConsumer(const ForwardParams &p, const BlockCoordinates &at,
   const int64_t nTiles = cfg.blockN / 8;
   const int64_t outs = d / 2;
   FragmentSoftmax softmax(*this, /*mTiles=*/1, nTiles);
-  Value qDesc = descriptor(
-      add(alignedAddress,
-          mul(consumer, c32(WgmmaForward::kRowsPerWarpgroup * kRowBytes))),
-      Major::K, 0);
+  Value qDesc =
+      descriptor(add(alignedAddress, consumerRows(consumer, 0)), Major::K, 0);
   auto kDesc = [&](Value s) {
     return descriptor(add(alignedAddress,
                           add(c32(kOffset), mul(s, c32(kvTileBytes)))),
@@ -291,9 +289,9 @@ void Builder::emitConsumer(const ForwardParams &p, const BlockCoordinates &at,
       Value chunkBytes =
           mul(arith::XOrIOp::create(b, loc, c32(chunk), swizzle), c32(16));
       for (int64_t h = 0; h < 2; ++h) {
-        Value offset = add(
-            add(outputPanel(consumer, panel), add(rowBase, c32(h * 8 * kRowBytes))),
-            add(chunkBytes, quadBytes));
+        Value offset = add(add(consumerRows(consumer, panel),
+                                   add(rowBase, c32(h * 8 * kRowBytes))),
+                               add(chunkBytes, quadBytes));
         LLVM::StoreOp::create(b, loc, packed[dt * 2 + h], shared(offset),
                               /*alignment=*/4);
       }
@@ -307,7 +305,7 @@ void Builder::emitConsumer(const ForwardParams &p, const BlockCoordinates &at,
     namedBarrierSync(add(c32(1 + consumers), consumer), kWarpgroupThreads);
     ifThen(cmp(Pred::eq, remU(tid, kWarpgroupThreads), c32(0)), [&] {
       for (int64_t panel = 0; panel < d / WgmmaForward::kPanelCols; ++panel)
-        tmaStore(p.tensorMaps[3], shared(outputPanel(consumer, panel)),
+        tmaStore(p.tensorMaps[3], shared(consumerRows(consumer, panel)),
                  {c32(panel * WgmmaForward::kPanelCols), toI32(consumerRow0),
                   toI32(at.head), toI32(at.batch)});
       NVVM::CpAsyncBulkCommitGroupOp::create(b, loc);

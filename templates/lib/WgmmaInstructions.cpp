@@ -91,9 +91,9 @@ void Builder::tmaStore(Value tensorMap, Value src, ValueRange coords) {
       /*predicate=*/Value());
 }
 
-Value Builder::outputPanel(Value consumer, int64_t panel) {
-  return add(c32(panel * cfg.blockM * 128),
-             mul(consumer, c32(WgmmaForward::kRowsPerWarpgroup * 128)));
+Value Builder::consumerRows(Value consumer, int64_t panel) {
+  Value rows = mul(consumer, c32(WgmmaForward::kRowsPerWarpgroup * 128));
+  return panel == 0 ? rows : add(c32(panel * cfg.blockM * 128), rows);
 }
 
 Value Builder::descriptor(Value address, Major major, int64_t panelBytes) {

@@ -72,8 +72,6 @@ public:
   const KernelInfo &info() const { return Info; }
   /// The cubin the module was loaded from (empty when it was PTX).
   const std::string &cubin() const { return Cubin; }
-  /// True when load() or fromPtx() had to JIT-compile the PTX.
-  bool linkedFromPtx() const { return LinkedFromPtx; }
   /// The device whose primary context is made current to launch when the
   /// calling thread has none (the ordinal it was loaded for).
   int deviceOrdinal() const { return DeviceOrdinal; }
@@ -91,7 +89,6 @@ private:
   CUmodule Module = nullptr;
   CUfunction Function = nullptr;
   std::string Cubin;
-  bool LinkedFromPtx = false;
   int DeviceOrdinal = 0;
 };
 
