@@ -59,13 +59,17 @@ namespace {
 /// The tensor maps a kernel of `config` takes. Kernels come from their
 /// family's template, so the family is known; a Kernel made by hand with a
 /// family that is not registered launches without maps.
-std::optional<TensorMapBoxes> tensorMapBoxesOf(const TileConfig &config) {
+const KernelTemplate *templateOf(const TileConfig &config) {
   auto tmpl = findTemplate(config.family);
   if (!tmpl) {
     llvm::consumeError(tmpl.takeError());
-    return std::nullopt;
+    return nullptr;
   }
-  return (*tmpl)->tensorMapBoxes(config);
+  return *tmpl;
+}
+std::optional<TensorMapBoxes> tensorMapBoxesOf(const TileConfig &config) {
+  const KernelTemplate *tmpl = templateOf(config);
+  return tmpl ? tmpl->tensorMapBoxes(config) : std::nullopt;
 }
 
 /// The checks of forward(): the arguments against the spec and, for a
@@ -91,6 +95,8 @@ Kernel::Kernel(AttentionSpec spec, KernelInfo info, std::string ptx,
                ConfigOrigin origin)
     : Spec(spec), Info(std::move(info)), Ptx(std::move(ptx)),
       Origin(std::move(origin)), MapBoxes(tensorMapBoxesOf(Info.config)),
+      Persistent(templateOf(Info.config) &&
+                 templateOf(Info.config)->persistent()),
       Module(std::move(module)), DeviceError(std::move(deviceError)) {}
 
 Kernel::~Kernel() = default;
@@ -121,7 +127,8 @@ llvm::Error Kernel::forward(const ForwardArgs &args) const {
     return err;
   auto pointers = params.pointers();
   LaunchGeometry geometry =
-      forwardGeometry(Info, args.q.shape[0], args.q.shape[2]);
+      forwardGeometry(Info, args.q.shape[0], args.q.shape[2],
+                      Persistent ? Module->residentBlocks() : 0);
   return withCode(ErrorCode::LaunchError,
                   launch(Module->function(), geometry, pointers.data(),
                          args.stream, Module->deviceOrdinal()));
