@@ -59,17 +59,13 @@ namespace {
 /// The tensor maps a kernel of `config` takes. Kernels come from their
 /// family's template, so the family is known; a Kernel made by hand with a
 /// family that is not registered launches without maps.
-const KernelTemplate *templateOf(const TileConfig &config) {
+std::optional<TensorMapBoxes> tensorMapBoxesOf(const TileConfig &config) {
   auto tmpl = findTemplate(config.family);
   if (!tmpl) {
     llvm::consumeError(tmpl.takeError());
-    return nullptr;
+    return std::nullopt;
   }
-  return *tmpl;
-}
-std::optional<TensorMapBoxes> tensorMapBoxesOf(const TileConfig &config) {
-  const KernelTemplate *tmpl = templateOf(config);
-  return tmpl ? tmpl->tensorMapBoxes(config) : std::nullopt;
+  return (*tmpl)->tensorMapBoxes(config);
 }
 
 /// The checks of forward(): the arguments against the spec and, for a
@@ -95,8 +91,6 @@ Kernel::Kernel(AttentionSpec spec, KernelInfo info, std::string ptx,
                ConfigOrigin origin)
     : Spec(spec), Info(std::move(info)), Ptx(std::move(ptx)),
       Origin(std::move(origin)), MapBoxes(tensorMapBoxesOf(Info.config)),
-      Persistent(templateOf(Info.config) &&
-                 templateOf(Info.config)->persistent()),
       Module(std::move(module)), DeviceError(std::move(deviceError)) {}
 
 Kernel::~Kernel() = default;
@@ -127,8 +121,7 @@ llvm::Error Kernel::forward(const ForwardArgs &args) const {
     return err;
   auto pointers = params.pointers();
   LaunchGeometry geometry =
-      forwardGeometry(Info, args.q.shape[0], args.q.shape[2],
-                      Persistent ? Module->residentBlocks() : 0);
+      forwardGeometry(Info, args.q.shape[0], args.q.shape[2]);
   return withCode(ErrorCode::LaunchError,
                   launch(Module->function(), geometry, pointers.data(),
                          args.stream, Module->deviceOrdinal()));

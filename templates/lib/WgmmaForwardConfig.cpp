@@ -40,21 +40,17 @@ int64_t consumerEstimate(const AttentionSpec &spec, const TileConfig &config) {
 
 } // namespace
 
-// The producer's tile loop (tile order, the Q loads of each consumer, K/V
-// loads, the next Q's prefetch) spills below 40 registers with two
-// consumers and below 56 with three (ptxas, CUDA 13.0).
 unsigned WgmmaForward::producerRegisters(int64_t consumers) {
-  return consumers >= 3 ? 56 : 40;
+  return consumers >= 3 ? 32 : 24;
 }
 unsigned WgmmaForward::consumerRegisters(int64_t consumers) {
-  return consumers >= 3 ? 144 : 232;
+  return consumers >= 3 ? 160 : 240;
 }
 
 std::optional<TensorMapBoxes>
 WgmmaForward::tensorMapBoxes(const TileConfig &config) const {
   TensorMapBoxes boxes;
-  // Each consumer warpgroup loads its own 64 rows of Q.
-  boxes.qRows = static_cast<unsigned>(kRowsPerWarpgroup);
+  boxes.qRows = static_cast<unsigned>(config.blockM);
   boxes.kvRows = static_cast<unsigned>(config.blockN);
   // Each consumer warpgroup stores its own 64 rows of O.
   boxes.oRows = static_cast<unsigned>(kRowsPerWarpgroup);
@@ -126,11 +122,7 @@ TemplateResources WgmmaForward::resources(const AttentionSpec &spec,
   r.threadsPerBlock = static_cast<unsigned>(config.warps * 32);
   int64_t rowBytes = spec.headDim * dtypeBytes(spec.dtype);
   int64_t tiles = (config.blockM + config.stages * 2 * config.blockN) * rowBytes;
-  // Q full and Q empty per consumer, four per K/V slot.
-  // Then each consumer's tile coordinates (16 bytes).
-  int64_t barriers =
-      (2 * consumersOf(config) + 4 * config.stages) * kBarrierBytes +
-      consumersOf(config) * 16;
+  int64_t barriers = (1 + 4 * config.stages) * kBarrierBytes;
   r.sharedMemoryBytes =
       static_cast<unsigned>(kAlignSlack + tiles + barriers);
   // At entry every thread has the block's share of the register file

@@ -4,7 +4,7 @@
 // KernelABI.h: 5 pointers, 15 strides, two seqlens, scale * log2(e).
 // CHECK: module attributes {gpu.container_module}
 // CHECK: gpu.module @flashjit_kernels
-// CHECK: gpu.func @causal_gqa(%{{.+}}: !llvm.ptr<1>, %{{.+}}: !llvm.ptr<1>, %{{.+}}: !llvm.ptr<1>, %{{.+}}: !llvm.ptr<1>, %{{.+}}: !llvm.ptr<1>, {{(%[^:]+: i64, )+}}%{{.+}}: i32, %{{.+}}: i32, %[[SCALE:.+]]: f32, %{{.+}}: i32) kernel attributes {known_block_size = array<i32: 256, 1, 1>}
+// CHECK: gpu.func @causal_gqa(%{{.+}}: !llvm.ptr<1>, %{{.+}}: !llvm.ptr<1>, %{{.+}}: !llvm.ptr<1>, %{{.+}}: !llvm.ptr<1>, %{{.+}}: !llvm.ptr<1>, {{(%[^:]+: i64, )+}}%{{.+}}: i32, %{{.+}}: i32, %[[SCALE:.+]]: f32) kernel attributes {known_block_size = array<i32: 256, 1, 1>}
 // Causal: the heaviest query blocks are scheduled first.
 // CHECK: gpu.grid_dim x
 // GQA: 4 query heads share a key/value head.

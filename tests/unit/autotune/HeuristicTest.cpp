@@ -370,13 +370,13 @@ TEST_CASE("wgmma: every candidate fits sm_90's shared memory; a larger "
   CHECK(message.find("bytes of shared memory; sm_90 allows at most 232448") !=
         std::string::npos);
   // block_n 176 fits the registers of two consumers at head dim 128, not
-  // of three at head dim 64 (144 each); past 192 nothing is offered.
+  // of three at head dim 64 (160 each); past 192 nothing is offered.
   CHECK_FALSE(llvm::errorToBool(wgmma.checkConfig(
       benchSpec(128, false), TileConfig{"wgmma", 128, 176, 2, 12})));
   llvm::Error three = wgmma.checkConfig(benchSpec(64, false),
                                         TileConfig{"wgmma", 192, 176, 2, 16});
   REQUIRE(static_cast<bool>(three));
-  CHECK(errorOf(std::move(three)).find("more than the 144 that 3 consumer") !=
+  CHECK(errorOf(std::move(three)).find("more than the 160 that 3 consumer") !=
         std::string::npos);
   CHECK(static_cast<bool>(llvm::errorToBool(wgmma.checkConfig(
       benchSpec(128, false), TileConfig{"wgmma", 128, 208, 2, 12}))));
