@@ -191,14 +191,16 @@ class Flashjit:
         except (OSError, flashjit_capi.FlashjitError) as e:
             self.error = f"cannot use {path or flashjit_capi.default_library_path()}: {e}"
 
-    def kernel(self, d, causal, heads, meta):
-        key = (d, causal, heads)
+    def kernel(self, d, causal, heads, seqlen, meta):
+        """The kernel for this shape, compiled for its seqlen: with a tuning
+        database, each length gets its bucket's config."""
+        key = (d, causal, heads, seqlen)
         if key not in self.kernels:
             t0 = time.perf_counter()
             k = self.ctx.compile(d, "bf16", causal=causal, num_heads=heads,
-                                 config=self.config)
+                                 config=self.config, seqlen=seqlen)
             name, config = k.describe()
-            meta["flashjit_kernels"][name] = {
+            meta["flashjit_kernels"][f"{name} at seqlen {seqlen}"] = {
                 "config": config, "compile_ms": (time.perf_counter() - t0) * 1e3}
             self.kernels[key] = k
         return self.kernels[key]
@@ -235,7 +237,7 @@ def run_point(torch, args, fj, flex, meta, d, causal, s, b, h):
     try:
         if fj.error:
             raise RuntimeError(fj.error)
-        kernel = fj.kernel(d, causal, h, meta)
+        kernel = fj.kernel(d, causal, h, s, meta)
         to = flashjit_capi.TensorArg.from_torch
         launch = kernel.bind(to(q), to(k), to(v), to(o), to(lse),
                              stream=torch.cuda.current_stream().cuda_stream)

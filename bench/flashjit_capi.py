@@ -147,6 +147,9 @@ class Library:
                                                  P(ctypes.c_void_p)]),
             "flashjit_kernel_compile_config": (status, [ctypes.c_void_p, ctypes.c_void_p,
                                                         ctypes.c_char_p, P(ctypes.c_void_p)]),
+            "flashjit_kernel_compile_for_seqlen": (status, [ctypes.c_void_p, ctypes.c_void_p,
+                                                            ctypes.c_char_p, ctypes.c_int64,
+                                                            P(ctypes.c_void_p)]),
             "flashjit_kernel_release": (status, [ctypes.c_void_p]),
             "flashjit_kernel_describe": (status, [ctypes.c_void_p, P(ctypes.c_char_p),
                                                   P(ctypes.c_char_p)]),
@@ -199,17 +202,20 @@ class Context:
         return bool(has.value), (reason.value or b"").decode(errors="replace")
 
     def compile(self, head_dim, dtype="bf16", causal=False, num_heads=1,
-                num_kv_heads=None, config=None):
+                num_kv_heads=None, config=None, seqlen=None):
         """config: None (the default choice), a family such as "mma_sync"
-        (its heuristic choice) or a whole tile config."""
+        (its heuristic choice) or a whole tile config. seqlen: the length
+        the kernel will mostly run at, which picks the tuning database's
+        bucket (None: the default hint)."""
         spec = make_spec(head_dim, dtype, causal, num_heads,
                          num_kv_heads if num_kv_heads is not None else num_heads)
-        return Kernel(self.lib, self._compile_spec(spec, config))
+        return Kernel(self.lib, self._compile_spec(spec, config, seqlen))
 
-    def _compile_spec(self, spec, config=None):
+    def _compile_spec(self, spec, config=None, seqlen=None):
         handle = ctypes.c_void_p()
-        self.lib.call("flashjit_kernel_compile_config", self.handle, ctypes.byref(spec),
-                      config.encode() if config else None, ctypes.byref(handle))
+        self.lib.call("flashjit_kernel_compile_for_seqlen", self.handle, ctypes.byref(spec),
+                      config.encode() if config else None, int(seqlen or 0),
+                      ctypes.byref(handle))
         return handle
 
 
@@ -299,6 +305,14 @@ def self_test(path=None, out=print):
     st, msg = status_of(lambda: ctx.compile(d, "bf16", num_heads=h, config="tpu"))
     check("an unknown family is an invalid argument",
           st == INVALID_ARGUMENT and "unknown kernel family 'tpu'" in msg,
+          f"{STATUS_NAMES.get(st)}: {msg}")
+
+    _, hinted = ctx.compile(d, "bf16", causal=True, num_heads=h, seqlen=8192).describe()
+    check("a seqlen hint compiles (no tuning database: the default choice)",
+          hinted == config, f"{hinted} != {config}")
+    st, msg = status_of(lambda: ctx.compile(d, "bf16", num_heads=h, seqlen=-1))
+    check("a negative seqlen hint is an invalid argument",
+          st == INVALID_ARGUMENT and "seqlen must be 0" in msg,
           f"{STATUS_NAMES.get(st)}: {msg}")
 
     st, msg = status_of(lambda: ctx.compile(48, "bf16", num_heads=h))

@@ -252,12 +252,17 @@ namespace {
 /// a whole tile config, or a family name (that family's heuristic choice).
 flashjit_status_t compileKernel(const char *fn, flashjit_context_t ctx,
                                 const flashjit_attention_spec_t *spec,
-                                const char *config, flashjit_kernel_t *out) {
+                                const char *config, int64_t seqlen,
+                                flashjit_kernel_t *out) {
   if (!out)
     return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT, "out is a null pointer");
   *out = nullptr;
   if (!ctx)
     return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT, "ctx is a null handle");
+  if (seqlen < 0)
+    return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
+                "seqlen must be 0 (the default hint) or positive, got " +
+                    std::to_string(seqlen));
   auto parsed = readSpec(spec);
   if (!parsed)
     return fail(fn, parsed.takeError());
@@ -268,6 +273,8 @@ flashjit_status_t compileKernel(const char *fn, flashjit_context_t ctx,
   flashjit::KernelOptions options;
   options.config = request->config;
   options.family = request->family;
+  if (seqlen > 0)
+    options.seqlen = seqlen;
   auto kernel = ctx->context->compile(*parsed, options);
   if (!kernel)
     return fail(fn, kernel.takeError());
@@ -281,7 +288,7 @@ flashjit_status_t flashjit_kernel_compile(flashjit_context_t ctx,
                                           const flashjit_attention_spec_t *spec,
                                           flashjit_kernel_t *out) {
   return guarded(__func__, [&](const char *fn) {
-    return compileKernel(fn, ctx, spec, nullptr, out);
+    return compileKernel(fn, ctx, spec, nullptr, 0, out);
   });
 }
 
@@ -289,7 +296,15 @@ flashjit_status_t flashjit_kernel_compile_config(
     flashjit_context_t ctx, const flashjit_attention_spec_t *spec,
     const char *config, flashjit_kernel_t *out) {
   return guarded(__func__, [&](const char *fn) {
-    return compileKernel(fn, ctx, spec, config, out);
+    return compileKernel(fn, ctx, spec, config, 0, out);
+  });
+}
+
+flashjit_status_t flashjit_kernel_compile_for_seqlen(
+    flashjit_context_t ctx, const flashjit_attention_spec_t *spec,
+    const char *config, int64_t seqlen, flashjit_kernel_t *out) {
+  return guarded(__func__, [&](const char *fn) {
+    return compileKernel(fn, ctx, spec, config, seqlen, out);
   });
 }
 

@@ -152,6 +152,15 @@ FLASHJIT_API flashjit_status_t flashjit_kernel_compile_config(
     flashjit_context_t ctx, const flashjit_attention_spec_t *spec,
     const char *config, flashjit_kernel_t *out);
 
+/* flashjit_kernel_compile_config for the sequence length the kernel will
+ * mostly run at: `seqlen` picks the tuning database's bucket (the kernel
+ * still serves every length); 0 is the default hint (2048), a negative
+ * seqlen FLASHJIT_STATUS_INVALID_ARGUMENT. Kernels for lengths in
+ * different buckets may differ in their tile config. */
+FLASHJIT_API flashjit_status_t flashjit_kernel_compile_for_seqlen(
+    flashjit_context_t ctx, const flashjit_attention_spec_t *spec,
+    const char *config, int64_t seqlen, flashjit_kernel_t *out);
+
 /* Releases a kernel (NULL: nothing to do). */
 FLASHJIT_API flashjit_status_t
 flashjit_kernel_release(flashjit_kernel_t kernel);

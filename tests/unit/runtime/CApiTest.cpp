@@ -504,10 +504,15 @@ TEST_CASE("compile_config: a whole config, a family's choice, and refusals") {
   REQUIRE(flashjit_context_create(0, "", "sm_90a", &ctx) ==
           FLASHJIT_STATUS_OK);
   flashjit_attention_spec_t spec = smallSpec();
-  auto configOf = [&](const char *config) -> std::string {
+  // The config a compile chose, or its status; seqlen 0 is the default
+  // hint.
+  auto configFor = [&](const char *config, int64_t seqlen) -> std::string {
     flashjit_kernel_t kernel = nullptr;
     flashjit_status_t status =
-        flashjit_kernel_compile_config(ctx, &spec, config, &kernel);
+        seqlen == 0
+            ? flashjit_kernel_compile_config(ctx, &spec, config, &kernel)
+            : flashjit_kernel_compile_for_seqlen(ctx, &spec, config, seqlen,
+                                                 &kernel);
     if (status != FLASHJIT_STATUS_OK) {
       CHECK(kernel == nullptr);
       return std::string("status ") + flashjit_status_name(status);
@@ -519,6 +524,7 @@ TEST_CASE("compile_config: a whole config, a family's choice, and refusals") {
     flashjit_kernel_release(kernel);
     return out;
   };
+  auto configOf = [&](const char *config) { return configFor(config, 0); };
   // NULL and "" are the default choice: wgmma on sm_90a for head dim 64.
   CHECK(has(configOf(nullptr), "wgmma:"));
   CHECK(has(configOf(""), "wgmma:"));
@@ -535,6 +541,15 @@ TEST_CASE("compile_config: a whole config, a family's choice, and refusals") {
   CHECK(has(lastError(), "malformed tile config"));
   CHECK(configOf("wgmma:m128:n256:s2:w12").rfind("status ", 0) == 0);
   CHECK(has(lastError(), "block_n"));
+
+  // A seqlen hint picks the tuning bucket; without a database the choice
+  // is the heuristic's. 0 is the default hint, a negative one refused.
+  CHECK(configFor(nullptr, 8192) == configOf(nullptr));
+  CHECK(configFor("mma_sync", 8192) == configOf("mma_sync"));
+  CHECK(configFor(nullptr, -1) == "status invalid argument");
+  CHECK(has(lastError(),
+            "flashjit_kernel_compile_for_seqlen: seqlen must be 0 (the "
+            "default hint) or positive, got -1"));
   flashjit_context_destroy(ctx);
 
   // wgmma needs sm_90a: on sm_80 the family is unsupported.
