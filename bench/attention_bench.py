@@ -167,6 +167,9 @@ def environment(torch, args, fj_version, chip):
         "flashjit": f"{fj_version}, chip {chip}" if fj_version else None,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
         "command": f"python3 {cmd}",
+        # The tile configs flashjit picks depend on it (one per seqlen bucket).
+        "tuning_db": os.environ.get("FLASHJIT_TUNING_DB")
+        or "FLASHJIT_TUNING_DB not set (flashjit's default path, if a database is there)",
         "dtype": "bf16", "layout": args.layout,
         "total_tokens": args.total_tokens, "hidden": args.hidden,
         "tolerance": f"fails above relative {TOL_REL:g} or max abs {TOL_ABS:g}",

@@ -111,7 +111,8 @@ def markdown(meta, points, peers=PEERS):
         ("GPU", meta.get("gpu")), ("driver", meta.get("driver")),
         ("torch", meta.get("torch")), ("CUDA (torch)", meta.get("cuda")),
         ("cuDNN", meta.get("cudnn")), ("Triton", meta.get("triton")),
-        ("flashjit", meta.get("flashjit")), ("date (UTC)", meta.get("date")),
+        ("flashjit", meta.get("flashjit")),
+        ("flashjit tuning database", meta.get("tuning_db")), ("date (UTC)", meta.get("date")),
     ]
     out += [f"- {k}: {v}" for k, v in facts if v]
     out += ["", "Command:", "", "```sh", meta.get("command", ""), "```", ""]
