@@ -248,8 +248,11 @@ flashjit_status_t flashjit_context_device(flashjit_context_t ctx,
 }
 
 namespace {
-/// Both compile entry points: `config` is null or "" (the default choice),
-/// a whole tile config, or a family name (that family's heuristic choice).
+/// The three compile entry points: `config` is null or "" (the default
+/// choice), a whole tile config, or a family name (that family's heuristic
+/// choice); `seqlen` is the tuning-bucket hint, 0 for the default. A
+/// negative one is refused here: Context::compile's own check reads 0 as
+/// wrong too, while the C API takes it as "no hint".
 flashjit_status_t compileKernel(const char *fn, flashjit_context_t ctx,
                                 const flashjit_attention_spec_t *spec,
                                 const char *config, int64_t seqlen,
