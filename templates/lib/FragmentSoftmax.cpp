@@ -17,6 +17,9 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 /// Independent add chains per row sum: enough to cover the add latency
 /// with one warp per scheduler.
 constexpr size_t kPartialSums = 4;
+/// How far (log2, scaled) a row's max may outgrow the reference max before
+/// the reference moves and O is rescaled: P <= 2^8, far inside f16 and f32.
+constexpr float kMaxGrowthLog2 = 8.0f;
 } // namespace
 
 void FragmentSoftmax::mask(MutableArrayRef<Value> s, Value n0, int64_t blockN,
@@ -108,15 +111,29 @@ FragmentSoftmax::Update FragmentSoftmax::update(ValueRange s, ValueRange max,
       for (int64_t nt = 0; nt < nTiles; ++nt)
         for (int64_t e = 0; e < 2; ++e)
           rowScores.push_back(s[scoreAt(mt, nt) + 2 * h + e]);
-      Value rowMax = ir.shuffleXorReduce(treeReduce(rowScores, maxOf), 4,
-                                         /*isMax=*/true);
+      Value tileMax = ir.shuffleXorReduce(treeReduce(rowScores, maxOf), 4,
+                                          /*isMax=*/true);
+      // The reference max moves only when the row's max outgrows it by
+      // more than kMaxGrowthLog2 (scaled): P then stays below
+      // 2^kMaxGrowthLog2, and alpha is exactly 1 on most tiles, so
+      // rescale() skips O. The result is the same softmax: O and l share
+      // the reference, and O / l cancels it. The compare is false on NaN
+      // (-inf - -inf: every score masked so far), which keeps -inf.
+      Value growth = arith::MulFOp::create(
+          b, loc, arith::SubFOp::create(b, loc, tileMax, max[row]),
+          scaleLog2);
+      Value keep = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLE,
+                                         growth, ir.cF32(kMaxGrowthLog2));
+      Value rowMax = arith::SelectOp::create(b, loc, keep, max[row], tileMax);
       Value isEmpty = arith::CmpFOp::create(
           b, loc, arith::CmpFPredicate::OEQ, rowMax, ir.cF32(kNegInf));
       Value scaledMax = arith::MulFOp::create(b, loc, rowMax, scaleLog2);
       Value shift =
           arith::SelectOp::create(b, loc, isEmpty, ir.cF32(0.0f), scaledMax);
       Value oldScaled = arith::MulFOp::create(b, loc, max[row], scaleLog2);
-      u.alpha[row] = ir.exp2(arith::SubFOp::create(b, loc, oldScaled, shift));
+      u.alpha[row] = arith::SelectOp::create(
+          b, loc, keep, ir.cF32(1.0f),
+          ir.exp2(arith::SubFOp::create(b, loc, oldScaled, shift)));
       Value negShift = arith::NegFOp::create(b, loc, shift);
       u.max[row] = rowMax;
       // P = 2^(s c - m c), one multiply-add and one exp2 per score, summed

@@ -16,7 +16,9 @@ namespace flashjit {
 /// g + 8 of the m16 tile, g = lane / 4) and column nt * 8 + 2 (lane % 4) +
 /// r % 2. Running max and sum are indexed mt * 2 + h (row half h); the max
 /// is kept unscaled, the sum per thread (reduced across the quad once, at
-/// the end).
+/// the end). The "max" is a reference: it moves only when the row's max
+/// outgrows it by more than a factor 2^8 in P, so P <= 2^8 and most tiles
+/// leave O unscaled; the sum and O share it, so O / l is unchanged.
 class FragmentSoftmax {
 public:
   static constexpr int64_t kAccPerTile = 4;
@@ -41,9 +43,10 @@ public:
             llvm::function_ref<mlir::Value(int64_t, int64_t)> rowOf);
 
   struct Update {
-    /// New running max and sum per row half, the factor alpha = 2^(old max
-    /// - new max) (scaled) that the old sum and O take, and P in f32, in
-    /// the scores' layout.
+    /// New reference max and running sum per row half, the factor alpha =
+    /// 2^(old max - new max) (scaled; exactly 1 while the reference
+    /// stays) that the old sum and O take, and P in f32, in the scores'
+    /// layout.
     llvm::SmallVector<mlir::Value> max, sum, alpha, probs;
   };
   /// One tile's online-softmax step: p = 2^(s c - m c) with c = scale *
@@ -59,8 +62,8 @@ public:
   llvm::SmallVector<mlir::Value> pack(mlir::ValueRange probs);
 
   /// O accumulators (mTiles x dTiles n8 tiles, same layout) times alpha,
-  /// computed only when some row of the warp has a new max (one vote, a
-  /// warp-uniform branch); late tiles rarely move the max.
+  /// computed only when some row of the warp moved its reference max (one
+  /// vote, a warp-uniform branch); after the first tiles that is rare.
   llvm::SmallVector<mlir::Value> rescale(mlir::ValueRange acc,
                                          mlir::ValueRange alpha);
 
