@@ -59,13 +59,17 @@ namespace {
 /// The tensor maps a kernel of `config` takes. Kernels come from their
 /// family's template, so the family is known; a Kernel made by hand with a
 /// family that is not registered launches without maps.
-std::optional<TensorMapBoxes> tensorMapBoxesOf(const TileConfig &config) {
+const KernelTemplate *templateOf(const TileConfig &config) {
   auto tmpl = findTemplate(config.family);
   if (!tmpl) {
     llvm::consumeError(tmpl.takeError());
-    return std::nullopt;
+    return nullptr;
   }
-  return (*tmpl)->tensorMapBoxes(config);
+  return *tmpl;
+}
+std::optional<TensorMapBoxes> tensorMapBoxesOf(const TileConfig &config) {
+  const KernelTemplate *tmpl = templateOf(config);
+  return tmpl ? tmpl->tensorMapBoxes(config) : std::nullopt;
 }
 
 /// The checks of forward(): the arguments against the spec and, for a
@@ -86,12 +90,61 @@ checkForward(const AttentionSpec &spec, const KernelInfo &info,
 }
 } // namespace
 
+struct Kernel::TileCounters {
+  std::mutex mutex;
+  std::map<CUstream, CUdeviceptr> byStream;
+  int deviceOrdinal = 0;
+
+  /// The stream's pair, allocated and zeroed on first use.
+  llvm::Expected<uint32_t *> forStream(CUstream stream) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = byStream.find(stream); it != byStream.end())
+      return reinterpret_cast<uint32_t *>(it->second);
+    auto drv = CudaDriver::get();
+    if (!drv)
+      return drv.takeError();
+    if (auto ctx = drv->ensureContext(deviceOrdinal); !ctx)
+      return ctx.takeError();
+    CUdeviceptr pair = 0;
+    if (auto err = FLASHJIT_CU(*drv, cuMemAlloc, &pair, 2 * sizeof(uint32_t)))
+      return std::move(err);
+    if (auto err = FLASHJIT_CU(*drv, cuMemsetD32, pair, 0, 2)) {
+      (void)drv->cuMemFree(pair);
+      return std::move(err);
+    }
+    byStream.emplace(stream, pair);
+    return reinterpret_cast<uint32_t *>(pair);
+  }
+
+  ~TileCounters() {
+    if (byStream.empty())
+      return;
+    auto drv = CudaDriver::get();
+    if (!drv) {
+      llvm::consumeError(drv.takeError());
+      return;
+    }
+    if (auto ctx = drv->ensureContext(deviceOrdinal); !ctx) {
+      llvm::consumeError(ctx.takeError());
+      return;
+    }
+    for (auto &[stream, pair] : byStream)
+      (void)drv->cuMemFree(pair);
+  }
+};
+
 Kernel::Kernel(AttentionSpec spec, KernelInfo info, std::string ptx,
                std::unique_ptr<LoadedModule> module, std::string deviceError,
                ConfigOrigin origin)
     : Spec(spec), Info(std::move(info)), Ptx(std::move(ptx)),
       Origin(std::move(origin)), MapBoxes(tensorMapBoxesOf(Info.config)),
-      Module(std::move(module)), DeviceError(std::move(deviceError)) {}
+      Persistent(templateOf(Info.config) &&
+                 templateOf(Info.config)->persistent()),
+      Module(std::move(module)), DeviceError(std::move(deviceError)) {
+  Counters = std::make_unique<TileCounters>();
+  if (Module)
+    Counters->deviceOrdinal = Module->deviceOrdinal();
+}
 
 Kernel::~Kernel() = default;
 
@@ -108,11 +161,18 @@ llvm::Error Kernel::prepareLaunch(const ForwardArgs &args,
     return makeError(ErrorCode::NoDevice, "cannot launch " + Info.name +
                                               ": no GPU is available (" +
                                               DeviceError + ")");
-  return withCode(ErrorCode::LaunchError,
-                  prepareForwardLaunch(args,
-                                       args.scale.value_or(Spec.defaultScale()),
-                                       *layouts ? &**layouts : nullptr, params,
-                                       Module->deviceOrdinal()));
+  if (auto err = prepareForwardLaunch(args,
+                                      args.scale.value_or(Spec.defaultScale()),
+                                      *layouts ? &**layouts : nullptr, params,
+                                      Module->deviceOrdinal()))
+    return withCode(ErrorCode::LaunchError, std::move(err));
+  if (Persistent) {
+    auto counter = Counters->forStream(args.stream);
+    if (!counter)
+      return withCode(ErrorCode::LaunchError, counter.takeError());
+    params.args.tileCounter = *counter;
+  }
+  return llvm::Error::success();
 }
 
 llvm::Error Kernel::forward(const ForwardArgs &args) const {
@@ -121,7 +181,8 @@ llvm::Error Kernel::forward(const ForwardArgs &args) const {
     return err;
   auto pointers = params.pointers();
   LaunchGeometry geometry =
-      forwardGeometry(Info, args.q.shape[0], args.q.shape[2]);
+      forwardGeometry(Info, args.q.shape[0], args.q.shape[2],
+                      Persistent ? Module->residentBlocks() : 0);
   return withCode(ErrorCode::LaunchError,
                   launch(Module->function(), geometry, pointers.data(),
                          args.stream, Module->deviceOrdinal()));

@@ -123,6 +123,13 @@ llvm::Error checkForwardArgs(const AttentionSpec &spec,
   if (o != q)
     return fail(llvm::formatv("o shape {0} must equal q shape {1}",
                               shapeText(o), shapeText(q)));
+  // Persistent kernels number the query rows of every (batch, head) with
+  // 32-bit integers.
+  if (double(q[0]) * double(q[1]) * double(q[2]) >= double(int64_t(1) << 31))
+    return fail(llvm::formatv("q has {0} x {1} x {2} query rows (batch x "
+                              "heads x seqlen), above 2^31 - 1: split the "
+                              "batch into smaller calls",
+                              q[0], q[1], q[2]));
 
   const LseRef &lse = args.lse;
   if (!lse.data)
@@ -182,6 +189,7 @@ ForwardKernelArgs toKernelArgs(const ForwardArgs &args, double scale) {
   k.seqlenQ = static_cast<int32_t>(args.q.shape[2]);
   k.seqlenK = static_cast<int32_t>(args.k.shape[2]);
   k.scaleLog2 = static_cast<float>(scale * M_LOG2E);
+  k.batch = static_cast<int32_t>(args.q.shape[0]);
   return k;
 }
 

@@ -6,6 +6,7 @@
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -74,12 +75,12 @@ llvm::Error LoadedModule::bindFunction() {
                                 info.name.c_str()),
         std::move(err));
 
+  CUdevice device;
+  if (llvm::Error err = FLASHJIT_CU(d, cuCtxGetDevice, &device))
+    return err;
   // Above 48 KiB the kernel must opt in, up to the device's limit.
   if (info.sharedMemoryBytes > kSharedMemoryWithoutOptin) {
-    CUdevice device;
     int optin = 0;
-    if (llvm::Error err = FLASHJIT_CU(d, cuCtxGetDevice, &device))
-      return err;
     if (llvm::Error err = FLASHJIT_CU(
             d, cuDeviceGetAttribute, &optin,
             CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device))
@@ -102,7 +103,22 @@ llvm::Error LoadedModule::bindFunction() {
   if (llvm::Error err = FLASHJIT_CU(d, cuFuncGetAttribute, &registers,
                                     CU_FUNC_ATTRIBUTE_NUM_REGS, Function))
     return err;
-  return checkThreadsPerBlock(info, maxThreads, registers);
+  if (llvm::Error err = checkThreadsPerBlock(info, maxThreads, registers))
+    return err;
+
+  int multiprocessors = 0, blocksPerSM = 0;
+  if (llvm::Error err = FLASHJIT_CU(
+          d, cuDeviceGetAttribute, &multiprocessors,
+          CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device))
+    return err;
+  if (llvm::Error err = FLASHJIT_CU(
+          d, cuOccupancyMaxActiveBlocksPerMultiprocessor, &blocksPerSM,
+          Function, static_cast<int>(info.threadsPerBlock),
+          static_cast<size_t>(info.sharedMemoryBytes)))
+    return err;
+  ResidentBlocks = static_cast<unsigned>(std::max(1, multiprocessors) *
+                                         std::max(1, blocksPerSM));
+  return llvm::Error::success();
 }
 
 llvm::Expected<LoadedModule> LoadedModule::fromPtx(const KernelInfo &info,
@@ -164,7 +180,8 @@ llvm::Expected<LoadedModule> LoadedModule::load(const KernelInfo &info,
 LoadedModule::LoadedModule(LoadedModule &&other) noexcept
     : Driver(other.Driver), Info(std::move(other.Info)), Module(other.Module),
       Function(other.Function), Cubin(std::move(other.Cubin)),
-      DeviceOrdinal(other.DeviceOrdinal) {
+      DeviceOrdinal(other.DeviceOrdinal),
+      ResidentBlocks(other.ResidentBlocks) {
   other.Module = nullptr;
   other.Function = nullptr;
 }
@@ -178,6 +195,7 @@ LoadedModule &LoadedModule::operator=(LoadedModule &&other) noexcept {
     Function = other.Function;
     Cubin = std::move(other.Cubin);
     DeviceOrdinal = other.DeviceOrdinal;
+    ResidentBlocks = other.ResidentBlocks;
     other.Module = nullptr;
     other.Function = nullptr;
   }

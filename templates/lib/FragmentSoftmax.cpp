@@ -113,27 +113,31 @@ FragmentSoftmax::Update FragmentSoftmax::update(ValueRange s, ValueRange max,
           rowScores.push_back(s[scoreAt(mt, nt) + 2 * h + e]);
       Value tileMax = ir.shuffleXorReduce(treeReduce(rowScores, maxOf), 4,
                                           /*isMax=*/true);
-      // The reference max moves only when the row's max outgrows it by
-      // more than kMaxGrowthLog2 (scaled): P then stays below
-      // 2^kMaxGrowthLog2, and alpha is exactly 1 on most tiles, so
+      // Lazy rescale: the reference max moves only when the row's max
+      // outgrows it by more than kMaxGrowthLog2 (scaled): P then stays
+      // below 2^kMaxGrowthLog2, and alpha is exactly 1 on most tiles, so
       // rescale() skips O. The result is the same softmax: O and l share
       // the reference, and O / l cancels it. The compare is false on NaN
       // (-inf - -inf: every score masked so far), which keeps -inf.
-      Value growth = arith::MulFOp::create(
-          b, loc, arith::SubFOp::create(b, loc, tileMax, max[row]),
-          scaleLog2);
-      Value keep = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLE,
-                                         growth, ir.cF32(kMaxGrowthLog2));
-      Value rowMax = arith::SelectOp::create(b, loc, keep, max[row], tileMax);
+      Value keep, rowMax = tileMax;
+      if (lazyRescale) {
+        Value growth = arith::MulFOp::create(
+            b, loc, arith::SubFOp::create(b, loc, tileMax, max[row]),
+            scaleLog2);
+        keep = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLE,
+                                     growth, ir.cF32(kMaxGrowthLog2));
+        rowMax = arith::SelectOp::create(b, loc, keep, max[row], tileMax);
+      }
       Value isEmpty = arith::CmpFOp::create(
           b, loc, arith::CmpFPredicate::OEQ, rowMax, ir.cF32(kNegInf));
       Value scaledMax = arith::MulFOp::create(b, loc, rowMax, scaleLog2);
       Value shift =
           arith::SelectOp::create(b, loc, isEmpty, ir.cF32(0.0f), scaledMax);
       Value oldScaled = arith::MulFOp::create(b, loc, max[row], scaleLog2);
-      u.alpha[row] = arith::SelectOp::create(
-          b, loc, keep, ir.cF32(1.0f),
-          ir.exp2(arith::SubFOp::create(b, loc, oldScaled, shift)));
+      u.alpha[row] = ir.exp2(arith::SubFOp::create(b, loc, oldScaled, shift));
+      if (lazyRescale)
+        u.alpha[row] =
+            arith::SelectOp::create(b, loc, keep, ir.cF32(1.0f), u.alpha[row]);
       Value negShift = arith::NegFOp::create(b, loc, shift);
       u.max[row] = rowMax;
       // P = 2^(s c - m c), one multiply-add and one exp2 per score, summed

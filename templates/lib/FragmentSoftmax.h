@@ -16,15 +16,17 @@ namespace flashjit {
 /// g + 8 of the m16 tile, g = lane / 4) and column nt * 8 + 2 (lane % 4) +
 /// r % 2. Running max and sum are indexed mt * 2 + h (row half h); the max
 /// is kept unscaled, the sum per thread (reduced across the quad once, at
-/// the end). The "max" is a reference: it moves only when the row's max
-/// outgrows it by more than a factor 2^8 in P, so P <= 2^8 and most tiles
-/// leave O unscaled; the sum and O share it, so O / l is unchanged.
+/// the end). With `lazyRescale` the "max" is a reference: it moves only
+/// when the row's max outgrows it by more than a factor 2^8 in P, so P <=
+/// 2^8 and most tiles leave O unscaled; the sum and O share it, so O / l
+/// is unchanged. Without it the max is the running max.
 class FragmentSoftmax {
 public:
   static constexpr int64_t kAccPerTile = 4;
 
-  FragmentSoftmax(KernelIR &ir, int64_t mTiles, int64_t nTiles)
-      : ir(ir), mTiles(mTiles), nTiles(nTiles) {}
+  FragmentSoftmax(KernelIR &ir, int64_t mTiles, int64_t nTiles,
+                  bool lazyRescale = false)
+      : ir(ir), mTiles(mTiles), nTiles(nTiles), lazyRescale(lazyRescale) {}
 
   int64_t rowStates() const { return mTiles * 2; }
   int64_t scoreAt(int64_t mt, int64_t nt) const {
@@ -43,10 +45,9 @@ public:
             llvm::function_ref<mlir::Value(int64_t, int64_t)> rowOf);
 
   struct Update {
-    /// New reference max and running sum per row half, the factor alpha =
-    /// 2^(old max - new max) (scaled; exactly 1 while the reference
-    /// stays) that the old sum and O take, and P in f32, in the scores'
-    /// layout.
+    /// New (reference) max and running sum per row half, the factor alpha
+    /// = 2^(old max - new max) (scaled; exactly 1 while a reference stays)
+    /// that the old sum and O take, and P in f32, in the scores' layout.
     llvm::SmallVector<mlir::Value> max, sum, alpha, probs;
   };
   /// One tile's online-softmax step: p = 2^(s c - m c) with c = scale *
@@ -86,6 +87,7 @@ public:
 private:
   KernelIR &ir;
   const int64_t mTiles, nTiles;
+  const bool lazyRescale;
 };
 
 } // namespace flashjit

@@ -6,6 +6,8 @@
 
 #include "llvm/Support/FormatVariadic.h"
 
+#include <algorithm>
+
 namespace flashjit {
 
 std::array<void *, ForwardKernelArgs::kNumParams>
@@ -24,16 +26,25 @@ ForwardKernelArgs::paramPointers() {
   p[i++] = &seqlenQ;
   p[i++] = &seqlenK;
   p[i++] = &scaleLog2;
+  p[i++] = &batch;
+  p[i++] = &tileCounter;
   return p;
 }
 
 LaunchGeometry forwardGeometry(const KernelInfo &info, int64_t batch,
-                               int64_t seqlenQ) {
+                               int64_t seqlenQ, unsigned residentBlocks) {
   LaunchGeometry g;
   int64_t blockM = info.config.blockM > 0 ? info.config.blockM : 1;
-  g.gridX = static_cast<unsigned>((seqlenQ + blockM - 1) / blockM);
-  g.gridY = static_cast<unsigned>(info.numHeads);
-  g.gridZ = static_cast<unsigned>(batch);
+  int64_t queryBlocks = (seqlenQ + blockM - 1) / blockM;
+  if (residentBlocks > 0) {
+    int64_t tiles = queryBlocks * info.numHeads * batch;
+    g.gridX = static_cast<unsigned>(
+        std::max<int64_t>(1, std::min<int64_t>(tiles, residentBlocks)));
+  } else {
+    g.gridX = static_cast<unsigned>(queryBlocks);
+    g.gridY = static_cast<unsigned>(info.numHeads);
+    g.gridZ = static_cast<unsigned>(batch);
+  }
   g.blockX = info.threadsPerBlock;
   g.sharedMemoryBytes = info.sharedMemoryBytes;
   return g;

@@ -26,7 +26,7 @@ ForwardParams KernelIR::beginForwardKernel(StringRef name, int64_t threads,
                                            bool withTensorMaps) {
   SmallVector<Type> argTypes(5, globalPtr);
   argTypes.append(15, i64);
-  argTypes.append({i32, i32, f32});
+  argTypes.append({i32, i32, f32, i32, globalPtr});
   const unsigned numAbiParams = argTypes.size();
   if (withTensorMaps)
     argTypes.append(kNumTensorMaps,
@@ -61,6 +61,8 @@ ForwardParams KernelIR::beginForwardKernel(StringRef name, int64_t threads,
   p.seqlenQ = arith::ExtSIOp::create(b, loc, i64, args[20]);
   p.seqlenK = arith::ExtSIOp::create(b, loc, i64, args[21]);
   p.scaleLog2 = args[22];
+  p.batch = args[23];
+  p.tileCounter = args[24];
   if (withTensorMaps)
     p.tensorMaps.assign(args.begin() + numAbiParams, args.end());
   return p;

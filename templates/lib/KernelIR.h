@@ -20,6 +20,11 @@ struct ForwardParams {
   llvm::SmallVector<mlir::Value, 3> qStrides, kStrides, vStrides, oStrides,
       lseStrides;
   mlir::Value seqlenQ, seqlenK, scaleLog2;
+  /// Sequences in the batch (i32).
+  mlir::Value batch;
+  /// Two u32 in global memory, zero at launch: the next tile of a
+  /// persistent kernel, and its blocks that have finished.
+  mlir::Value tileCounter;
   /// Generic pointers to the by-value tensor maps of Q, K, V and O, when the
   /// kernel takes them (KernelABI.h).
   llvm::SmallVector<mlir::Value, 4> tensorMaps;
@@ -34,6 +39,17 @@ struct BlockCoordinates {
   mlir::Value head, kvHead, batch;
 };
 
+/// The tiles of a persistent kernel (KernelABI.h's forwardGeometry): every
+/// (query block, batch, head), numbered in the order the blocks take them
+/// (PersistentTiles.cpp). i32 values, uniform across the block.
+struct PersistentTiles {
+  mlir::Value count;       ///< tiles in all
+  mlir::Value first, step; ///< this block's first tile, and gridDim.x
+  mlir::Value queryBlocks; ///< ceil(seqlenQ / block_m)
+  mlir::Value sectionHeads, sectionTiles;
+  mlir::Value headsTimesBatch;
+};
+
 class KernelIR {
 public:
   KernelIR(mlir::OpBuilder &b, mlir::Location loc, const AttentionSpec &spec);
@@ -45,6 +61,11 @@ public:
   ForwardParams beginForwardKernel(llvm::StringRef name, int64_t threads,
                                    bool withTensorMaps = false);
   BlockCoordinates blockCoordinates();
+  /// The tile numbering of a persistent kernel with `blockM` query rows per
+  /// tile (PersistentTiles.cpp).
+  PersistentTiles persistentTiles(const ForwardParams &p, int64_t blockM);
+  /// The coordinates (i64) of tile `tile` (i32) of `tiles`.
+  BlockCoordinates tileCoordinates(const PersistentTiles &tiles, mlir::Value tile);
 
   // Constants and integer arithmetic.
   mlir::Value c64(int64_t v);

@@ -16,12 +16,15 @@
 namespace flashjit {
 
 const std::vector<const KernelTemplate *> &allTemplates() {
+  // In order of preference (the heuristic's first rule): the persistent
+  // wgmma kernel offers candidates for causal attention only.
+  static const WgmmaForward wgmmaPersistent(/*persistent=*/true);
   static const WgmmaForward wgmma;
   static const MmaSyncForward mmaSync;
   static const CudaCoreForward cudaCore;
   static const MmaSyncForward mmaSyncNoSoftmax(/*withSoftmax=*/false);
   static const std::vector<const KernelTemplate *> templates = {
-      &wgmma, &mmaSync, &cudaCore, &mmaSyncNoSoftmax};
+      &wgmmaPersistent, &wgmma, &mmaSync, &cudaCore, &mmaSyncNoSoftmax};
   return templates;
 }
 

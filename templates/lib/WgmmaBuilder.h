@@ -11,6 +11,10 @@
 #include "flashjit/Templates/TileConfig.h"
 #include "flashjit/Templates/WgmmaForward.h"
 
+namespace flashjit {
+class FragmentSoftmax;
+}
+
 namespace flashjit::wgmma {
 
 namespace LLVM = mlir::LLVM;
@@ -23,6 +27,7 @@ using mlir::StringRef;
 using mlir::Type;
 using mlir::Value;
 using mlir::ValueRange;
+using llvm::function_ref;
 
 /// How a wgmma operand tile sits in shared memory: 128-byte swizzled rows,
 /// in panels of 64 columns (WgmmaForward::kPanelCols).
@@ -35,42 +40,103 @@ enum class Major {
 
 class Builder : public KernelIR {
 public:
+  /// `persistent`: one block per SM taking tiles from the launch's counter
+  /// (PersistentTiles.cpp); otherwise one block per tile.
   Builder(OpBuilder &b, Location loc, const AttentionSpec &spec,
-          const TileConfig &config);
+          const TileConfig &config, bool persistent);
 
   void build(StringRef name);
 
 private:
   // ---- the two roles (WgmmaForward.cpp) ----------------------------------
-  /// Warpgroup 0: one thread loads Q, then K and V into the ring.
-  void emitProducer(const ForwardParams &p, const BlockCoordinates &at,
-                    Value m0, Value numTiles, Value tid);
+  /// Warpgroup 0: one thread loads each consumer's Q rows and the K and V
+  /// tiles into the ring, for one tile or (persistent) tile after tile.
+  void emitProducer(const ForwardParams &p, const PersistentTiles &tiles,
+                    Value tid);
   /// Warpgroups 1..C: the products, the online softmax and the epilogue.
-  void emitConsumer(const ForwardParams &p, const BlockCoordinates &at,
-                    Value m0, Value numTiles, Value tid, Value warpgroup);
-  /// The mbarriers after the tiles: Q full, then per slot K full, V full,
-  /// K empty, V empty (`stages` each). K and V slots are released apart:
-  /// K_j once S_j has landed, V_j after P_j V_j, a tile later.
-  Value barrier(int64_t index) { return shared(barOffset + 8 * index); }
+  void emitConsumer(const ForwardParams &p, const PersistentTiles &tiles,
+                    Value tid, Value warpgroup);
+  /// The epilogue of one consumer: O / l staged in its Q rows (at byte
+  /// offset `rows`), stored with TMA; in a persistent kernel the rows then
+  /// go back to the producer.
+  void storeOutput(const ForwardParams &p, FragmentSoftmax &softmax,
+                   Value consumer, Value quadRow, Value quadCol,
+                   Value warpInGroup, Value tid, const BlockCoordinates &at,
+                   Value rows, ValueRange max, ValueRange sum, ValueRange o);
+  /// K/V tiles of the query block starting at row m0 (i64): all of them,
+  /// or up to the diagonal (causal).
+  Value kvTiles(const ForwardParams &p, Value m0);
+  void ifThen(Value condition, function_ref<void()> body);
+
+  // ---- the persistent tile loop (WgmmaPersistent.cpp) ---------------------
+  /// The next tile from the launch's counter (i32; past the last tile once
+  /// they are all taken).
+  Value takeTile(const ForwardParams &p);
+  /// After the producer's last tile: the end mark for each consumer, and
+  /// the last block to finish resets the counters.
+  void endTiles(const ForwardParams &p, const PersistentTiles &tiles,
+                Value done);
+  /// Where the producer leaves a consumer the record of its current tile
+  /// (four i32: query block, head, batch, and the offset of the consumer's
+  /// Q rows, consumerRows(consumer, 0)), written before the Q loads that
+  /// complete on the consumer's Q-full barrier.
+  Value tileInfo(Value consumer);
+  /// Waits until `consumer` has freed its rows and record (after `done`
+  /// tiles, i32), then writes the record of the tile at `at`.
+  void writeTileInfo(const BlockCoordinates &at, Value consumer, Value done);
+  Value readTileInfoField(Value consumer, int64_t field);
+  BlockCoordinates readTileInfo(Value consumer);
+  /// Runs `body` for each tile `nextTile` hands this block (i32; one at
+  /// or past tiles.count ends the loop), with the ring position before it
+  /// (K/V tiles of the earlier tiles, i32) and the tiles done (i32); `body`
+  /// returns its tile's K/V tile count (i32). Then `after` with the final
+  /// ring position and tile count.
+  void forEachTile(const PersistentTiles &tiles,
+                   function_ref<Value(Value done)> nextTile,
+                   function_ref<Value(Value tile, Value iteration, Value done)>
+                       body,
+                   function_ref<void(Value iteration, Value done)> after);
+  /// The end mark in a consumer's tile record.
+  static constexpr int32_t kNoTile = -1;
+
+  /// The mbarriers after the tiles: per consumer Q full, then per consumer
+  /// Q empty, then per slot K full, V full, K empty, V empty (`stages`
+  /// each). K and V slots are released apart: K_j once S_j has landed, V_j
+  /// after P_j V_j, a tile later.
   Value slotBarrier(int64_t first, Value slot);
-  Value kFull(Value slot) { return slotBarrier(1, slot); }
-  Value vFull(Value slot) { return slotBarrier(1 + stages, slot); }
-  Value kEmpty(Value slot) { return slotBarrier(1 + 2 * stages, slot); }
-  Value vEmpty(Value slot) { return slotBarrier(1 + 3 * stages, slot); }
+  Value qFull(Value consumer) { return slotBarrier(0, consumer); }
+  Value qEmpty(Value consumer) { return slotBarrier(consumers, consumer); }
+  Value kFull(Value slot) { return slotBarrier(2 * consumers, slot); }
+  Value vFull(Value slot) {
+    return slotBarrier(2 * consumers + stages, slot);
+  }
+  Value kEmpty(Value slot) {
+    return slotBarrier(2 * consumers + 2 * stages, slot);
+  }
+  Value vEmpty(Value slot) {
+    return slotBarrier(2 * consumers + 3 * stages, slot);
+  }
 
   // ---- shared memory and mbarriers (WgmmaInstructions.cpp) ---------------
   /// Pointer to byte `offset` (i32) of the aligned shared buffer.
   Value shared(Value offset);
   Value shared(int64_t offset) { return shared(c32(offset)); }
+  /// The 32-bit shared address of byte `offset` (i32) of the aligned
+  /// buffer. Barriers and TMA destinations are addressed so: a 64-bit
+  /// pointer costs two registers, which the producer (24 registers) does
+  /// not have for each barrier and Q box of its loop.
+  Value sharedAddress(Value offset);
+  Value sharedPointer(Value address);
+  /// mbarrier operations on the barrier at 32-bit shared address `bar`.
   void barrierInit(Value bar, int64_t count);
   /// Arrive and expect `bytes` from the copy engine on the barrier.
   void barrierExpect(Value bar, int64_t bytes);
-  void barrierArrive(Value bar);
+  void barrierArrive(Value bar, int64_t count = 1);
   /// Waits until the phase of the given parity (i32 0 or 1) has completed.
   void barrierWait(Value bar, Value parity);
 
   /// TMA: one box of `tensorMap` at (col, row, head, batch) (i32) into the
-  /// shared bytes at `dst`, completing on `bar`.
+  /// shared bytes at 32-bit address `dst`, completing on `bar`.
   void tmaLoad(Value tensorMap, Value dst, Value bar, ValueRange coords);
   /// Loads rows [row0, row0 + rows) of a whole tile, one box per 64-column
   /// panel, panels `rows` * 128 bytes apart from `dstOffset`.
@@ -78,6 +144,8 @@ private:
                    Value bar, Value row0, Value head, Value batch,
                    int64_t rows);
 
+  /// TMA: the box of `tensorMap` at (col, row, head, batch) (i32) into L2.
+  void tmaPrefetch(Value tensorMap, ValueRange coords);
   /// TMA: the box of `tensorMap` at (col, row, head, batch) (i32) from the
   /// shared bytes at `src` (a bulk-group store).
   void tmaStore(Value tensorMap, Value src, ValueRange coords);
@@ -117,14 +185,13 @@ private:
   StringRef ptxType() const;
 
   const TileConfig &cfg;
+  const bool persistent;
   const int64_t d, consumers, threads, stages;
   const int64_t qBytes, kvTileBytes;
   // Shared layout (bytes from the aligned base).
-  int64_t kOffset, vOffset, barOffset;
+  int64_t kOffset, vOffset, barOffset, tileInfoOffset;
   /// The 1024-aligned shared base, as a pointer and as a 32-bit address.
   Value smemAligned, alignedAddress;
-  /// The Q-full barrier, made once.
-  Value qFull;
   Type sharedPtr;
 };
 

@@ -40,17 +40,25 @@ int64_t consumerEstimate(const AttentionSpec &spec, const TileConfig &config) {
 
 } // namespace
 
-unsigned WgmmaForward::producerRegisters(int64_t consumers) {
+// A persistent producer's tile loop (the tile counter, the tile order, the
+// records and Q loads of each consumer, K/V loads) spills below 40
+// registers with two consumers and below 56 with three (ptxas, CUDA 13.0).
+unsigned WgmmaForward::producerRegisters(int64_t consumers, bool persistent) {
+  if (persistent)
+    return consumers >= 3 ? 56 : 40;
   return consumers >= 3 ? 32 : 24;
 }
-unsigned WgmmaForward::consumerRegisters(int64_t consumers) {
+unsigned WgmmaForward::consumerRegisters(int64_t consumers, bool persistent) {
+  if (persistent)
+    return consumers >= 3 ? 144 : 232;
   return consumers >= 3 ? 160 : 240;
 }
 
 std::optional<TensorMapBoxes>
 WgmmaForward::tensorMapBoxes(const TileConfig &config) const {
   TensorMapBoxes boxes;
-  boxes.qRows = static_cast<unsigned>(config.blockM);
+  // Each consumer warpgroup loads its own 64 rows of Q.
+  boxes.qRows = static_cast<unsigned>(kRowsPerWarpgroup);
   boxes.kvRows = static_cast<unsigned>(config.blockN);
   // Each consumer warpgroup stores its own 64 rows of O.
   boxes.oRows = static_cast<unsigned>(kRowsPerWarpgroup);
@@ -105,13 +113,13 @@ llvm::Error WgmmaForward::checkConfig(const AttentionSpec &spec,
                       spec.headDim, shared, kMaxSharedBytes)
             .str());
   int64_t estimate = consumerEstimate(spec, config);
-  if (estimate > consumerRegisters(consumers))
+  if (estimate > consumerRegisters(consumers, Persistent))
     return configError(
         llvm::formatv("block_n {0} with head dim {1} needs about {2} "
                       "registers per consumer thread, more than the {3} "
                       "that {4} consumer warpgroups get",
                       config.blockN, spec.headDim, estimate,
-                      consumerRegisters(consumers), consumers)
+                      consumerRegisters(consumers, Persistent), consumers)
             .str());
   return llvm::Error::success();
 }
@@ -122,7 +130,11 @@ TemplateResources WgmmaForward::resources(const AttentionSpec &spec,
   r.threadsPerBlock = static_cast<unsigned>(config.warps * 32);
   int64_t rowBytes = spec.headDim * dtypeBytes(spec.dtype);
   int64_t tiles = (config.blockM + config.stages * 2 * config.blockN) * rowBytes;
-  int64_t barriers = (1 + 4 * config.stages) * kBarrierBytes;
+  // Q full and Q empty per consumer, four per K/V slot.
+  // Then each consumer's tile coordinates (16 bytes).
+  int64_t barriers =
+      (2 * consumersOf(config) + 4 * config.stages) * kBarrierBytes +
+      consumersOf(config) * 16;
   r.sharedMemoryBytes =
       static_cast<unsigned>(kAlignSlack + tiles + barriers);
   // At entry every thread has the block's share of the register file
@@ -143,6 +155,9 @@ WgmmaForward::candidates(const AttentionSpec &spec) const {
   // 64 m192 n128 474 TFLOP/s against m128 n128 401; head dim 128 m128 n176
   // and n128 633 and 631 (s16384: 624 and 613).
   std::vector<TileConfig> out;
+  // The persistent grid only for causal attention (WgmmaForward.h).
+  if (Persistent && !spec.causal)
+    return out;
   for (int64_t consumers : {2, 3}) {
     if (consumers == 3 && spec.headDim != 64)
       continue;

@@ -39,37 +39,46 @@ Value Builder::shared(Value offset) {
                              ValueRange{offset});
 }
 
+Value Builder::sharedAddress(Value offset) {
+  return add(alignedAddress, offset);
+}
+
+Value Builder::sharedPointer(Value address) {
+  return LLVM::IntToPtrOp::create(b, loc, sharedPtr, address);
+}
+
 void Builder::barrierInit(Value bar, int64_t count) {
-  NVVM::MBarrierInitOp::create(b, loc, bar, c32(count), /*predicate=*/Value());
+  NVVM::MBarrierInitOp::create(b, loc, sharedPointer(bar), c32(count),
+                               /*predicate=*/Value());
 }
 
 void Builder::barrierExpect(Value bar, int64_t bytes) {
-  NVVM::MBarrierArriveExpectTxOp::create(b, loc, /*res=*/Type(), bar,
-                                         c32(bytes), NVVM::MemScopeKind::CTA,
-                                         /*relaxed=*/false,
-                                         /*predicate=*/Value());
+  asmVoid("mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;", "r,r",
+          {bar, c32(bytes)});
 }
 
-void Builder::barrierArrive(Value bar) {
-  NVVM::MBarrierArriveOp::create(b, loc, /*res=*/Type(), bar,
-                                 /*count=*/Value());
+void Builder::barrierArrive(Value bar, int64_t count) {
+  if (count == 1)
+    return asmVoid("mbarrier.arrive.shared::cta.b64 _, [$0];", "r", {bar});
+  asmVoid("mbarrier.arrive.shared::cta.b64 _, [$0], $1;", "r,r",
+          {bar, c32(count)});
 }
 
 void Builder::barrierWait(Value bar, Value parity) {
-  NVVM::MBarrierTryWaitParityOp::create(b, loc, bar, parity, c32(kWaitTicks));
+  NVVM::MBarrierTryWaitParityOp::create(b, loc, sharedPointer(bar), parity,
+                                        c32(kWaitTicks));
 }
 
 void Builder::tmaLoad(Value tensorMap, Value dst, Value bar,
                       ValueRange coords) {
   // Without a cluster, this CTA's shared::cta address is its own
   // shared::cluster address.
-  auto clusterPtr = LLVM::LLVMPointerType::get(b.getContext(), 7);
-  Value dstCluster = LLVM::AddrSpaceCastOp::create(b, loc, clusterPtr, dst);
-  NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp::create(
-      b, loc, dstCluster, tensorMap, coords, bar, /*im2colOffsets=*/{},
-      /*multicastMask=*/Value(), /*l2CacheHint=*/Value(),
-      NVVM::TMALoadMode::TILE, /*isCTAOnly=*/false, /*group=*/nullptr,
-      /*predicate=*/Value());
+  SmallVector<Value> operands = {dst, tensorMap};
+  operands.append(coords.begin(), coords.end());
+  operands.push_back(bar);
+  asmVoid("cp.async.bulk.tensor.4d.shared::cluster.global.tile."
+          "mbarrier::complete_tx::bytes [$0], [$1, {$2, $3, $4, $5}], [$6];",
+          "r,l,r,r,r,r,r", operands);
 }
 
 void Builder::tmaLoadTile(Value tensorMap, int64_t dstOffset,
@@ -77,11 +86,18 @@ void Builder::tmaLoadTile(Value tensorMap, int64_t dstOffset,
                           Value head, Value batch, int64_t rows) {
   const int64_t panels = d / WgmmaForward::kPanelCols;
   for (int64_t panel = 0; panel < panels; ++panel) {
-    Value dst = shared(add(dynamicOffset, c32(dstOffset + panel * rows * 128)));
+    Value dst = sharedAddress(
+        add(dynamicOffset, c32(dstOffset + panel * rows * 128)));
     tmaLoad(tensorMap, dst, bar,
             {c32(panel * WgmmaForward::kPanelCols), toI32(row0), toI32(head),
              toI32(batch)});
   }
+}
+
+void Builder::tmaPrefetch(Value tensorMap, ValueRange coords) {
+  NVVM::CpAsyncBulkTensorPrefetchOp::create(
+      b, loc, tensorMap, coords, /*im2colOffsets=*/ValueRange{},
+      NVVM::TMALoadMode::TILE, /*l2CacheHint=*/Value());
 }
 
 void Builder::tmaStore(Value tensorMap, Value src, ValueRange coords) {

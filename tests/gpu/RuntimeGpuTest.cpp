@@ -180,7 +180,9 @@ TEST_CASE("launch overhead of forward() on a cached kernel") {
   ForwardLaunchParams raw;
   REQUIRE_FALSE(bool((*kernel)->prepareLaunch(args, raw)));
   auto params = raw.pointers();
-  LaunchGeometry g = forwardGeometry((*kernel)->info(), 1, 1);
+  LaunchGeometry g =
+      forwardGeometry((*kernel)->info(), 1, 1,
+                      (*kernel)->persistent() ? bare->residentBlocks() : 0);
   auto launchBare = [&] {
     return FLASHJIT_CU(drv, cuLaunchKernel, bare->function(), g.gridX, g.gridY,
                        g.gridZ, g.blockX, 1, 1, g.sharedMemoryBytes, nullptr,

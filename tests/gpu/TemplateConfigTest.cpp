@@ -12,9 +12,9 @@ using namespace flashjit::test;
 namespace {
 
 void checkConfig(const AttentionSpec &spec, const TileConfig &config,
-                 int64_t seqlen) {
+                 int64_t seqlen, int64_t batch = 1) {
   CheckOptions o;
-  o.batch = 1;
+  o.batch = batch;
   o.seqlenQ = seqlen;
   o.seqlenK = seqlen;
   o.seed = freshSeed();
@@ -53,6 +53,11 @@ TEST_CASE("every candidate config of every template is exact") {
           if (tmpl->resources(spec, config).registersPerThread > 255)
             continue;
           checkConfig(spec, config, causal ? 333 : 200);
+          // A persistent grid with more tiles than blocks: each block
+          // takes several, with the ring and the Q rows reused across them
+          // (4 x 2 x 33 or more tiles against 132 blocks on an H100).
+          if (tmpl->persistent())
+            checkConfig(spec, config, 4097, /*batch=*/4);
         }
       }
 }

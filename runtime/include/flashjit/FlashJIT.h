@@ -115,6 +115,9 @@ public:
   const std::optional<TensorMapBoxes> &tensorMapBoxes() const {
     return MapBoxes;
   }
+  /// Whether the kernel is persistent: launched with one block per SM (the
+  /// device's resident blocks), each looping over tiles (forwardGeometry).
+  bool persistent() const { return Persistent; }
 
   /// Checks every argument (pointers, alignment, shapes against the spec,
   /// strides, overlap of the outputs, what a tensor map can describe), then
@@ -140,6 +143,13 @@ private:
   ConfigOrigin Origin;
   /// Looked up once from the template, so forward() does no string work.
   std::optional<TensorMapBoxes> MapBoxes;
+  /// Whether the template's kernels are persistent (forwardGeometry).
+  bool Persistent = false;
+  /// A persistent kernel's tile counters (KernelABI.h), one pair per
+  /// stream: launches on one stream run in turn, each leaving its pair at
+  /// zero for the next; launches on different streams may overlap.
+  struct TileCounters;
+  std::unique_ptr<TileCounters> Counters;
   /// Null when there is no GPU; DeviceError then says why.
   std::unique_ptr<LoadedModule> Module;
   std::string DeviceError;

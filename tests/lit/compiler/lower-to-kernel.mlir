@@ -4,7 +4,7 @@
 // KernelABI.h: 5 pointers, 15 strides, two seqlens, scale * log2(e).
 // CHECK: module attributes {gpu.container_module}
 // CHECK: gpu.module @flashjit_kernels
-// CHECK: gpu.func @causal_gqa(%{{.+}}: !llvm.ptr<1>, %{{.+}}: !llvm.ptr<1>, %{{.+}}: !llvm.ptr<1>, %{{.+}}: !llvm.ptr<1>, %{{.+}}: !llvm.ptr<1>, {{(%[^:]+: i64, )+}}%{{.+}}: i32, %{{.+}}: i32, %[[SCALE:.+]]: f32) kernel attributes {known_block_size = array<i32: 256, 1, 1>}
+// CHECK: gpu.func @causal_gqa(%{{.+}}: !llvm.ptr<1>, %{{.+}}: !llvm.ptr<1>, %{{.+}}: !llvm.ptr<1>, %{{.+}}: !llvm.ptr<1>, %{{.+}}: !llvm.ptr<1>, {{(%[^:]+: i64, )+}}%{{.+}}: i32, %{{.+}}: i32, %[[SCALE:.+]]: f32, %{{.+}}: i32, %{{.+}}: !llvm.ptr<1>) kernel attributes {known_block_size = array<i32: 256, 1, 1>}
 // Causal: the heaviest query blocks are scheduled first.
 // CHECK: gpu.grid_dim x
 // GQA: 4 query heads share a key/value head.
@@ -92,7 +92,7 @@ func.func @bad_warps(%q: tensor<?x4x?x64xf16>, %s: f32) -> tensor<?x4x?x64xf16> 
 // -----
 
 func.func @unknown_family(%q: tensor<?x4x?x64xf16>, %s: f32) -> tensor<?x4x?x64xf16> {
-  // expected-error @+1 {{unknown kernel family 'tpu': expected one of wgmma, mma_sync, cuda_core}}
+  // expected-error @+1 {{unknown kernel family 'tpu': expected one of wgmma_persistent, wgmma, mma_sync, cuda_core}}
   %o, %lse = attn.attention %q, %q, %q scale %s {config = #attn.tile_config<family = "tpu", block_m = 64, block_n = 32, stages = 1, warps = 8>}
       : tensor<?x4x?x64xf16>, tensor<?x4x?x64xf16>, tensor<?x4x?x64xf16>
       -> tensor<?x4x?x64xf16>, tensor<?x4x?xf32>

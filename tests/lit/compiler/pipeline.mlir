@@ -9,8 +9,9 @@
 // RUN: not flashjit-opt %s --pass-pipeline="builtin.module(flashjit-pipeline{chip=sm_75})" 2>&1 | FileCheck %s --check-prefix=BADCHIP
 // RUN: not flashjit-opt %s --pass-pipeline="builtin.module(flashjit-pipeline{stop-after=cubin})" 2>&1 | FileCheck %s --check-prefix=BADSTAGE
 
-// On sm_90a head dim 128 takes the wgmma template.
-// ATTN: attn.attention {{.+}} causal {config = #attn.tile_config<family = "wgmma"
+// On sm_90a head dim 128 takes the wgmma template, causal its persistent
+// grid.
+// ATTN: attn.attention {{.+}} causal {config = #attn.tile_config<family = "wgmma_persistent"
 
 // KERNEL: gpu.module @flashjit_kernels
 // KERNEL: gpu.func @attn_causal
@@ -31,7 +32,7 @@
 // PTX-SAME: .version 8.0
 // PTX-SAME: .target sm_90a
 // PTX-SAME: .entry attn_causal(
-// PTX-SAME: .param .align 64 .b8 attn_causal_param_23[128]
+// PTX-SAME: .param .align 64 .b8 attn_causal_param_25[128]
 // PTX-SAME: .maxntid 384, 1, 1
 // PTX-SAME: .minnctapersm 1
 // PTX-SAME: cvta.param.u64
@@ -39,8 +40,8 @@
 // PTX-SAME: fence.mbarrier_init
 // PTX-SAME: bar.sync
 // The rest in the back end's order.
-// PTX-DAG: setmaxnreg.inc.sync.aligned.u32 \09240
-// PTX-DAG: setmaxnreg.dec.sync.aligned.u32 \0924
+// PTX-DAG: setmaxnreg.inc.sync.aligned.u32 \09232
+// PTX-DAG: setmaxnreg.dec.sync.aligned.u32 \0940
 // PTX-DAG: mbarrier.try_wait.parity
 // S = Q K^T with both operands in shared memory (K-major), O += P V with P
 // in registers and V transposed (MN-major).
@@ -57,8 +58,11 @@
 // PTX-DAG: shfl.sync.bfly.b32
 // PTX-DAG: ex2.approx.ftz.f32
 // PTX-DAG: vote.sync.any.pred
-// PTX-DAG: mbarrier.arrive.shared.b64
-// PTX-DAG: mbarrier.arrive.expect_tx.shared.b64
+// Barriers and TMA destinations by 32-bit shared address.
+// PTX-DAG: mbarrier.arrive.shared::cta.b64 _, [%r{{[0-9]+}}];
+// PTX-DAG: mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r{{[0-9]+}}],
+// The persistent grid: blocks take tiles from the launch's counter.
+// PTX-DAG: atom.global.add.u32
 // PTX-DAG: cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
 // O leaves through shared memory: a TMA store once the generic-proxy writes
 // are fenced, waited on (read) before the block ends.

@@ -125,11 +125,14 @@ TEST_CASE("cuda_core choices per known GPU and head dim") {
         CHECK_FALSE(choice->modelOnly);
         REQUIRE(static_cast<bool>(full));
         // A tensor-core template ranks first where it runs (wgmma on
-        // sm_90a for its head dims, else mma_sync); the cuda_core choice is
-        // still among the candidates considered. Only wgmma is ever left
-        // out (it needs sm_90a).
+        // sm_90a for its head dims, persistent when causal, else
+        // mma_sync); the cuda_core choice is still among the candidates
+        // considered. Only the wgmma families are ever left out (they need
+        // sm_90a).
         bool hopper = device.computeCapability() == 90;
-        CHECK(full->config.family == (hopper ? "wgmma" : "mma_sync"));
+        CHECK(full->config.family ==
+              (hopper ? (spec.causal ? "wgmma_persistent" : "wgmma")
+                      : "mma_sync"));
         for (const std::string &skipped : full->skippedTemplates)
           CHECK(skipped.find("wgmma") == 0);
         bool considered = false;
@@ -378,6 +381,16 @@ TEST_CASE("wgmma: every candidate fits sm_90's shared memory; a larger "
   REQUIRE(static_cast<bool>(three));
   CHECK(errorOf(std::move(three)).find("more than the 160 that 3 consumer") !=
         std::string::npos);
+  // The persistent producer keeps more registers: three consumers get 144,
+  // too few for block_n 128 at head dim 64. It offers causal configs only.
+  const KernelTemplate &persistent = templateOf("wgmma_persistent");
+  llvm::Error fewer = persistent.checkConfig(
+      benchSpec(64, true), TileConfig{"wgmma_persistent", 192, 128, 2, 16});
+  REQUIRE(static_cast<bool>(fewer));
+  CHECK(errorOf(std::move(fewer)).find("more than the 144 that 3 consumer") !=
+        std::string::npos);
+  CHECK(persistent.candidates(benchSpec(128, false)).empty());
+  CHECK_FALSE(persistent.candidates(benchSpec(128, true)).empty());
   CHECK(static_cast<bool>(llvm::errorToBool(wgmma.checkConfig(
       benchSpec(128, false), TileConfig{"wgmma", 128, 208, 2, 12}))));
 }

@@ -36,10 +36,12 @@ TEST_CASE("PTX for every head dim, dtype, causality and chip") {
                 std::string::npos);
           CHECK(kernel->info.threadsPerBlock ==
                 kernel->info.config.warps * 32);
-          // Tensor cores: wgmma on sm_90a (every head dim here), mma.sync
-          // on sm_80 (head dims 64 and 128).
+          // Tensor cores: wgmma on sm_90a (every head dim here; the
+          // persistent grid when causal), mma.sync on sm_80 (head dims 64
+          // and 128).
           if (std::string(chip) == "sm_90a")
-            CHECK(kernel->info.config.family == "wgmma");
+            CHECK(kernel->info.config.family ==
+                  (spec.causal ? "wgmma_persistent" : "wgmma"));
           else if (d != 256)
             CHECK(kernel->info.config.family == "mma_sync");
         }

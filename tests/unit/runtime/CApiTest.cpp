@@ -305,7 +305,7 @@ TEST_CASE("a valid spec compiles to a kernel without a GPU") {
   const char *name = nullptr, *config = nullptr;
   CHECK(flashjit_kernel_describe(kernel, &name, &config) == FLASHJIT_STATUS_OK);
   CHECK(std::string(name) == "flashjit_fwd_d64_bf16_causal_h4_kv2");
-  CHECK(has(config, "wgmma:")); // sm_90a, head dim 64
+  CHECK(has(config, "wgmma_persistent:")); // sm_90a, head dim 64, causal
 
   // The cache directory given is the one used.
   std::error_code ec;

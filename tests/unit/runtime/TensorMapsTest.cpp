@@ -199,12 +199,38 @@ TEST_CASE("box rows must be 1 to 256, box columns fill at most the swizzle") {
   CHECK(kLayoutError(none, 128, 0).find("(0 bytes)") != std::string::npos);
 }
 
+TEST_CASE("launch geometry: a block per tile, or a persistent grid") {
+  KernelInfo info;
+  info.config = TileConfig{"wgmma", 128, 176, 2, 12};
+  info.threadsPerBlock = 384;
+  info.sharedMemoryBytes = 200000;
+  info.numHeads = 16;
+  // 300 rows: 3 query blocks of 128, for each of 16 heads and 2 sequences.
+  LaunchGeometry perTile = forwardGeometry(info, 2, 300);
+  CHECK(perTile.gridX == 3);
+  CHECK(perTile.gridY == 16);
+  CHECK(perTile.gridZ == 2);
+  CHECK(perTile.blockX == 384);
+  CHECK(perTile.sharedMemoryBytes == 200000);
+  // Persistent: the resident blocks, or fewer when there are fewer tiles.
+  LaunchGeometry persistent = forwardGeometry(info, 2, 300, 132);
+  CHECK(persistent.gridX == 96);
+  CHECK(persistent.gridY == 1);
+  CHECK(persistent.gridZ == 1);
+  CHECK(persistent.blockX == 384);
+  CHECK(forwardGeometry(info, 8, 4096, 132).gridX == 132);
+  CHECK(forwardGeometry(info, 1, 1, 132).gridX == 16); // one per head
+}
+
 TEST_CASE("the launch's parameter array: kernel parameters, then the maps") {
   ForwardLaunchParams params;
   ForwardArgs args = gqaArgs();
   REQUIRE_FALSE(bool(prepareForwardLaunch(args, 0.125, nullptr, params)));
   CHECK(params.args.q == args.q.data);
   CHECK(params.args.seqlenK == 300);
+  CHECK(params.args.batch == args.q.shape[0]);
+  CHECK(params.args.paramPointers().back() == &params.args.tileCounter);
+  CHECK(params.args.tileCounter == nullptr); // only a persistent Kernel sets it
   CHECK(params.args.kStrides == std::array<int64_t, 3>{76800, 38400, 128});
   CHECK_FALSE(params.hasTensorMaps);
 
@@ -263,6 +289,7 @@ TEST_CASE("a kernel takes the tensor maps its template names for its config") {
       CHECK(kernel.tensorMapBoxes()->oRows == expected->oRows);
       CHECK(kernel.tensorMapBoxes()->cols == expected->cols);
     }
+    CHECK(kernel.persistent() == tmpl->persistent());
   }
 
   KernelInfo info;

@@ -41,6 +41,7 @@ namespace flashjit {
   X(cuFuncSetAttribute)                                                        \
   X(cuFuncGetAttribute)                                                        \
   X(cuLaunchKernel)                                                            \
+  X(cuOccupancyMaxActiveBlocksPerMultiprocessor)                               \
   X(cuMemAlloc)                                                                \
   X(cuMemFree)                                                                 \
   X(cuMemcpyHtoD)                                                              \

@@ -75,13 +75,17 @@ public:
   /// The device whose primary context is made current to launch when the
   /// calling thread has none (the ordinal it was loaded for).
   int deviceOrdinal() const { return DeviceOrdinal; }
+  /// Blocks of this kernel the device holds at once (its SMs times the
+  /// blocks per SM the occupancy allows), the grid of a persistent kernel.
+  unsigned residentBlocks() const { return ResidentBlocks; }
 
 private:
   LoadedModule(const CudaDriver &driver, KernelInfo info)
       : Driver(&driver), Info(std::move(info)) {}
   void unload();
-  /// Finds the kernel in Module, opts in to its shared memory and checks
-  /// that its block fits the registers it got.
+  /// Finds the kernel in Module, opts in to its shared memory, checks
+  /// that its block fits the registers it got and counts the blocks the
+  /// device holds at once.
   llvm::Error bindFunction();
 
   const CudaDriver *Driver;
@@ -90,6 +94,7 @@ private:
   CUfunction Function = nullptr;
   std::string Cubin;
   int DeviceOrdinal = 0;
+  unsigned ResidentBlocks = 1;
 };
 
 } // namespace flashjit

@@ -24,9 +24,17 @@ struct ForwardKernelArgs {
   int32_t seqlenQ = 0, seqlenK = 0;
   /// softmax scale * log2(e): the kernel works in base 2.
   float scaleLog2 = 0;
+  /// Sequences in the batch: a persistent kernel (below) walks the tiles of
+  /// every (batch, head) itself.
+  int32_t batch = 0;
+  /// Two u32, zero at launch and left zero by the kernel: the tile counter
+  /// of a persistent kernel (its blocks take tiles from it) and the count
+  /// of its finished blocks (the last one resets both). Kernels that are
+  /// not persistent ignore it.
+  uint32_t *tileCounter = nullptr;
 
   /// Number of kernel parameters.
-  static constexpr unsigned kNumParams = 5 + 15 + 2 + 1;
+  static constexpr unsigned kNumParams = 5 + 15 + 2 + 1 + 1 + 1;
   /// Pointers to each parameter, as cuLaunchKernel wants them. The array
   /// points into *this: keep *this alive until the launch returns.
   std::array<void *, kNumParams> paramPointers();
@@ -67,9 +75,13 @@ struct LaunchGeometry {
   unsigned sharedMemoryBytes = 0;
 };
 
-/// grid = (ceil(seqlenQ / blockM), heads, batch), block = threads.
+/// grid = (ceil(seqlenQ / blockM), heads, batch), block = threads: one
+/// block per tile of block_m query rows of one (batch, head). A persistent
+/// kernel (`residentBlocks` > 0, the blocks the GPU holds at once) gets
+/// grid = (min(tiles, residentBlocks), 1, 1) instead, and each block runs
+/// tiles blockIdx.x, blockIdx.x + gridDim.x, ... in the kernel's own order.
 LaunchGeometry forwardGeometry(const KernelInfo &info, int64_t batch,
-                               int64_t seqlenQ);
+                               int64_t seqlenQ, unsigned residentBlocks = 0);
 
 } // namespace flashjit
 

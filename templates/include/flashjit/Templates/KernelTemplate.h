@@ -57,6 +57,9 @@ public:
     (void)config;
     return std::nullopt;
   }
+  /// Whether its kernels are persistent: launched with one block per SM,
+  /// each looping over tiles (forwardGeometry in KernelABI.h).
+  virtual bool persistent() const { return false; }
   /// Head dims the template builds, ascending.
   virtual std::vector<int64_t> headDims() const = 0;
   /// Whether the template can build this problem for this target (a valid

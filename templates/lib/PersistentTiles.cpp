@@ -1,0 +1,76 @@
+//===- PersistentTiles.cpp - the order a persistent kernel takes tiles ----===//
+// Why: a persistent kernel runs one block per SM, each looping over tiles
+// (blockIdx.x, then gridDim.x further on), so a block's epilogue overlaps
+// the loads of its next tile and no block waits to be launched. The order
+// of the tiles decides two things:
+//
+//  - L2 reuse: blocks that run at the same time should read the same K and
+//    V. Tiles are grouped into sections of a few (batch, head) pairs whose
+//    K and V fit in kL2BudgetBytes; within a section the query block varies
+//    slowest, so the blocks at work share the section's K and V.
+//  - Balance (causal): query block q has about q + 1 K/V tiles. Within a
+//    section the longest tiles come first, so the short ones fill in at the
+//    end of the section and of the grid.
+#include "KernelIR.h"
+
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+
+#include <algorithm>
+#include <cstdint>
+
+using namespace mlir;
+
+namespace flashjit {
+
+namespace {
+/// K and V bytes one section keeps in L2: half of an H100's or H200's 50 MB,
+/// leaving the rest to Q, O and the tiles of neighbouring sections.
+constexpr int64_t kL2BudgetBytes = 24 << 20;
+} // namespace
+
+PersistentTiles KernelIR::persistentTiles(const ForwardParams &p,
+                                          int64_t blockM) {
+  PersistentTiles t;
+  Value seqlenQ = toI32(p.seqlenQ), seqlenK = toI32(p.seqlenK);
+  t.queryBlocks = arith::DivUIOp::create(b, loc, add(seqlenQ, c32(blockM - 1)),
+                                         c32(blockM));
+  t.headsTimesBatch = mul(p.batch, c32(spec.numHeads));
+  t.count = mul(t.queryBlocks, t.headsTimesBatch);
+  t.first = toI32(gpu::BlockIdOp::create(b, loc, gpu::Dimension::x));
+  t.step = toI32(gpu::GridDimOp::create(b, loc, gpu::Dimension::x));
+  // Heads per section: the K and V rows of one kv head are seqlenK * head
+  // dim * 2 bytes each; query heads of one group share them.
+  const int64_t budgetRows =
+      kL2BudgetBytes / (2 * spec.headDim * dtypeBytes(spec.dtype));
+  const int64_t groupRows =
+      std::min<int64_t>(budgetRows * spec.groupSize(), INT32_MAX);
+  Value heads = arith::DivUIOp::create(b, loc, c32(groupRows), seqlenK);
+  heads = arith::MaxUIOp::create(b, loc, heads, c32(1));
+  t.sectionHeads = arith::MinUIOp::create(b, loc, heads, t.headsTimesBatch);
+  t.sectionTiles = mul(t.sectionHeads, t.queryBlocks);
+  return t;
+}
+
+BlockCoordinates KernelIR::tileCoordinates(const PersistentTiles &t,
+                                           Value tile) {
+  auto div = [&](Value x, Value y) {
+    return arith::DivUIOp::create(b, loc, x, y).getResult();
+  };
+  Value section = div(tile, t.sectionTiles);
+  Value within = sub(tile, mul(section, t.sectionTiles));
+  Value firstHead = mul(section, t.sectionHeads);
+  // The last section may hold fewer (batch, head) pairs.
+  Value width = arith::MinUIOp::create(b, loc, t.sectionHeads,
+                                       sub(t.headsTimesBatch, firstHead));
+  Value rank = div(within, width);
+  Value pair = add(firstHead, sub(within, mul(rank, width)));
+  BlockCoordinates c;
+  c.queryBlock = spec.causal ? sub(sub(t.queryBlocks, c32(1)), rank) : rank;
+  c.queryBlock = toI64(c.queryBlock);
+  c.head = toI64(remU(pair, spec.numHeads));
+  c.batch = toI64(divU(pair, spec.numHeads));
+  c.kvHead = divU(c.head, spec.groupSize());
+  return c;
+}
+
+} // namespace flashjit

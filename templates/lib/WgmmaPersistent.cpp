@@ -1,0 +1,122 @@
+//===- WgmmaPersistent.cpp - the wgmma kernel's persistent tile loop -----===//
+// Why: the persistent form of the wgmma kernel (family wgmma_persistent)
+// runs one block per SM. Its producer takes tiles from the launch's counter
+// (two u32 the runtime keeps per stream, KernelABI.h) in the order of
+// PersistentTiles.cpp, so the longest causal tiles go first and the short
+// ones fill in, as the hardware hands out the blocks of a grid of tiles; it
+// tells each consumer its tile through a small shared record. This file
+// holds that loop and the record; WgmmaForward.cpp the work of one tile.
+//
+// The record protocol, per consumer: the producer waits on Q-empty (all 128
+// consumer threads arrive once their last O has been stored from the Q
+// rows), writes the record, then arrives on Q-full with the Q rows' bytes
+// expected, and loads Q. The consumer waits on Q-full, reads the record and
+// runs the tile. An end mark (kNoTile) in place of a tile ends its loop.
+#include "WgmmaBuilder.h"
+
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+using namespace mlir;
+
+namespace flashjit::wgmma {
+
+void Builder::forEachTile(
+    const PersistentTiles &tiles, function_ref<Value(Value done)> nextTile,
+    function_ref<Value(Value tile, Value iteration, Value done)> body,
+    function_ref<void(Value iteration, Value done)> after) {
+  // State: the K/V tiles of the block's earlier tiles (the ring position)
+  // and how many tiles it has done (the phase of the Q barriers).
+  Value zero = c32(0);
+  auto loop = scf::WhileOp::create(
+      b, loc, TypeRange{i32, i32, i32}, ValueRange{zero, zero},
+      [&](OpBuilder &, Location, ValueRange state) {
+        Value tile = nextTile(state[1]);
+        Value more = cmp(Pred::ult, tile, tiles.count);
+        scf::ConditionOp::create(b, loc, more,
+                                 ValueRange{tile, state[0], state[1]});
+      },
+      [&](OpBuilder &, Location, ValueRange args) {
+        Value kvTileCount = body(args[0], args[1], args[2]);
+        scf::YieldOp::create(
+            b, loc, ValueRange{add(args[1], kvTileCount), add(args[2], c32(1))});
+      });
+  // The before region's results are (tile, iteration, done).
+  after(loop.getResult(1), loop.getResult(2));
+}
+
+Value Builder::takeTile(const ForwardParams &p) {
+  return LLVM::AtomicRMWOp::create(b, loc, LLVM::AtomicBinOp::add,
+                                   p.tileCounter, c32(1),
+                                   LLVM::AtomicOrdering::monotonic)
+      .getResult();
+}
+
+void Builder::endTiles(const ForwardParams &p, const PersistentTiles &tiles,
+                       Value done) {
+  // No tile left: each consumer gets the end mark once its rows are free.
+  Value qFreeParity = arith::XOrIOp::create(
+      b, loc, arith::AndIOp::create(b, loc, done, c32(1)), c32(1));
+  for (int64_t c = 0; c < consumers; ++c) {
+    barrierWait(qEmpty(c32(c)), qFreeParity);
+    LLVM::StoreOp::create(b, loc, c32(kNoTile), tileInfo(c32(c)),
+                          /*alignment=*/4);
+    barrierArrive(qFull(c32(c)));
+  }
+  // The last block to finish sets the counters back for the next launch
+  // on this stream.
+  Value counter = p.tileCounter;
+  Value finished = LLVM::GEPOp::create(b, loc, globalPtr, i32, counter,
+                                       ValueRange{c32(1)});
+  LLVM::FenceOp::create(b, loc, LLVM::AtomicOrdering::seq_cst);
+  Value before = LLVM::AtomicRMWOp::create(
+      b, loc, LLVM::AtomicBinOp::add, finished, c32(1),
+      LLVM::AtomicOrdering::acq_rel);
+  ifThen(cmp(Pred::eq, add(before, c32(1)), tiles.step), [&] {
+    for (Value word : {counter, finished})
+      LLVM::AtomicRMWOp::create(b, loc, LLVM::AtomicBinOp::xchg, word,
+                                c32(0), LLVM::AtomicOrdering::monotonic);
+  });
+}
+
+Value Builder::tileInfo(Value consumer) {
+  return shared(add(c32(tileInfoOffset), mul(consumer, c32(16))));
+}
+
+Value Builder::readTileInfoField(Value consumer, int64_t field) {
+  return LLVM::LoadOp::create(b, loc, i32,
+                              LLVM::GEPOp::create(b, loc, sharedPtr, i32,
+                                                  tileInfo(consumer),
+                                                  ValueRange{c32(field)}),
+                              /*alignment=*/4);
+}
+
+BlockCoordinates Builder::readTileInfo(Value consumer) {
+  Value fields[3];
+  for (int64_t i = 0; i < 3; ++i)
+    fields[i] = readTileInfoField(consumer, i);
+  BlockCoordinates at;
+  at.queryBlock = toI64(fields[0]);
+  at.head = toI64(fields[1]);
+  at.batch = toI64(fields[2]);
+  at.kvHead = divU(at.head, spec.groupSize());
+  return at;
+}
+
+void Builder::writeTileInfo(const BlockCoordinates &at, Value consumer,
+                            Value done) {
+  // The consumer frees its rows and record once its last O is stored.
+  Value freeParity = arith::XOrIOp::create(
+      b, loc, arith::AndIOp::create(b, loc, done, c32(1)), c32(1));
+  barrierWait(qEmpty(consumer), freeParity);
+  Value fields[] = {toI32(at.queryBlock), toI32(at.head), toI32(at.batch),
+                    consumerRows(consumer, 0)};
+  for (int64_t i = 0; i < 4; ++i)
+    LLVM::StoreOp::create(b, loc, fields[i],
+                          LLVM::GEPOp::create(b, loc, sharedPtr, i32,
+                                              tileInfo(consumer),
+                                              ValueRange{c32(i)}),
+                          /*alignment=*/4);
+}
+
+} // namespace flashjit::wgmma
