@@ -139,6 +139,9 @@ TEST_CASE("cuda_core choices per known GPU and head dim") {
         for (const CandidateReport &r : full->considered)
           considered = considered || r.config == choice->config;
         CHECK(considered);
+        // Causal tiles cross the diagonal whole (block_n divides block_m).
+        if (causal)
+          CHECK(full->config.blockM % full->config.blockN == 0);
       }
     }
   }
@@ -260,6 +263,12 @@ TEST_CASE("the ranking rules apply in order") {
         RankingRule::BlockM);
   CandidateReport wideN = report(128, 64, 1, 4096, 8);
   CHECK(decidingRule(wideN, bigTile, h100, options) == RankingRule::BlockN);
+  // Causal: a block_n that divides block_m beats a wider one that does not.
+  CandidateReport straddles = report(128, 176, 1, 4096, 8);
+  straddles.diagonalAligned = false;
+  CHECK(ranksAbove(wideN, straddles, h100, options));
+  CHECK(decidingRule(wideN, straddles, h100, options) ==
+        RankingRule::DiagonalTiles);
   // A more capable template comes first whatever its tiles.
   CandidateReport preferred = report(64, 16, 1, 10, 4);
   preferred.templateRank = 0;

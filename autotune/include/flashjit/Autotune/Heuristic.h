@@ -29,6 +29,7 @@ enum class RankingRule {
   FillsGpu,      ///< at least one full wave of blocks at the hint shape
   RowsPerWarp,   ///< more query rows per warp: fewer shared reads per FLOP
   EnoughWarps,   ///< more resident warps, counted up to enoughWarpsPerSM
+  DiagonalTiles, ///< causal: block_n divides block_m
   BlockM,        ///< larger block_m: fewer passes over K/V in memory
   BlockN,        ///< larger block_n: fewer tiles and softmax rescales
   Stages,        ///< more pipeline stages (fewer at the register cap)
