@@ -195,8 +195,9 @@ evaluateConfig(const KernelTemplate &tmpl, const AttentionSpec &spec,
   CandidateReport report;
   report.config = config;
   report.templateRank = templateRank;
-  report.diagonalAligned = !spec.causal || (config.blockN > 0 &&
-                                            config.blockM % config.blockN == 0);
+  report.diagonalAligned =
+      !spec.causal || !tmpl.prefersAlignedCausalTiles() ||
+      (config.blockN > 0 && config.blockM % config.blockN == 0);
   if (auto err = device.validate()) {
     report.rejection = llvm::toString(std::move(err));
     return report;

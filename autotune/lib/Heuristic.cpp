@@ -5,8 +5,9 @@
 // first; then a grid that keeps every SM busy; then more query rows per warp
 // (measured on an H100: two m16 tiles per warp beat one by 10-25% for the
 // mma_sync template, since shared-memory reads per FLOP halve); then enough
-// resident warps to hide latency; then, causal, a block_n that divides
-// block_m, so the diagonal crosses whole K/V tiles (H100, wgmma, head dim
+// resident warps to hide latency; then, causal and for the wgmma
+// templates, a block_n that divides block_m, so the diagonal crosses whole
+// K/V tiles (H100, wgmma, head dim
 // 128 causal: m128 n128 over n176 1.05x at seqlen 1k-4k, 1.15x below 1k,
 // as FlashAttention-3 tiles causal); then larger tiles, since K/V traffic
 // from memory falls as block_m grows (~ seqlen^2 * d / block_m) and larger

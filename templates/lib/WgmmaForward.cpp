@@ -271,9 +271,10 @@ void Builder::emitConsumer(const ForwardParams &p, const PersistentTiles &tiles,
   // turn and one warpgroup's softmax runs under the other's products.
   // Named barrier 1 + c admits consumer c (its 128 threads wait, the
   // previous consumer's 128 arrive); the last consumer opens the first
-  // turn and skips its very last arrive, so every barrier ends balanced.
-  // The turns run on across tiles: one consumer's epilogue runs under the
-  // other's products too.
+  // turn, every turn ends with an arrive, and the first consumer takes the
+  // last consumer's final one before it exits (endTurns), so every barrier
+  // ends balanced. In a persistent kernel the turns run on across tiles:
+  // one consumer's epilogue runs under the other's products too.
   Value isLastConsumer = cmp(Pred::eq, consumer, c32(consumers - 1));
   Value myTurn = add(consumer, c32(1));
   Value nextTurn = add(remU(add(consumer, c32(1)), consumers), c32(1));

@@ -60,6 +60,11 @@ public:
   /// Whether its kernels are persistent: launched with one block per SM,
   /// each looping over tiles (forwardGeometry in KernelABI.h).
   virtual bool persistent() const { return false; }
+  /// Whether, for causal attention, its configs should have block_n divide
+  /// block_m, so the diagonal crosses whole K/V tiles (the heuristic's
+  /// DiagonalTiles rule). Measured for wgmma; other templates keep their
+  /// ranking.
+  virtual bool prefersAlignedCausalTiles() const { return false; }
   /// Head dims the template builds, ascending.
   virtual std::vector<int64_t> headDims() const = 0;
   /// Whether the template can build this problem for this target (a valid

@@ -44,6 +44,7 @@ public:
   int minComputeCapability() const override { return 90; }
   bool needsArchSpecificTarget() const override { return true; }
   bool persistent() const override { return Persistent; }
+  bool prefersAlignedCausalTiles() const override { return true; }
   std::vector<int64_t> headDims() const override { return {64, 128, 256}; }
   std::optional<TensorMapBoxes>
   tensorMapBoxes(const TileConfig &config) const override;
