@@ -8,7 +8,8 @@
 # and no ptxas warning
 # or "Potential Performance Loss" note, e.g. that it serialized the wgmmas
 # or ignored setmaxnreg); the others use
-# mma.sync m16n8k16, ldmatrix and cp.async. Exit 77 (ctest: skipped) when
+# mma.sync m16n8k16, ldmatrix and cp.async. Then every candidate config of
+# the wgmma families, which must not spill or warn either. Exit 77 (ctest: skipped) when
 # ptxas is not installed. ptxas compiles each file as a whole program, as
 # the runtime's cuModuleLoadDataEx does.
 set -uo pipefail
@@ -67,6 +68,45 @@ for arch in sm_80 sm_90a; do
           fi
         fi
         echo "ok   $name: $regs, $spill"
+      done
+    done
+  done
+done
+# Every candidate of the two wgmma families (the heuristic or the tuner may
+# pick any): no spill, no ptxas warning, and the persistent kernels take
+# their tiles from the launch's counter (atom.global.add) while one block
+# per tile does not.
+for d in 64 128 256; do
+  for dtype in f16 bf16; do
+    for causal in "" --causal; do
+      configs=$("$flashjit" compile --arch sm_90a --head-dim "$d" --dtype "$dtype" \
+                  $causal --heads 8 --kv-heads 2 --explain -o /dev/null 2>/dev/null |
+                grep -oE "^ +[0-9]+ +wgmma[a-z_]*:m[0-9]+:n[0-9]+:s[0-9]+:w[0-9]+" |
+                awk '{print $2}')
+      for config in $configs; do
+        name="cand-d$d-$dtype${causal:+-causal}-${config//:/_}"
+        count=$((count + 1))
+        if ! "$flashjit" compile --arch sm_90a --head-dim "$d" --dtype "$dtype" $causal \
+             --heads 8 --kv-heads 2 --config "$config" -o "$work/$name.ptx" \
+             2>"$work/$name.err" ||
+           ! "$ptxas" -arch=sm_90a -v "$work/$name.ptx" -o "$work/$name.cubin" \
+             >"$work/$name.log" 2>&1; then
+          echo "FAIL $name:"; cat "$work/$name.err" "$work/$name.log"
+          fails=$((fails + 1)); continue
+        fi
+        counter=$(grep -c "atom.global.add" "$work/$name.ptx")
+        problem=""
+        grep -qE "[1-9][0-9]* bytes spill (stores|loads)" "$work/$name.log" && problem="spills"
+        grep -qiE "warn|performance loss" "$work/$name.log" && problem="$problem ptxas warns"
+        case "$config" in
+          wgmma_persistent:*) [ "$counter" -gt 0 ] || problem="$problem no tile counter" ;;
+          *) [ "$counter" -eq 0 ] || problem="$problem a tile counter in a per-tile kernel" ;;
+        esac
+        if [ -n "$problem" ]; then
+          echo "FAIL $name:$problem"; grep -iE "spill|warn|performance loss" "$work/$name.log"
+          fails=$((fails + 1)); continue
+        fi
+        echo "ok   $name: $(grep -o "Used [0-9]* registers" "$work/$name.log" | head -1)"
       done
     done
   done
