@@ -1,8 +1,9 @@
 //===- PersistentTiles.cpp - the order a persistent kernel takes tiles ----===//
-// Why: a persistent kernel runs one block per SM, each looping over tiles
-// (blockIdx.x, then gridDim.x further on), so a block's epilogue overlaps
-// the loads of its next tile and no block waits to be launched. The order
-// of the tiles decides two things:
+// Why: a persistent kernel runs one block per SM, each taking tile after
+// tile from the launch's counter (WgmmaPersistent.cpp), so a block's
+// epilogue overlaps the loads of its next tile and no block waits to be
+// launched. The order in which the counter hands out tiles decides two
+// things:
 //
 //  - L2 reuse: blocks that run at the same time should read the same K and
 //    V. Tiles are grouped into sections of a few (batch, head) pairs whose
@@ -39,8 +40,7 @@ PersistentTiles KernelIR::persistentTiles(const ForwardParams &p,
                                          c32(blockM));
   t.headsTimesBatch = mul(p.batch, c32(spec.numHeads));
   t.count = mul(t.queryBlocks, t.headsTimesBatch);
-  t.first = toI32(gpu::BlockIdOp::create(b, loc, gpu::Dimension::x));
-  t.step = toI32(gpu::GridDimOp::create(b, loc, gpu::Dimension::x));
+  t.blocks = toI32(gpu::GridDimOp::create(b, loc, gpu::Dimension::x));
   // Heads per section: the K and V rows of one kv head are seqlenK * head
   // dim * 2 bytes each; query heads of one group share them.
   const int64_t budgetRows =

@@ -72,7 +72,7 @@ void Builder::endTiles(const ForwardParams &p, const PersistentTiles &tiles,
   Value before = LLVM::AtomicRMWOp::create(
       b, loc, LLVM::AtomicBinOp::add, finished, c32(1),
       LLVM::AtomicOrdering::acq_rel);
-  ifThen(cmp(Pred::eq, add(before, c32(1)), tiles.step), [&] {
+  ifThen(cmp(Pred::eq, add(before, c32(1)), tiles.blocks), [&] {
     for (Value word : {counter, finished})
       LLVM::AtomicRMWOp::create(b, loc, LLVM::AtomicBinOp::xchg, word,
                                 c32(0), LLVM::AtomicOrdering::monotonic);

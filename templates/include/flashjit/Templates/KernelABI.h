@@ -78,8 +78,8 @@ struct LaunchGeometry {
 /// grid = (ceil(seqlenQ / blockM), heads, batch), block = threads: one
 /// block per tile of block_m query rows of one (batch, head). A persistent
 /// kernel (`residentBlocks` > 0, the blocks the GPU holds at once) gets
-/// grid = (min(tiles, residentBlocks), 1, 1) instead, and each block runs
-/// tiles blockIdx.x, blockIdx.x + gridDim.x, ... in the kernel's own order.
+/// grid = (min(tiles, residentBlocks), 1, 1) instead, and its blocks take
+/// tiles from the launch's tile counter in the kernel's own order.
 LaunchGeometry forwardGeometry(const KernelInfo &info, int64_t batch,
                                int64_t seqlenQ, unsigned residentBlocks = 0);
 
