@@ -131,7 +131,7 @@ private:
   void barrierInit(Value bar, int64_t count);
   /// Arrive and expect `bytes` from the copy engine on the barrier.
   void barrierExpect(Value bar, int64_t bytes);
-  void barrierArrive(Value bar, int64_t count = 1);
+  void barrierArrive(Value bar);
   /// Waits until the phase of the given parity (i32 0 or 1) has completed.
   void barrierWait(Value bar, Value parity);
 
@@ -144,8 +144,6 @@ private:
                    Value bar, Value row0, Value head, Value batch,
                    int64_t rows);
 
-  /// TMA: the box of `tensorMap` at (col, row, head, batch) (i32) into L2.
-  void tmaPrefetch(Value tensorMap, ValueRange coords);
   /// TMA: the box of `tensorMap` at (col, row, head, batch) (i32) from the
   /// shared bytes at `src` (a bulk-group store).
   void tmaStore(Value tensorMap, Value src, ValueRange coords);

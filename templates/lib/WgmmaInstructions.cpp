@@ -57,11 +57,8 @@ void Builder::barrierExpect(Value bar, int64_t bytes) {
           {bar, c32(bytes)});
 }
 
-void Builder::barrierArrive(Value bar, int64_t count) {
-  if (count == 1)
-    return asmVoid("mbarrier.arrive.shared::cta.b64 _, [$0];", "r", {bar});
-  asmVoid("mbarrier.arrive.shared::cta.b64 _, [$0], $1;", "r,r",
-          {bar, c32(count)});
+void Builder::barrierArrive(Value bar) {
+  asmVoid("mbarrier.arrive.shared::cta.b64 _, [$0];", "r", {bar});
 }
 
 void Builder::barrierWait(Value bar, Value parity) {
@@ -92,12 +89,6 @@ void Builder::tmaLoadTile(Value tensorMap, int64_t dstOffset,
             {c32(panel * WgmmaForward::kPanelCols), toI32(row0), toI32(head),
              toI32(batch)});
   }
-}
-
-void Builder::tmaPrefetch(Value tensorMap, ValueRange coords) {
-  NVVM::CpAsyncBulkTensorPrefetchOp::create(
-      b, loc, tensorMap, coords, /*im2colOffsets=*/ValueRange{},
-      NVVM::TMALoadMode::TILE, /*l2CacheHint=*/Value());
 }
 
 void Builder::tmaStore(Value tensorMap, Value src, ValueRange coords) {
