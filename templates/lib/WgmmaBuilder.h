@@ -56,9 +56,10 @@ private:
   /// Warpgroups 1..C: the products, the online softmax and the epilogue.
   void emitConsumer(const ForwardParams &p, const PersistentTiles &tiles,
                     Value tid, Value warpgroup);
-  /// The epilogue of one consumer: O / l staged in its Q rows (at byte
-  /// offset `rows`), stored with TMA; in a persistent kernel the rows then
-  /// go back to the producer.
+  /// The epilogue of one consumer: O / l staged at byte offset `rows` (its
+  /// Q rows, or its rows of the O buffer when outputApart), stored with
+  /// TMA; when staged in Q in a persistent kernel, the rows then go back to
+  /// the producer.
   void storeOutput(const ForwardParams &p, FragmentSoftmax &softmax,
                    Value consumer, Value quadRow, Value quadCol,
                    Value warpInGroup, Value tid, const BlockCoordinates &at,
@@ -184,10 +185,12 @@ private:
 
   const TileConfig &cfg;
   const bool persistent;
+  /// O is staged apart from Q (WgmmaForward::stagesOutputApart).
+  const bool outputApart;
   const int64_t d, consumers, threads, stages;
   const int64_t qBytes, kvTileBytes;
   // Shared layout (bytes from the aligned base).
-  int64_t kOffset, vOffset, barOffset, tileInfoOffset;
+  int64_t kOffset, vOffset, oOffset, barOffset, tileInfoOffset;
   /// The 1024-aligned shared base, as a pointer and as a 32-bit address.
   Value smemAligned, alignedAddress;
   Type sharedPtr;

@@ -33,13 +33,18 @@
 // and one of its threads stores them with TMA (one box per 64-column
 // panel; rows past seqlenQ are dropped by the store); persistent, it waits
 // until the store has read them and hands the rows back to the producer.
+// A persistent kernel with room for it (WgmmaForward::stagesOutputApart)
+// stages O in a buffer of its own instead: each consumer hands its Q rows
+// back as soon as its last S has landed, and waits for its last store only
+// before it next writes the buffer.
 //
 // K_j's slot is released (one arrive per warp) once S_j has landed, V_j's
 // once P_j V_j has, so the producer refills K a tile ahead of V.
 //
 // Shared layout, from a 1024-byte aligned base (the 128-byte swizzle
 // pattern repeats every 1024 bytes): the Q tile, `stages` K tiles,
-// `stages` V tiles, the mbarriers, then the consumers' tile records
+// `stages` V tiles, the O buffer when staged apart (laid out as the Q
+// tile), the mbarriers, then the consumers' tile records
 // (WgmmaBuilder.h). A tile of R rows is stored as head_dim / 64 panels of R
 // rows x 128 bytes, each written by TMA boxes with 128-byte swizzle. Rows
 // past the sequence end arrive as zeros (TMA's out-of-bounds fill) and the
@@ -52,6 +57,7 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
 #include <limits>
+#include <optional>
 
 using namespace mlir;
 
@@ -65,6 +71,8 @@ constexpr int64_t kRowBytes = 128; // one swizzled shared row
 Builder::Builder(OpBuilder &b, Location loc, const AttentionSpec &spec,
                  const TileConfig &config, bool persistent)
     : KernelIR(b, loc, spec), cfg(config), persistent(persistent),
+      outputApart(
+          WgmmaForward::stagesOutputApart(spec, config, persistent)),
       d(spec.headDim),
       consumers(config.blockM / WgmmaForward::kRowsPerWarpgroup),
       threads(config.warps * 32), stages(config.stages),
@@ -73,7 +81,8 @@ Builder::Builder(OpBuilder &b, Location loc, const AttentionSpec &spec,
   sharedPtr = LLVM::LLVMPointerType::get(b.getContext(), /*addressSpace=*/3);
   kOffset = qBytes;
   vOffset = kOffset + stages * kvTileBytes;
-  barOffset = vOffset + stages * kvTileBytes;
+  oOffset = vOffset + stages * kvTileBytes;
+  barOffset = oOffset + (outputApart ? qBytes : 0);
   tileInfoOffset = barOffset + 8 * (2 * consumers + 4 * stages);
 }
 
@@ -352,13 +361,33 @@ void Builder::emitConsumer(const ForwardParams &p, const PersistentTiles &tiles,
   // record again rather than keeping them in registers through the loop:
   // computed from loop-invariant values alone, LLVM would hoist the d / 4
   // store addresses (64-bit) out of the tile loop, and they would spill.
-  auto epilogue = [&](const BlockCoordinates &at, ValueRange max,
+  // With O staged apart, a persistent consumer reads them right after its
+  // loop (its last S has landed) and hands the Q rows and the record back
+  // at once: the producer then loads the next tile's Q under this tile's
+  // last P V and epilogue.
+  struct Target {
+    BlockCoordinates at;
+    Value rows;
+  };
+  auto target = [&](const BlockCoordinates &at) {
+    if (!persistent)
+      return Target{at, consumerRows(consumer, 0)};
+    Target t{readTileInfo(consumer), readTileInfoField(consumer, 3)};
+    if (outputApart) {
+      t.rows = add(t.rows, c32(oOffset));
+      barrierArrive(qEmpty(consumer));
+    }
+    return t;
+  };
+  auto releaseEarly = [&](const BlockCoordinates &at) {
+    return outputApart ? std::optional<Target>(target(at)) : std::nullopt;
+  };
+  auto epilogue = [&](const BlockCoordinates &at,
+                      const std::optional<Target> &early, ValueRange max,
                       ValueRange sum, ValueRange o) {
+    Target t = early ? *early : target(at);
     storeOutput(p, softmax, consumer, quadRow, quadCol, warpInGroup, tid,
-                persistent ? readTileInfo(consumer) : at,
-                persistent ? readTileInfoField(consumer, 3)
-                           : consumerRows(consumer, 0),
-                max, sum, o);
+                t.at, t.rows, max, sum, o);
   };
   // One tile at `at`, ring position `iteration` (i32); returns its K/V
   // tile count.
@@ -409,7 +438,8 @@ void Builder::emitConsumer(const ForwardParams &p, const PersistentTiles &tiles,
             scf::YieldOp::create(b, loc, next);
           });
       ValueRange results = loop.getResults();
-      epilogue(at, results.slice(0, 2), results.slice(2, 2),
+      std::optional<Target> early = releaseEarly(at);
+      epilogue(at, early, results.slice(0, 2), results.slice(2, 2),
                results.drop_front(4));
       return numTiles;
     }
@@ -469,6 +499,7 @@ void Builder::emitConsumer(const ForwardParams &p, const PersistentTiles &tiles,
 
     // The last tile's P V.
     ValueRange results = loop.getResults();
+    std::optional<Target> early = releaseEarly(at);
     Value last = at_(sub(numTiles, c32(1)));
     barrierWait(vFull(slotOf(last)), parityOf(last));
     beginProducts();
@@ -478,7 +509,7 @@ void Builder::emitConsumer(const ForwardParams &p, const PersistentTiles &tiles,
     endProducts(Value());
     o = waitGroups(0, o);
     release(vEmpty(slotOf(last)));
-    epilogue(at, results.slice(0, 2), results.slice(2, 2), o);
+    epilogue(at, early, results.slice(0, 2), results.slice(2, 2), o);
     return numTiles;
   };
   if (!persistent) {
@@ -493,6 +524,11 @@ void Builder::emitConsumer(const ForwardParams &p, const PersistentTiles &tiles,
         return consumeTile(readTileInfo(consumer), iteration);
       },
       endTurns);
+  // The last store must have read its staging rows before the block exits.
+  if (outputApart)
+    ifThen(cmp(Pred::eq, remU(tid, kWarpgroupThreads), c32(0)), [&] {
+      NVVM::CpAsyncBulkWaitGroupOp::create(b, loc, 0, b.getUnitAttr());
+    });
 }
 
 void Builder::storeOutput(const ForwardParams &p, FragmentSoftmax &softmax,
@@ -514,6 +550,18 @@ void Builder::storeOutput(const ForwardParams &p, FragmentSoftmax &softmax,
   };
   SmallVector<Value> packed =
       softmax.finish(p, at, max, sum, o, quadCol, myRow);
+  auto issuer = [&] {
+    return cmp(Pred::eq, remU(tid, kWarpgroupThreads), c32(0));
+  };
+  auto storeBarrier = [&] { return add(c32(1 + consumers), consumer); };
+  // Staged apart, the rows may still be read by the last tile's store: its
+  // issuer waits for that, then the warpgroup meets before writing them.
+  if (outputApart) {
+    ifThen(issuer(), [&] {
+      NVVM::CpAsyncBulkWaitGroupOp::create(b, loc, 0, b.getUnitAttr());
+    });
+    namedBarrierSync(storeBarrier(), kWarpgroupThreads);
+  }
   const int64_t dTiles = d / 8;
   Value rowBase = add(mul(warpInGroup, c32(16 * kRowBytes)),
                       mul(toI32(quadRow), c32(kRowBytes)));
@@ -537,15 +585,17 @@ void Builder::storeOutput(const ForwardParams &p, FragmentSoftmax &softmax,
       b, loc, NVVM::ProxyKind::async_shared,
       NVVM::SharedSpaceAttr::get(b.getContext(),
                                  NVVM::SharedSpace::shared_cta));
-  namedBarrierSync(add(c32(1 + consumers), consumer), kWarpgroupThreads);
-  ifThen(cmp(Pred::eq, remU(tid, kWarpgroupThreads), c32(0)), [&] {
+  namedBarrierSync(storeBarrier(), kWarpgroupThreads);
+  ifThen(issuer(), [&] {
     for (int64_t panel = 0; panel < d / WgmmaForward::kPanelCols; ++panel)
       tmaStore(p.tensorMaps[3],
                shared(add(rows, c32(panel * cfg.blockM * kRowBytes))),
                {c32(panel * WgmmaForward::kPanelCols), toI32(consumerRow0),
                 toI32(at.head), toI32(at.batch)});
     NVVM::CpAsyncBulkCommitGroupOp::create(b, loc);
-    NVVM::CpAsyncBulkWaitGroupOp::create(b, loc, 0, b.getUnitAttr());
+    // Staged apart, the next epilogue waits for the store instead.
+    if (!outputApart)
+      NVVM::CpAsyncBulkWaitGroupOp::create(b, loc, 0, b.getUnitAttr());
   });
   // Each of the 128 threads hands the rows and the record back itself (the
   // barrier counts 128): its reads of the record are then ordered before
@@ -553,7 +603,7 @@ void Builder::storeOutput(const ForwardParams &p, FragmentSoftmax &softmax,
   // own release, not through the named barrier and another thread's arrive,
   // which racecheck does not follow. The issuing thread arrives only once
   // the store has read the rows, so the phase still waits for the store.
-  if (persistent)
+  if (persistent && !outputApart)
     barrierArrive(qEmpty(consumer));
 }
 

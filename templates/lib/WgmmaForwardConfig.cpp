@@ -31,6 +31,24 @@ int64_t consumersOf(const TileConfig &config) {
   return config.blockM / WgmmaForward::kRowsPerWarpgroup;
 }
 
+/// Shared bytes of the Q tile (also the size of an O staging buffer).
+int64_t qTileBytes(const AttentionSpec &spec, const TileConfig &config) {
+  return config.blockM * spec.headDim * dtypeBytes(spec.dtype);
+}
+
+/// Shared bytes with O staged in the Q rows: alignment slack, Q, the K/V
+/// ring, then Q full and Q empty per consumer, four barriers per K/V slot
+/// and each consumer's tile record (16 bytes).
+int64_t sharedBytesInQ(const AttentionSpec &spec, const TileConfig &config) {
+  int64_t rowBytes = spec.headDim * dtypeBytes(spec.dtype);
+  int64_t tiles = qTileBytes(spec, config) +
+                  config.stages * 2 * config.blockN * rowBytes;
+  int64_t barriers =
+      (2 * consumersOf(config) + 4 * config.stages) * kBarrierBytes +
+      consumersOf(config) * 16;
+  return kAlignSlack + tiles + barriers;
+}
+
 /// Per consumer thread: S (block_n/2 f32), O (D/2 f32) and the previous
 /// tile's P, packed (block_n/4), are live together in the pipeline.
 int64_t consumerEstimate(const AttentionSpec &spec, const TileConfig &config) {
@@ -52,6 +70,14 @@ unsigned WgmmaForward::consumerRegisters(int64_t consumers, bool persistent) {
   if (persistent)
     return consumers >= 3 ? 144 : 232;
   return consumers >= 3 ? 160 : 240;
+}
+
+bool WgmmaForward::stagesOutputApart(const AttentionSpec &spec,
+                                     const TileConfig &config,
+                                     bool persistent) {
+  return persistent && sharedBytesInQ(spec, config) +
+                               qTileBytes(spec, config) <=
+                           kMaxSharedBytes;
 }
 
 std::optional<TensorMapBoxes>
@@ -128,15 +154,10 @@ TemplateResources WgmmaForward::resources(const AttentionSpec &spec,
                                           const TileConfig &config) const {
   TemplateResources r;
   r.threadsPerBlock = static_cast<unsigned>(config.warps * 32);
-  int64_t rowBytes = spec.headDim * dtypeBytes(spec.dtype);
-  int64_t tiles = (config.blockM + config.stages * 2 * config.blockN) * rowBytes;
-  // Q full and Q empty per consumer, four per K/V slot.
-  // Then each consumer's tile coordinates (16 bytes).
-  int64_t barriers =
-      (2 * consumersOf(config) + 4 * config.stages) * kBarrierBytes +
-      consumersOf(config) * 16;
-  r.sharedMemoryBytes =
-      static_cast<unsigned>(kAlignSlack + tiles + barriers);
+  int64_t shared = sharedBytesInQ(spec, config);
+  if (stagesOutputApart(spec, config, Persistent))
+    shared += qTileBytes(spec, config);
+  r.sharedMemoryBytes = static_cast<unsigned>(shared);
   // At entry every thread has the block's share of the register file
   // (one block per SM); setmaxnreg then moves registers from the producer
   // to the consumers.
@@ -154,20 +175,24 @@ WgmmaForward::candidates(const AttentionSpec &spec) const {
   // two stages of K/V. Measured on an H100 (bf16, b4 h16 s4096): head dim
   // 64 m192 n128 474 TFLOP/s against m128 n128 401; head dim 128 m128 n176
   // and n128 633 and 631 (s16384: 624 and 613).
+  // The persistent grid without a mask only from head dim 128 and with O
+  // staged apart (WgmmaForward.h).
   std::vector<TileConfig> out;
-  // The persistent grid only for causal attention (WgmmaForward.h).
-  if (Persistent && !spec.causal)
+  if (Persistent && !spec.causal && spec.headDim < 128)
     return out;
   for (int64_t consumers : {2, 3}) {
     if (consumers == 3 && spec.headDim != 64)
       continue;
-    for (int64_t blockN : {64, 96, 128, 176}) {
+    for (int64_t blockN : {64, 96, 128, 160, 176}) {
       TileConfig config{family().str(), consumers * kRowsPerWarpgroup, blockN,
                         /*stages=*/2, (consumers + 1) * kWarpsPerWarpgroup};
       if (auto err = checkConfig(spec, config)) {
         llvm::consumeError(std::move(err));
         continue;
       }
+      if (Persistent && !spec.causal &&
+          !stagesOutputApart(spec, config, Persistent))
+        continue;
       out.push_back(config);
     }
   }

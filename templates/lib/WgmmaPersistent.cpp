@@ -9,8 +9,9 @@
 //
 // The record protocol, per consumer: the producer waits on Q-empty (all 128
 // consumer threads arrive once their last O has been stored from the Q
-// rows), writes the record, then arrives on Q-full with the Q rows' bytes
-// expected, and loads Q. The consumer waits on Q-full, reads the record and
+// rows, or, with O staged apart, once their last S has landed and they
+// have read the record), writes the record, then arrives on Q-full with
+// the Q rows' bytes expected, and loads Q. The consumer waits on Q-full, reads the record and
 // runs the tile. An end mark (kNoTile) in place of a tile ends its loop.
 #include "WgmmaBuilder.h"
 

@@ -8,7 +8,8 @@
 # come from .device-carry as for tools/scripts/device-gpu-run.sh.
 #
 #   tools/scripts/device-ab.sh ROUNDS LABEL=BINARY [LABEL=BINARY ...]
-#   env: HEAD_DIMS (default "64 128 256"), SEQLENS ("2048 8192"), ITERS
+#   env: HEAD_DIMS (default "64 128 256"), SEQLENS ("2048 8192"), MASKS
+#   ("none causal"), ITERS
 #   (timed launches per run, default 40: short bursts run at higher clocks
 #   than the benchmark's 50 ms windows); batch x seqlen = 16k and heads x
 #   head dim = 2048, as the benchmark.
@@ -23,10 +24,11 @@ for r in $(seq "$rounds"); do
   echo "round $r of $rounds" >&2
   for d in ${HEAD_DIMS:-64 128 256}; do
     for seqlen in ${SEQLENS:-2048 8192}; do
-      for causal in "" --causal; do
+      for mask in ${MASKS:-none causal}; do
+        causal=""; [ "$mask" = causal ] && causal=--causal
         for build in "$@"; do
           label=${build%%=*} bin=${build#*=}
-          line=$(FLASHJIT_CACHE_DIR="/tmp/ab-cache-$label" timeout 120 "$bin" run \
+          line=$(FLASHJIT_CACHE_DIR="/tmp/ab-cache-$label" timeout 60 "$bin" run \
             --json --head-dim "$d" --heads $((2048 / d)) --batch $((16384 / seqlen)) \
             --seqlen "$seqlen" $causal --check-rows 8 --warmup 10 --iters "${ITERS:-40}" \
             2>>"$OUT/ab.err" | tr -d '\n')

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (device tool): compute-sanitizer memcheck,
 # racecheck and synccheck over `flashjit run` of small cases of the default
-# configs (head dims 64 and 128, causal and not, ragged seqlens; the causal
-# ones also with more tiles than a persistent grid has blocks), then an
+# configs (head dims 64 and 128, causal and not, ragged seqlens; the
+# persistent ones also with more tiles than the grid has blocks), then an
 # Nsight Compute summary (speed of light, warp states, pipes) of three
 # default kernels: head dim 128 non-causal at b2 h16 s8192, head dim 128
 # and 64 causal at the benchmark's 2k shape. Logs into $OUT.
@@ -13,7 +13,8 @@ for tool in memcheck racecheck synccheck; do
   for args in "--head-dim 64 --seqlen 200 --heads 2 --batch 1" \
               "--head-dim 128 --causal --seqlen 300 --seqlen-k 333 --heads 2 --batch 1" \
               "--head-dim 128 --causal --seqlen 1024 --heads 4 --batch 8" \
-              "--head-dim 64 --causal --seqlen 1000 --heads 4 --batch 8"; do
+              "--head-dim 64 --causal --seqlen 1000 --heads 4 --batch 8" \
+              "--head-dim 128 --seqlen 1000 --heads 4 --batch 8"; do
     name="san-$tool-$(echo $args | tr -d ' -')"
     timeout 240 "$san" --tool "$tool" --error-exitcode 9 flashjit run $args \
       --check-rows 8 --warmup 0 --iters 1 > "$OUT/$name.txt" 2>&1

@@ -6,6 +6,7 @@
 #include "AutotuneTestUtil.h"
 
 #include "flashjit/Autotune/Heuristic.h"
+#include "flashjit/Templates/WgmmaForward.h"
 
 #include <nlohmann/json.hpp>
 
@@ -125,13 +126,14 @@ TEST_CASE("cuda_core choices per known GPU and head dim") {
         CHECK_FALSE(choice->modelOnly);
         REQUIRE(static_cast<bool>(full));
         // A tensor-core template ranks first where it runs (wgmma on
-        // sm_90a for its head dims, persistent when causal, else
-        // mma_sync); the cuda_core choice is still among the candidates
-        // considered. Only the wgmma families are ever left out (they need
-        // sm_90a).
+        // sm_90a for its head dims, persistent when causal and at head dim
+        // 128, else mma_sync); the cuda_core choice is still among the
+        // candidates considered. Only the wgmma families are ever left out
+        // (they need sm_90a).
         bool hopper = device.computeCapability() == 90;
+        bool persistent = spec.causal || spec.headDim == 128;
         CHECK(full->config.family ==
-              (hopper ? (spec.causal ? "wgmma_persistent" : "wgmma")
+              (hopper ? (persistent ? "wgmma_persistent" : "wgmma")
                       : "mma_sync"));
         for (const std::string &skipped : full->skippedTemplates)
           CHECK(skipped.find("wgmma") == 0);
@@ -392,15 +394,36 @@ TEST_CASE("wgmma: every candidate fits sm_90's shared memory; a larger "
   CHECK(errorOf(std::move(three)).find("more than the 160 that 3 consumer") !=
         std::string::npos);
   // The persistent producer keeps more registers: three consumers get 144,
-  // too few for block_n 128 at head dim 64. It offers causal configs only.
+  // too few for block_n 128 at head dim 64. Without a mask it offers only
+  // configs that stage O apart, and none below head dim 128.
   const KernelTemplate &persistent = templateOf("wgmma_persistent");
   llvm::Error fewer = persistent.checkConfig(
       benchSpec(64, true), TileConfig{"wgmma_persistent", 192, 128, 2, 16});
   REQUIRE(static_cast<bool>(fewer));
   CHECK(errorOf(std::move(fewer)).find("more than the 144 that 3 consumer") !=
         std::string::npos);
-  CHECK(persistent.candidates(benchSpec(128, false)).empty());
+  CHECK(persistent.candidates(benchSpec(64, false)).empty());
+  CHECK(persistent.candidates(benchSpec(256, false)).empty());
+  std::vector<TileConfig> unmasked = persistent.candidates(benchSpec(128, false));
+  REQUIRE_FALSE(unmasked.empty());
+  for (const TileConfig &c : unmasked) {
+    INFO(c.canonical());
+    CHECK(WgmmaForward::stagesOutputApart(benchSpec(128, false), c, true));
+  }
   CHECK_FALSE(persistent.candidates(benchSpec(128, true)).empty());
+  // O staged apart takes a Q tile's bytes more: m128 n160 just fits at
+  // head dim 128 (Q, two K and two V tiles, O, 1 KiB alignment slack, 12
+  // barriers and two 16-byte records), n176 does not; the per-tile kernel
+  // always stages O in Q.
+  TileConfig n160{"wgmma_persistent", 128, 160, 2, 12};
+  CHECK(WgmmaForward::stagesOutputApart(benchSpec(128, false), n160, true));
+  CHECK(persistent.resources(benchSpec(128, false), n160).sharedMemoryBytes ==
+        1024 + 32768 * 2 + 4 * 40960 + 12 * 8 + 2 * 16);
+  CHECK_FALSE(WgmmaForward::stagesOutputApart(
+      benchSpec(128, false), TileConfig{"wgmma_persistent", 128, 176, 2, 12},
+      true));
+  CHECK_FALSE(WgmmaForward::stagesOutputApart(
+      benchSpec(128, false), TileConfig{"wgmma", 128, 128, 2, 12}, false));
   CHECK(static_cast<bool>(llvm::errorToBool(wgmma.checkConfig(
       benchSpec(128, false), TileConfig{"wgmma", 128, 208, 2, 12}))));
 }

@@ -11,10 +11,15 @@
 // Two families share the kernel: "wgmma", one block per tile of block_m
 // query rows, and "wgmma_persistent", one block per SM taking tiles from a
 // counter (longest causal tiles first), so a block's epilogue overlaps its
-// next tile's loads. The persistent one offers candidates for causal
-// attention only, where it was faster at short lengths (H100, bf16, seqlen
-// 2k: 1.06x for head dim 64, 1.09x for 128); without a mask its consumers'
-// fewer registers cost 2-4% (seqlen 8k).
+// next tile's loads. Where shared memory has room, the persistent kernel
+// stages O in a buffer of its own, so the next tile's Q loads under this
+// tile's last products and epilogue. It offers candidates for causal
+// attention, and without a mask from head dim 128 with O staged apart.
+// Measured on an H100 (bf16, flashjit run, medians of 2-3 rounds, against
+// the per-tile kernel): causal head dim 128 1.03-1.08x at seqlen 2k, head
+// dim 64 1.03x; head dim 128 without a mask (m128 n160 against n176) 1.02-
+// 1.07x at 2k, 1.02x at 4k, 0.97-1.00x from 8k; head dim 64 without a mask
+// 0.99x, so not offered there.
 #ifndef FLASHJIT_TEMPLATES_WGMMAFORWARD_H
 #define FLASHJIT_TEMPLATES_WGMMAFORWARD_H
 
@@ -37,6 +42,13 @@ public:
   /// the SM's 64K registers).
   static unsigned producerRegisters(int64_t consumers, bool persistent);
   static unsigned consumerRegisters(int64_t consumers, bool persistent);
+  /// Whether a persistent kernel stages O in a buffer of its own (when
+  /// shared memory has room for it), so each consumer hands its Q rows to
+  /// the producer once its last S has landed and the next tile's Q loads
+  /// under this tile's last P V and epilogue. Otherwise O is staged in the
+  /// Q rows, which wait for the store.
+  static bool stagesOutputApart(const AttentionSpec &spec,
+                                const TileConfig &config, bool persistent);
 
   llvm::StringRef family() const override {
     return Persistent ? "wgmma_persistent" : "wgmma";
