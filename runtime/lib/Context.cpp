@@ -71,6 +71,11 @@ std::optional<TensorMapBoxes> tensorMapBoxesOf(const TileConfig &config) {
   const KernelTemplate *tmpl = templateOf(config);
   return tmpl ? tmpl->tensorMapBoxes(config) : std::nullopt;
 }
+/// Whether kernels of `config` take tiles from a launch counter.
+bool persistentOf(const TileConfig &config) {
+  const KernelTemplate *tmpl = templateOf(config);
+  return tmpl && tmpl->persistent();
+}
 
 /// The checks of forward(): the arguments against the spec and, for a
 /// kernel that takes tensor maps, what the maps can describe. Returns the
@@ -138,9 +143,11 @@ Kernel::Kernel(AttentionSpec spec, KernelInfo info, std::string ptx,
                ConfigOrigin origin)
     : Spec(spec), Info(std::move(info)), Ptx(std::move(ptx)),
       Origin(std::move(origin)), MapBoxes(tensorMapBoxesOf(Info.config)),
-      Persistent(templateOf(Info.config) &&
-                 templateOf(Info.config)->persistent()),
-      Module(std::move(module)), DeviceError(std::move(deviceError)) {
+      Persistent(persistentOf(Info.config)), Module(std::move(module)),
+      DeviceError(std::move(deviceError)) {
+  // Only a persistent kernel takes tiles from a counter.
+  if (!Persistent)
+    return;
   Counters = std::make_unique<TileCounters>();
   if (Module)
     Counters->deviceOrdinal = Module->deviceOrdinal();

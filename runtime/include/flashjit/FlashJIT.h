@@ -145,7 +145,8 @@ private:
   std::optional<TensorMapBoxes> MapBoxes;
   /// Whether the template's kernels are persistent (forwardGeometry).
   bool Persistent = false;
-  /// A persistent kernel's tile counters (KernelABI.h), one pair per
+  /// A persistent kernel's tile counters (KernelABI.h; null for other
+  /// kernels), one pair per
   /// stream: launches on one stream run in turn, each leaving its pair at
   /// zero for the next; launches on different streams may overlap.
   struct TileCounters;
