@@ -44,7 +44,6 @@ struct BlockCoordinates {
 /// (PersistentTiles.cpp). i32 values, uniform across the block.
 struct PersistentTiles {
   mlir::Value count;       ///< tiles in all
-  mlir::Value blocks;      ///< gridDim.x: the blocks that take tiles
   mlir::Value queryBlocks; ///< ceil(seqlenQ / block_m)
   mlir::Value sectionHeads, sectionTiles;
   mlir::Value headsTimesBatch;

@@ -40,7 +40,6 @@ PersistentTiles KernelIR::persistentTiles(const ForwardParams &p,
                                          c32(blockM));
   t.headsTimesBatch = mul(p.batch, c32(spec.numHeads));
   t.count = mul(t.queryBlocks, t.headsTimesBatch);
-  t.blocks = toI32(gpu::GridDimOp::create(b, loc, gpu::Dimension::x));
   // Heads per section: the K and V rows of one kv head are seqlenK * head
   // dim * 2 bytes each; query heads of one group share them.
   const int64_t budgetRows =

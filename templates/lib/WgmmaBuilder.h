@@ -88,11 +88,11 @@ private:
   Value readTileInfoField(Value consumer, int64_t field);
   BlockCoordinates readTileInfo(Value consumer);
   /// Runs `body` for each tile `nextTile` hands this block (i32; one at
-  /// or past tiles.count ends the loop), with the ring position before it
+  /// or past `tileCount()` ends the loop), with the ring position before it
   /// (K/V tiles of the earlier tiles, i32) and the tiles done (i32); `body`
   /// returns its tile's K/V tile count (i32). Then `after` with the final
   /// ring position and tile count.
-  void forEachTile(const PersistentTiles &tiles,
+  void forEachTile(function_ref<Value()> tileCount,
                    function_ref<Value(Value done)> nextTile,
                    function_ref<Value(Value tile, Value iteration, Value done)>
                        body,
@@ -128,6 +128,13 @@ private:
   /// not have for each barrier and Q box of its loop.
   Value sharedAddress(Value offset);
   Value sharedPointer(Value address);
+  /// Runs `body` with the shared base taken from an opaque copy made where
+  /// `body` starts: LLVM then cannot hoist the addresses derived from it
+  /// out of an enclosing loop, where each would hold a register (the
+  /// persistent producer has few).
+  void withFreshBase(function_ref<void()> body);
+  /// A copy of `v` (i32 or i64) LLVM cannot see through, hoist or merge.
+  Value opaque(Value v);
   /// mbarrier operations on the barrier at 32-bit shared address `bar`.
   void barrierInit(Value bar, int64_t count);
   /// Arrive and expect `bytes` from the copy engine on the barrier.
@@ -193,6 +200,8 @@ private:
   int64_t kOffset, vOffset, oOffset, barOffset, tileInfoOffset;
   /// The 1024-aligned shared base, as a pointer and as a 32-bit address.
   Value smemAligned, alignedAddress;
+  /// alignedAddress as computed at entry (withFreshBase copies it).
+  Value rootAlignedAddress;
   Type sharedPtr;
 };
 

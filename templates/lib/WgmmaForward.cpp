@@ -26,7 +26,7 @@
 // O and rounds P_j. Two consumers take turns issuing (named barriers,
 // ping-pong), so one warpgroup's softmax and epilogue also run under the
 // other's products. Three consumers (head dim 64) have 160 registers each
-// (144 persistent) and run the plain loop per tile (S, softmax, P V).
+// and run the plain loop per tile (S, softmax, P V).
 //
 // Epilogue: each consumer writes O / l into its own rows of the Q tile (its
 // last product has read them) in the 128-byte swizzled layout of a TMA box,
@@ -105,6 +105,7 @@ void Builder::build(StringRef name) {
   Value baseAddress = LLVM::PtrToIntOp::create(b, loc, i32, base);
   alignedAddress = arith::AndIOp::create(
       b, loc, add(baseAddress, c32(1023)), c32(~1023));
+  rootAlignedAddress = alignedAddress;
   smemAligned = LLVM::GEPOp::create(b, loc, sharedPtr, b.getI8Type(), base,
                                     ValueRange{sub(alignedAddress,
                                                    baseAddress)});
@@ -184,7 +185,8 @@ void Builder::ifThen(Value condition, function_ref<void()> body) {
 void Builder::emitProducer(const ForwardParams &p, const PersistentTiles &tiles,
                            Value tid) {
   NVVM::SetMaxRegisterOp::create(
-      b, loc, WgmmaForward::producerRegisters(consumers, persistent),
+      b, loc, WgmmaForward::producerRegisters(consumers, persistent,
+                                                spec.causal),
       NVVM::SetMaxRegisterAction::decrease);
   auto issuer = scf::IfOp::create(b, loc, cmp(Pred::eq, tid, c32(0)),
                                   /*withElse=*/false);
@@ -220,6 +222,14 @@ void Builder::emitProducer(const ForwardParams &p, const PersistentTiles &tiles,
                 toI64(mul(j, c32(cfg.blockN))), at.kvHead, at.batch,
                 cfg.blockN);
   };
+  // A persistent producer recomputes its shared addresses in each loop
+  // body: hoisted out of the loops, they would not fit its registers.
+  auto freshBase = [&](function_ref<void()> body) {
+    if (persistent)
+      withFreshBase(body);
+    else
+      body();
+  };
   // One tile at `at`, ring position `iteration` (i32), after `done` tiles
   // (i32; persistent only); returns its K/V tile count.
   auto loadTile = [&](const BlockCoordinates &at, Value iteration,
@@ -244,8 +254,13 @@ void Builder::emitProducer(const ForwardParams &p, const PersistentTiles &tiles,
         b, loc, c32(1), toI32(numTiles), c32(1), ValueRange{},
         [&](OpBuilder &, Location, Value j, ValueRange) {
           Value g = add(iteration, j);
-          loadKV(at, j, g, /*isK=*/true);
-          loadKV(at, j, g, /*isK=*/false);
+          freshBase([&] {
+            // Persistent: j * block_n from an opaque j, so that LLVM keeps
+            // no second induction variable for it.
+            Value row = persistent ? opaque(j) : j;
+            loadKV(at, row, g, /*isK=*/true);
+            loadKV(at, row, g, /*isK=*/false);
+          });
           scf::YieldOp::create(b, loc);
         });
     return toI32(numTiles);
@@ -254,20 +269,37 @@ void Builder::emitProducer(const ForwardParams &p, const PersistentTiles &tiles,
     loadTile(blockCoordinates(), c32(0), Value());
     return;
   }
+  // The tile order's values are recomputed for each tile from opaque
+  // copies of the launch's parameters (which stay in the constant bank):
+  // kept through the loop, they would not fit the producer's registers.
+  auto freshTiles = [&] {
+    ForwardParams fresh = p;
+    fresh.seqlenQ = opaque(p.seqlenQ);
+    fresh.seqlenK = opaque(p.seqlenK);
+    fresh.batch = opaque(p.batch);
+    return persistentTiles(fresh, cfg.blockM);
+  };
   forEachTile(
-      tiles, [&](Value) { return takeTile(p); },
+      [&] { return freshTiles().count; }, [&](Value) { return takeTile(p); },
       [&](Value tile, Value iteration, Value done) {
-        return loadTile(tileCoordinates(tiles, tile), iteration, done);
+        Value count;
+        freshBase([&] {
+          count =
+              loadTile(tileCoordinates(freshTiles(), tile), iteration, done);
+        });
+        return count;
       },
-      [&](Value, Value done) { endTiles(p, tiles, done); });
+      [&](Value, Value done) {
+        freshBase([&] { endTiles(p, tiles, done); });
+      });
 }
 
 // ---- consumers --------------------------------------------------------------
 void Builder::emitConsumer(const ForwardParams &p, const PersistentTiles &tiles,
                            Value tid, Value warpgroup) {
   NVVM::SetMaxRegisterOp::create(b, loc,
-                                 WgmmaForward::consumerRegisters(consumers,
-                                                                 persistent),
+                                 WgmmaForward::consumerRegisters(
+                                     consumers, persistent, spec.causal),
                                  NVVM::SetMaxRegisterAction::increase);
   Value consumer = sub(warpgroup, c32(1));
   Value lane = remU(tid, 32);
@@ -519,7 +551,7 @@ void Builder::emitConsumer(const ForwardParams &p, const PersistentTiles &tiles,
     return;
   }
   forEachTile(
-      tiles, nextTile,
+      [&] { return tiles.count; }, nextTile,
       [&](Value, Value iteration, Value) {
         return consumeTile(readTileInfo(consumer), iteration);
       },

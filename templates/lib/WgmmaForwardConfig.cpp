@@ -31,6 +31,12 @@ int64_t consumersOf(const TileConfig &config) {
   return config.blockM / WgmmaForward::kRowsPerWarpgroup;
 }
 
+/// Registers per thread at entry, one block per SM: the block's share of
+/// the register file, in multiples of 8.
+int64_t entryRegisters(int64_t threads) {
+  return std::min<int64_t>(255, (65536 / threads) & ~int64_t(7));
+}
+
 /// Shared bytes of the Q tile (also the size of an O staging buffer).
 int64_t qTileBytes(const AttentionSpec &spec, const TileConfig &config) {
   return config.blockM * spec.headDim * dtypeBytes(spec.dtype);
@@ -58,18 +64,28 @@ int64_t consumerEstimate(const AttentionSpec &spec, const TileConfig &config) {
 
 } // namespace
 
-// A persistent producer's tile loop (the tile counter, the tile order, the
-// records and Q loads of each consumer, K/V loads) spills below 40
-// registers with two consumers and below 56 with three (ptxas, CUDA 13.0).
-unsigned WgmmaForward::producerRegisters(int64_t consumers, bool persistent) {
-  if (persistent)
-    return consumers >= 3 ? 56 : 40;
-  return consumers >= 3 ? 32 : 24;
+// The producer's loops fit 24 registers with two consumers and 32 with
+// three, the persistent tile loop too: it recomputes its shared addresses
+// and the tile order's values for each tile rather than keeping them
+// (WgmmaForward.cpp). Causal with two consumers, its per-tile K/V count
+// and GQA's kv head still spill below 40 (ptxas, CUDA 13.0).
+unsigned WgmmaForward::producerRegisters(int64_t consumers, bool persistent,
+                                         bool causal) {
+  if (consumers >= 3)
+    return 32;
+  return persistent && causal ? 40 : 24;
 }
-unsigned WgmmaForward::consumerRegisters(int64_t consumers, bool persistent) {
-  if (persistent)
-    return consumers >= 3 ? 144 : 232;
-  return consumers >= 3 ? 160 : 240;
+// What the producer leaves of the block's registers at entry, split among
+// the consumers in multiples of 8: 240 for two (232 beside a 40-register
+// producer), 160 for three.
+unsigned WgmmaForward::consumerRegisters(int64_t consumers, bool persistent,
+                                         bool causal) {
+  int64_t threads = (consumers + 1) * kWarpsPerWarpgroup * 32;
+  int64_t pool = entryRegisters(threads) * threads -
+                 kWarpsPerWarpgroup * 32 *
+                     producerRegisters(consumers, persistent, causal);
+  return static_cast<unsigned>((pool / (consumers * kWarpsPerWarpgroup * 32)) &
+                               ~int64_t(7));
 }
 
 bool WgmmaForward::stagesOutputApart(const AttentionSpec &spec,
@@ -139,13 +155,14 @@ llvm::Error WgmmaForward::checkConfig(const AttentionSpec &spec,
                       spec.headDim, shared, kMaxSharedBytes)
             .str());
   int64_t estimate = consumerEstimate(spec, config);
-  if (estimate > consumerRegisters(consumers, Persistent))
+  unsigned available = consumerRegisters(consumers, Persistent, spec.causal);
+  if (estimate > available)
     return configError(
         llvm::formatv("block_n {0} with head dim {1} needs about {2} "
                       "registers per consumer thread, more than the {3} "
                       "that {4} consumer warpgroups get",
                       config.blockN, spec.headDim, estimate,
-                      consumerRegisters(consumers, Persistent), consumers)
+                      available, consumers)
             .str());
   return llvm::Error::success();
 }
@@ -161,8 +178,8 @@ TemplateResources WgmmaForward::resources(const AttentionSpec &spec,
   // At entry every thread has the block's share of the register file
   // (one block per SM); setmaxnreg then moves registers from the producer
   // to the consumers.
-  r.registersPerThread = static_cast<unsigned>(
-      std::min<int64_t>(255, (65536 / r.threadsPerBlock) & ~int64_t(7)));
+  r.registersPerThread =
+      static_cast<unsigned>(entryRegisters(r.threadsPerBlock));
   r.queryRowsPerWarp = static_cast<unsigned>(kRowsPerWarpgroup /
                                              kWarpsPerWarpgroup);
   return r;

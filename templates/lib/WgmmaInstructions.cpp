@@ -47,6 +47,31 @@ Value Builder::sharedPointer(Value address) {
   return LLVM::IntToPtrOp::create(b, loc, sharedPtr, address);
 }
 
+Value Builder::opaque(Value v) {
+  bool wide = v.getType().getIntOrFloatBitWidth() == 64;
+  return LLVM::InlineAsmOp::create(
+             b, loc, v.getType(), ValueRange{v},
+             wide ? "mov.b64 $0, $1;" : "mov.b32 $0, $1;",
+             wide ? "=l,l" : "=r,r",
+             /*has_side_effects=*/true, /*is_align_stack=*/false,
+             LLVM::tailcallkind::TailCallKind::None,
+             LLVM::AsmDialectAttr::get(b.getContext(),
+                                       LLVM::AsmDialect::AD_ATT),
+             /*operand_attrs=*/mlir::ArrayAttr())
+      .getResult(0);
+}
+
+void Builder::withFreshBase(function_ref<void()> body) {
+  // Copied from the base itself, not from an enclosing copy, so that the
+  // enclosing copy dies before a nested loop.
+  Value savedAddress = alignedAddress, savedPointer = smemAligned;
+  alignedAddress = opaque(rootAlignedAddress);
+  smemAligned = sharedPointer(alignedAddress);
+  body();
+  alignedAddress = savedAddress;
+  smemAligned = savedPointer;
+}
+
 void Builder::barrierInit(Value bar, int64_t count) {
   NVVM::MBarrierInitOp::create(b, loc, sharedPointer(bar), c32(count),
                                /*predicate=*/Value());

@@ -23,7 +23,7 @@ using namespace mlir;
 namespace flashjit::wgmma {
 
 void Builder::forEachTile(
-    const PersistentTiles &tiles, function_ref<Value(Value done)> nextTile,
+    function_ref<Value()> tileCount, function_ref<Value(Value done)> nextTile,
     function_ref<Value(Value tile, Value iteration, Value done)> body,
     function_ref<void(Value iteration, Value done)> after) {
   // State: the K/V tiles of the block's earlier tiles (the ring position)
@@ -33,7 +33,7 @@ void Builder::forEachTile(
       b, loc, TypeRange{i32, i32, i32}, ValueRange{zero, zero},
       [&](OpBuilder &, Location, ValueRange state) {
         Value tile = nextTile(state[1]);
-        Value more = cmp(Pred::ult, tile, tiles.count);
+        Value more = cmp(Pred::ult, tile, tileCount());
         scf::ConditionOp::create(b, loc, more,
                                  ValueRange{tile, state[0], state[1]});
       },
@@ -73,7 +73,10 @@ void Builder::endTiles(const ForwardParams &p, const PersistentTiles &tiles,
   Value before = LLVM::AtomicRMWOp::create(
       b, loc, LLVM::AtomicBinOp::add, finished, c32(1),
       LLVM::AtomicOrdering::acq_rel);
-  ifThen(cmp(Pred::eq, add(before, c32(1)), tiles.blocks), [&] {
+  // gridDim.x (the blocks that take tiles) is read here rather than kept
+  // in a register through the producer's loop.
+  Value blocks = toI32(gpu::GridDimOp::create(b, loc, gpu::Dimension::x));
+  ifThen(cmp(Pred::eq, add(before, c32(1)), blocks), [&] {
     for (Value word : {counter, finished})
       LLVM::AtomicRMWOp::create(b, loc, LLVM::AtomicBinOp::xchg, word,
                                 c32(0), LLVM::AtomicOrdering::monotonic);

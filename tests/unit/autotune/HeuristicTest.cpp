@@ -393,15 +393,33 @@ TEST_CASE("wgmma: every candidate fits sm_90's shared memory; a larger "
   REQUIRE(static_cast<bool>(three));
   CHECK(errorOf(std::move(three)).find("more than the 160 that 3 consumer") !=
         std::string::npos);
-  // The persistent producer keeps more registers: three consumers get 144,
-  // too few for block_n 128 at head dim 64. Without a mask it offers only
-  // configs that stage O apart, and none below head dim 128.
+  // The register split (setmaxnreg): the producer keeps 24 with two
+  // consumers and 32 with three, persistent too, except persistent causal
+  // with two consumers (40); the consumers share the rest of the block's
+  // registers at entry (168 x 384, 128 x 512) in multiples of 8.
   const KernelTemplate &persistent = templateOf("wgmma_persistent");
-  llvm::Error fewer = persistent.checkConfig(
-      benchSpec(64, true), TileConfig{"wgmma_persistent", 192, 128, 2, 16});
-  REQUIRE(static_cast<bool>(fewer));
-  CHECK(errorOf(std::move(fewer)).find("more than the 144 that 3 consumer") !=
-        std::string::npos);
+  for (bool persistentGrid : {false, true})
+    for (bool causal : {false, true}) {
+      INFO(persistentGrid << " " << causal);
+      bool more = persistentGrid && causal;
+      CHECK(WgmmaForward::producerRegisters(2, persistentGrid, causal) ==
+            (more ? 40u : 24u));
+      CHECK(WgmmaForward::consumerRegisters(2, persistentGrid, causal) ==
+            (more ? 232u : 240u));
+      CHECK(WgmmaForward::producerRegisters(3, persistentGrid, causal) == 32u);
+      CHECK(WgmmaForward::consumerRegisters(3, persistentGrid, causal) ==
+            160u);
+      for (int64_t c : {2, 3})
+        CHECK(128 * (WgmmaForward::producerRegisters(c, persistentGrid,
+                                                     causal) +
+                     c * WgmmaForward::consumerRegisters(c, persistentGrid,
+                                                         causal)) <=
+              (c == 2 ? 168 * 384 : 128 * 512));
+    }
+  // Three persistent consumers take block_n 128 at head dim 64, as the
+  // per-tile kernel's do.
+  CHECK_FALSE(llvm::errorToBool(persistent.checkConfig(
+      benchSpec(64, true), TileConfig{"wgmma_persistent", 192, 128, 2, 16})));
   CHECK(persistent.candidates(benchSpec(64, false)).empty());
   CHECK(persistent.candidates(benchSpec(256, false)).empty());
   std::vector<TileConfig> unmasked = persistent.candidates(benchSpec(128, false));

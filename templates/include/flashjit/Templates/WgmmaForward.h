@@ -40,8 +40,10 @@ public:
   /// Registers per thread the producer keeps and the consumers get, by the
   /// number of consumer warpgroups (setmaxnreg; 128 threads each must fit
   /// the SM's 64K registers).
-  static unsigned producerRegisters(int64_t consumers, bool persistent);
-  static unsigned consumerRegisters(int64_t consumers, bool persistent);
+  static unsigned producerRegisters(int64_t consumers, bool persistent,
+                                    bool causal);
+  static unsigned consumerRegisters(int64_t consumers, bool persistent,
+                                    bool causal);
   /// Whether a persistent kernel stages O in a buffer of its own (when
   /// shared memory has room for it), so each consumer hands its Q rows to
   /// the producer once its last S has landed and the next tile's Q loads
