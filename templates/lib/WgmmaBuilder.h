@@ -56,10 +56,10 @@ private:
   /// Warpgroups 1..C: the products, the online softmax and the epilogue.
   void emitConsumer(const ForwardParams &p, const PersistentTiles &tiles,
                     Value tid, Value warpgroup);
-  /// The epilogue of one consumer: O / l staged at byte offset `rows` (its
-  /// Q rows, or its rows of the O buffer when outputApart), stored with
-  /// TMA; when staged in Q in a persistent kernel, the rows then go back to
-  /// the producer.
+  /// The epilogue of one consumer (WgmmaEpilogue.cpp): O / l staged at
+  /// byte offset `rows` (its Q rows, or its rows of the O buffer when
+  /// outputApart), stored with TMA; when staged in Q in a persistent
+  /// kernel, the rows then go back to the producer.
   void storeOutput(const ForwardParams &p, FragmentSoftmax &softmax,
                    Value consumer, Value quadRow, Value quadCol,
                    Value warpInGroup, Value tid, const BlockCoordinates &at,
