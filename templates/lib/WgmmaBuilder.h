@@ -29,6 +29,11 @@ using mlir::Value;
 using mlir::ValueRange;
 using llvm::function_ref;
 
+/// Threads of one warpgroup.
+constexpr int64_t kWarpgroupThreads = 128;
+/// Bytes of one 128-byte swizzled shared row (64 two-byte elements).
+constexpr int64_t kRowBytes = 128;
+
 /// How a wgmma operand tile sits in shared memory: 128-byte swizzled rows,
 /// in panels of 64 columns (WgmmaForward::kPanelCols).
 enum class Major {

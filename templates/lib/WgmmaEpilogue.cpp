@@ -16,11 +16,6 @@ using namespace mlir;
 
 namespace flashjit::wgmma {
 
-namespace {
-constexpr int64_t kWarpgroupThreads = 128;
-constexpr int64_t kRowBytes = 128; // one swizzled shared row
-} // namespace
-
 void Builder::storeOutput(const ForwardParams &p, FragmentSoftmax &softmax,
                           Value consumer, Value quadRow, Value quadCol,
                           Value warpInGroup, Value tid,

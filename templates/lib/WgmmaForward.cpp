@@ -64,11 +64,6 @@ using namespace mlir;
 
 namespace flashjit::wgmma {
 
-namespace {
-constexpr int64_t kWarpgroupThreads = 128;
-constexpr int64_t kRowBytes = 128; // one swizzled shared row
-} // namespace
-
 Builder::Builder(OpBuilder &b, Location loc, const AttentionSpec &spec,
                  const TileConfig &config, bool persistent)
     : KernelIR(b, loc, spec), cfg(config), persistent(persistent),
