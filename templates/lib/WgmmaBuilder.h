@@ -56,8 +56,7 @@ private:
   // ---- the two roles (WgmmaForward.cpp) ----------------------------------
   /// Warpgroup 0: one thread loads each consumer's Q rows and the K and V
   /// tiles into the ring, for one tile or (persistent) tile after tile.
-  void emitProducer(const ForwardParams &p, const PersistentTiles &tiles,
-                    Value tid);
+  void emitProducer(const ForwardParams &p, Value tid);
   /// Warpgroups 1..C: the products, the online softmax and the epilogue.
   void emitConsumer(const ForwardParams &p, const PersistentTiles &tiles,
                     Value tid, Value warpgroup);
@@ -80,8 +79,7 @@ private:
   Value takeTile(const ForwardParams &p);
   /// After the producer's last tile: the end mark for each consumer, and
   /// the last block to finish resets the counters.
-  void endTiles(const ForwardParams &p, const PersistentTiles &tiles,
-                Value done);
+  void endTiles(const ForwardParams &p, Value done);
   /// Where the producer leaves a consumer the record of its current tile
   /// (four i32: query block, head, batch, and the offset of the consumer's
   /// Q rows, consumerRows(consumer, 0)), written before the Q loads that

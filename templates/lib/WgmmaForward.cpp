@@ -151,7 +151,7 @@ void Builder::build(StringRef name) {
   {
     OpBuilder::InsertionGuard g(b);
     b.setInsertionPoint(roles.thenBlock()->getTerminator());
-    emitProducer(p, tiles, tid);
+    emitProducer(p, tid);
   }
   b.setInsertionPoint(roles.elseBlock()->getTerminator());
   emitConsumer(p, tiles, tid, warpgroup);
@@ -178,8 +178,7 @@ void Builder::ifThen(Value condition, function_ref<void()> body) {
 }
 
 // ---- producer ---------------------------------------------------------------
-void Builder::emitProducer(const ForwardParams &p, const PersistentTiles &tiles,
-                           Value tid) {
+void Builder::emitProducer(const ForwardParams &p, Value tid) {
   NVVM::SetMaxRegisterOp::create(
       b, loc, WgmmaForward::producerRegisters(consumers, persistent,
                                                 spec.causal),
@@ -286,7 +285,7 @@ void Builder::emitProducer(const ForwardParams &p, const PersistentTiles &tiles,
         return count;
       },
       [&](Value, Value done) {
-        freshBase([&] { endTiles(p, tiles, done); });
+        freshBase([&] { endTiles(p, done); });
       });
 }
 

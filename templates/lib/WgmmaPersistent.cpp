@@ -53,8 +53,7 @@ Value Builder::takeTile(const ForwardParams &p) {
       .getResult();
 }
 
-void Builder::endTiles(const ForwardParams &p, const PersistentTiles &tiles,
-                       Value done) {
+void Builder::endTiles(const ForwardParams &p, Value done) {
   // No tile left: each consumer gets the end mark once its rows are free.
   Value qFreeParity = arith::XOrIOp::create(
       b, loc, arith::AndIOp::create(b, loc, done, c32(1)), c32(1));
