@@ -64,7 +64,8 @@ public:
   /// tile (PersistentTiles.cpp).
   PersistentTiles persistentTiles(const ForwardParams &p, int64_t blockM);
   /// The coordinates (i64) of tile `tile` (i32) of `tiles`.
-  BlockCoordinates tileCoordinates(const PersistentTiles &tiles, mlir::Value tile);
+  BlockCoordinates tileCoordinates(const PersistentTiles &tiles,
+                                   mlir::Value tile);
 
   // Constants and integer arithmetic.
   mlir::Value c64(int64_t v);

@@ -17,7 +17,8 @@ namespace flashjit {
 
 const std::vector<const KernelTemplate *> &allTemplates() {
   // In order of preference (the heuristic's first rule): the persistent
-  // wgmma kernel offers candidates for causal attention only.
+  // wgmma kernel offers candidates for causal attention, and without a
+  // mask from head dim 128 (WgmmaForward.h).
   static const WgmmaForward wgmmaPersistent(/*persistent=*/true);
   static const WgmmaForward wgmma;
   static const MmaSyncForward mmaSync;

@@ -68,6 +68,11 @@ private:
                    Value consumer, Value quadRow, Value quadCol,
                    Value warpInGroup, Value tid, const BlockCoordinates &at,
                    Value rows, ValueRange max, ValueRange sum, ValueRange o);
+  /// Whether thread `tid` (i32) issues its warpgroup's TMA stores of O.
+  Value isStoreIssuer(Value tid);
+  /// The store issuer of `tid`'s warpgroup waits until its TMA stores have
+  /// read their shared rows.
+  void waitForStores(Value tid);
   /// K/V tiles of the query block starting at row m0 (i64): all of them,
   /// or up to the diagonal (causal).
   Value kvTiles(const ForwardParams &p, Value m0);
@@ -85,8 +90,10 @@ private:
   /// Q rows, consumerRows(consumer, 0)), written before the Q loads that
   /// complete on the consumer's Q-full barrier.
   Value tileInfo(Value consumer);
-  /// Waits until `consumer` has freed its rows and record (after `done`
-  /// tiles, i32), then writes the record of the tile at `at`.
+  /// Waits until `consumer` has freed its Q rows and record after `done`
+  /// tiles (i32).
+  void waitQRowsFree(Value consumer, Value done);
+  /// waitQRowsFree, then writes the record of the tile at `at`.
   void writeTileInfo(const BlockCoordinates &at, Value consumer, Value done);
   Value readTileInfoField(Value consumer, int64_t field);
   BlockCoordinates readTileInfo(Value consumer);
@@ -195,12 +202,13 @@ private:
 
   const TileConfig &cfg;
   const bool persistent;
+  /// Byte offsets of the K and V rings, the O buffer, the barriers and the
+  /// tile records (WgmmaForward::sharedLayout, which resources() counts).
+  const WgmmaForward::SharedLayout layout;
   /// O is staged apart from Q (WgmmaForward::stagesOutputApart).
   const bool outputApart;
   const int64_t d, consumers, threads, stages;
   const int64_t qBytes, kvTileBytes;
-  // Shared layout (bytes from the aligned base).
-  int64_t kOffset, vOffset, oOffset, barOffset, tileInfoOffset;
   /// The 1024-aligned shared base, as a pointer and as a 32-bit address.
   Value smemAligned, alignedAddress;
   /// alignedAddress as computed at entry (withFreshBase copies it).

@@ -36,16 +36,11 @@ void Builder::storeOutput(const ForwardParams &p, FragmentSoftmax &softmax,
   };
   SmallVector<Value> packed =
       softmax.finish(p, at, max, sum, o, quadCol, myRow);
-  auto issuer = [&] {
-    return cmp(Pred::eq, remU(tid, kWarpgroupThreads), c32(0));
-  };
   auto storeBarrier = [&] { return add(c32(1 + consumers), consumer); };
   // Staged apart, the rows may still be read by the last tile's store: its
   // issuer waits for that, then the warpgroup meets before writing them.
   if (outputApart) {
-    ifThen(issuer(), [&] {
-      NVVM::CpAsyncBulkWaitGroupOp::create(b, loc, 0, b.getUnitAttr());
-    });
+    waitForStores(tid);
     namedBarrierSync(storeBarrier(), kWarpgroupThreads);
   }
   const int64_t dTiles = d / 8;
@@ -72,7 +67,7 @@ void Builder::storeOutput(const ForwardParams &p, FragmentSoftmax &softmax,
       NVVM::SharedSpaceAttr::get(b.getContext(),
                                  NVVM::SharedSpace::shared_cta));
   namedBarrierSync(storeBarrier(), kWarpgroupThreads);
-  ifThen(issuer(), [&] {
+  ifThen(isStoreIssuer(tid), [&] {
     for (int64_t panel = 0; panel < d / WgmmaForward::kPanelCols; ++panel)
       tmaStore(p.tensorMaps[3],
                shared(add(rows, c32(panel * cfg.blockM * kRowBytes))),
@@ -91,6 +86,16 @@ void Builder::storeOutput(const ForwardParams &p, FragmentSoftmax &softmax,
   // the store has read the rows, so the phase still waits for the store.
   if (persistent && !outputApart)
     barrierArrive(qEmpty(consumer));
+}
+
+Value Builder::isStoreIssuer(Value tid) {
+  return cmp(Pred::eq, remU(tid, kWarpgroupThreads), c32(0));
+}
+
+void Builder::waitForStores(Value tid) {
+  ifThen(isStoreIssuer(tid), [&] {
+    NVVM::CpAsyncBulkWaitGroupOp::create(b, loc, 0, b.getUnitAttr());
+  });
 }
 
 } // namespace flashjit::wgmma

@@ -42,10 +42,10 @@
 // K_j's slot is released (one arrive per warp) once S_j has landed, V_j's
 // once P_j V_j has, so the producer refills K a tile ahead of V.
 //
-// Shared layout, from a 1024-byte aligned base (the 128-byte swizzle
-// pattern repeats every 1024 bytes): the Q tile, `stages` K tiles,
-// `stages` V tiles, the O buffer when staged apart (laid out as the Q
-// tile), the mbarriers, then the consumers' tile records
+// Shared layout (WgmmaForward::sharedLayout), from a 1024-byte aligned base
+// (the 128-byte swizzle pattern repeats every 1024 bytes): the Q tile,
+// `stages` K tiles, `stages` V tiles, the O buffer when staged apart (laid
+// out as the Q tile), the mbarriers, then the consumers' tile records
 // (WgmmaBuilder.h). A tile of R rows is stored as head_dim / 64 panels of R
 // rows x 128 bytes, each written by TMA boxes with 128-byte swizzle. Rows
 // past the sequence end arrive as zeros (TMA's out-of-bounds fill) and the
@@ -67,19 +67,13 @@ namespace flashjit::wgmma {
 Builder::Builder(OpBuilder &b, Location loc, const AttentionSpec &spec,
                  const TileConfig &config, bool persistent)
     : KernelIR(b, loc, spec), cfg(config), persistent(persistent),
-      outputApart(
-          WgmmaForward::stagesOutputApart(spec, config, persistent)),
-      d(spec.headDim),
+      layout(WgmmaForward::sharedLayout(spec, config, persistent)),
+      outputApart(layout.outputApart), d(spec.headDim),
       consumers(config.blockM / WgmmaForward::kRowsPerWarpgroup),
       threads(config.warps * 32), stages(config.stages),
       qBytes(config.blockM * spec.headDim * dtypeBytes(spec.dtype)),
       kvTileBytes(config.blockN * spec.headDim * dtypeBytes(spec.dtype)) {
   sharedPtr = LLVM::LLVMPointerType::get(b.getContext(), /*addressSpace=*/3);
-  kOffset = qBytes;
-  vOffset = kOffset + stages * kvTileBytes;
-  oOffset = vOffset + stages * kvTileBytes;
-  barOffset = oOffset + (outputApart ? qBytes : 0);
-  tileInfoOffset = barOffset + 8 * (2 * consumers + 4 * stages);
 }
 
 void Builder::build(StringRef name) {
@@ -160,7 +154,8 @@ void Builder::build(StringRef name) {
 }
 
 Value Builder::slotBarrier(int64_t first, Value slot) {
-  return sharedAddress(add(c32(barOffset + 8 * first), mul(slot, c32(8))));
+  return sharedAddress(
+      add(c32(layout.barriers + 8 * first), mul(slot, c32(8))));
 }
 
 Value Builder::kvTiles(const ForwardParams &p, Value m0) {
@@ -212,7 +207,7 @@ void Builder::emitProducer(const ForwardParams &p, Value tid) {
     Value full = isK ? kFull(s) : vFull(s);
     barrierWait(isK ? kEmpty(s) : vEmpty(s), freeParity);
     barrierExpect(full, kvTileBytes);
-    tmaLoadTile(isK ? kMap : vMap, isK ? kOffset : vOffset,
+    tmaLoadTile(isK ? kMap : vMap, isK ? layout.k : layout.v,
                 mul(s, c32(kvTileBytes)), full,
                 toI64(mul(j, c32(cfg.blockN))), at.kvHead, at.batch,
                 cfg.blockN);
@@ -231,8 +226,8 @@ void Builder::emitProducer(const ForwardParams &p, Value tid) {
                       Value done) {
     Value numTiles = kvTiles(p, mul(at.queryBlock, c64(cfg.blockM)));
     // Q after the first K: K_0 fills a slot freed early in the last tile,
-    // Q waits for the last tile's stores. A consumer frees its Q rows once
-    // its O, staged there, is stored.
+    // Q waits until each consumer frees its rows (after its last S with O
+    // staged apart, else once its O, staged there, is stored).
     Value zero = c32(0);
     loadKV(at, zero, iteration, /*isK=*/true);
     for (int64_t c = 0; c < consumers; ++c) {
@@ -348,12 +343,12 @@ void Builder::emitConsumer(const ForwardParams &p, const PersistentTiles &tiles,
       descriptor(add(alignedAddress, consumerRows(consumer, 0)), Major::K, 0);
   auto kDesc = [&](Value s) {
     return descriptor(add(alignedAddress,
-                          add(c32(kOffset), mul(s, c32(kvTileBytes)))),
+                          add(c32(layout.k), mul(s, c32(kvTileBytes)))),
                       Major::K, 0);
   };
   auto vDesc = [&](Value s) {
     return descriptor(add(alignedAddress,
-                          add(c32(vOffset), mul(s, c32(kvTileBytes)))),
+                          add(c32(layout.v), mul(s, c32(kvTileBytes)))),
                       Major::MN, cfg.blockN * kRowBytes);
   };
   // Ring position g (i32, counted over the block's tiles): its slot, and
@@ -392,6 +387,7 @@ void Builder::emitConsumer(const ForwardParams &p, const PersistentTiles &tiles,
   // loop (its last S has landed) and hands the Q rows and the record back
   // at once: the producer then loads the next tile's Q under this tile's
   // last P V and epilogue.
+  // The tile the epilogue stores and the rows it stages O in.
   struct Target {
     BlockCoordinates at;
     Value rows;
@@ -399,15 +395,16 @@ void Builder::emitConsumer(const ForwardParams &p, const PersistentTiles &tiles,
   auto target = [&](const BlockCoordinates &at) {
     if (!persistent)
       return Target{at, consumerRows(consumer, 0)};
-    Target t{readTileInfo(consumer), readTileInfoField(consumer, 3)};
-    if (outputApart) {
-      t.rows = add(t.rows, c32(oOffset));
-      barrierArrive(qEmpty(consumer));
-    }
-    return t;
+    return Target{readTileInfo(consumer), readTileInfoField(consumer, 3)};
   };
-  auto releaseEarly = [&](const BlockCoordinates &at) {
-    return outputApart ? std::optional<Target>(target(at)) : std::nullopt;
+  auto releaseEarly =
+      [&](const BlockCoordinates &at) -> std::optional<Target> {
+    if (!outputApart)
+      return std::nullopt;
+    Target t = target(at);
+    t.rows = add(t.rows, c32(layout.o));
+    barrierArrive(qEmpty(consumer));
+    return t;
   };
   auto epilogue = [&](const BlockCoordinates &at,
                       const std::optional<Target> &early, ValueRange max,
@@ -553,9 +550,7 @@ void Builder::emitConsumer(const ForwardParams &p, const PersistentTiles &tiles,
       endTurns);
   // The last store must have read its staging rows before the block exits.
   if (outputApart)
-    ifThen(cmp(Pred::eq, remU(tid, kWarpgroupThreads), c32(0)), [&] {
-      NVVM::CpAsyncBulkWaitGroupOp::create(b, loc, 0, b.getUnitAttr());
-    });
+    waitForStores(tid);
 }
 
 } // namespace flashjit::wgmma

@@ -37,23 +37,8 @@ int64_t entryRegisters(int64_t threads) {
   return std::min<int64_t>(255, (65536 / threads) & ~int64_t(7));
 }
 
-/// Shared bytes of the Q tile (also the size of an O staging buffer).
-int64_t qTileBytes(const AttentionSpec &spec, const TileConfig &config) {
-  return config.blockM * spec.headDim * dtypeBytes(spec.dtype);
-}
-
-/// Shared bytes with O staged in the Q rows: alignment slack, Q, the K/V
-/// ring, then Q full and Q empty per consumer, four barriers per K/V slot
-/// and each consumer's tile record (16 bytes).
-int64_t sharedBytesInQ(const AttentionSpec &spec, const TileConfig &config) {
-  int64_t rowBytes = spec.headDim * dtypeBytes(spec.dtype);
-  int64_t tiles = qTileBytes(spec, config) +
-                  config.stages * 2 * config.blockN * rowBytes;
-  int64_t barriers =
-      (2 * consumersOf(config) + 4 * config.stages) * kBarrierBytes +
-      consumersOf(config) * 16;
-  return kAlignSlack + tiles + barriers;
-}
+/// Bytes of one consumer's tile record (four i32).
+constexpr int64_t kRecordBytes = 16;
 
 /// Per consumer thread: S (block_n/2 f32), O (D/2 f32) and the previous
 /// tile's P, packed (block_n/4), are live together in the pipeline.
@@ -88,12 +73,35 @@ unsigned WgmmaForward::consumerRegisters(int64_t consumers, bool persistent,
                                ~int64_t(7));
 }
 
+WgmmaForward::SharedLayout
+WgmmaForward::sharedLayout(const AttentionSpec &spec, const TileConfig &config,
+                           bool persistent) {
+  const int64_t rowBytes = spec.headDim * dtypeBytes(spec.dtype);
+  const int64_t qBytes = config.blockM * rowBytes;
+  const int64_t kvBytes = config.stages * config.blockN * rowBytes;
+  const int64_t consumers = consumersOf(config);
+  // Q full and Q empty per consumer, then K full, V full, K empty and V
+  // empty per K/V slot.
+  const int64_t barrierBytes =
+      (2 * consumers + 4 * config.stages) * kBarrierBytes;
+  const int64_t recordBytes = consumers * kRecordBytes;
+  SharedLayout l;
+  l.k = qBytes;
+  l.v = l.k + kvBytes;
+  l.o = l.v + kvBytes;
+  l.outputApart = persistent && kAlignSlack + l.o + qBytes + barrierBytes +
+                                        recordBytes <=
+                                    kMaxSharedBytes;
+  l.barriers = l.o + (l.outputApart ? qBytes : 0);
+  l.records = l.barriers + barrierBytes;
+  l.bytes = kAlignSlack + l.records + recordBytes;
+  return l;
+}
+
 bool WgmmaForward::stagesOutputApart(const AttentionSpec &spec,
                                      const TileConfig &config,
                                      bool persistent) {
-  return persistent && sharedBytesInQ(spec, config) +
-                               qTileBytes(spec, config) <=
-                           kMaxSharedBytes;
+  return sharedLayout(spec, config, persistent).outputApart;
 }
 
 std::optional<TensorMapBoxes>
@@ -171,10 +179,8 @@ TemplateResources WgmmaForward::resources(const AttentionSpec &spec,
                                           const TileConfig &config) const {
   TemplateResources r;
   r.threadsPerBlock = static_cast<unsigned>(config.warps * 32);
-  int64_t shared = sharedBytesInQ(spec, config);
-  if (stagesOutputApart(spec, config, Persistent))
-    shared += qTileBytes(spec, config);
-  r.sharedMemoryBytes = static_cast<unsigned>(shared);
+  r.sharedMemoryBytes =
+      static_cast<unsigned>(sharedLayout(spec, config, Persistent).bytes);
   // At entry every thread has the block's share of the register file
   // (one block per SM); setmaxnreg then moves registers from the producer
   // to the consumers.

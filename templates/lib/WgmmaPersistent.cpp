@@ -11,8 +11,9 @@
 // consumer threads arrive once their last O has been stored from the Q
 // rows, or, with O staged apart, once their last S has landed and they
 // have read the record), writes the record, then arrives on Q-full with
-// the Q rows' bytes expected, and loads Q. The consumer waits on Q-full, reads the record and
-// runs the tile. An end mark (kNoTile) in place of a tile ends its loop.
+// the Q rows' bytes expected, and loads Q. The consumer waits on Q-full,
+// reads the record and runs the tile. An end mark (kNoTile) in place of a
+// tile ends its loop.
 #include "WgmmaBuilder.h"
 
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
@@ -55,10 +56,8 @@ Value Builder::takeTile(const ForwardParams &p) {
 
 void Builder::endTiles(const ForwardParams &p, Value done) {
   // No tile left: each consumer gets the end mark once its rows are free.
-  Value qFreeParity = arith::XOrIOp::create(
-      b, loc, arith::AndIOp::create(b, loc, done, c32(1)), c32(1));
   for (int64_t c = 0; c < consumers; ++c) {
-    barrierWait(qEmpty(c32(c)), qFreeParity);
+    waitQRowsFree(c32(c), done);
     LLVM::StoreOp::create(b, loc, c32(kNoTile), tileInfo(c32(c)),
                           /*alignment=*/4);
     barrierArrive(qFull(c32(c)));
@@ -83,7 +82,7 @@ void Builder::endTiles(const ForwardParams &p, Value done) {
 }
 
 Value Builder::tileInfo(Value consumer) {
-  return shared(add(c32(tileInfoOffset), mul(consumer, c32(16))));
+  return shared(add(c32(layout.records), mul(consumer, c32(16))));
 }
 
 Value Builder::readTileInfoField(Value consumer, int64_t field) {
@@ -106,12 +105,17 @@ BlockCoordinates Builder::readTileInfo(Value consumer) {
   return at;
 }
 
-void Builder::writeTileInfo(const BlockCoordinates &at, Value consumer,
-                            Value done) {
-  // The consumer frees its rows and record once its last O is stored.
+void Builder::waitQRowsFree(Value consumer, Value done) {
+  // Q-empty's phase `done - 1` (the consumer's last tile); before the
+  // first tile the parity of the phase before phase 0 returns at once.
   Value freeParity = arith::XOrIOp::create(
       b, loc, arith::AndIOp::create(b, loc, done, c32(1)), c32(1));
   barrierWait(qEmpty(consumer), freeParity);
+}
+
+void Builder::writeTileInfo(const BlockCoordinates &at, Value consumer,
+                            Value done) {
+  waitQRowsFree(consumer, done);
   Value fields[] = {toI32(at.queryBlock), toI32(at.head), toI32(at.batch),
                     consumerRows(consumer, 0)};
   for (int64_t i = 0; i < 4; ++i)

@@ -146,9 +146,9 @@ private:
   /// Whether the template's kernels are persistent (forwardGeometry).
   bool Persistent = false;
   /// A persistent kernel's tile counters (KernelABI.h; null for other
-  /// kernels), one pair per
-  /// stream: launches on one stream run in turn, each leaving its pair at
-  /// zero for the next; launches on different streams may overlap.
+  /// kernels), one pair per stream: launches on one stream run in turn,
+  /// each leaving its pair at zero for the next; launches on different
+  /// streams may overlap.
   struct TileCounters;
   std::unique_ptr<TileCounters> Counters;
   /// Null when there is no GPU; DeviceError then says why.

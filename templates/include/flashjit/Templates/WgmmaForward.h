@@ -44,6 +44,20 @@ public:
                                     bool causal);
   static unsigned consumerRegisters(int64_t consumers, bool persistent,
                                     bool causal);
+  /// Where the kernel's shared memory goes, in bytes from its 1024-aligned
+  /// base: the Q tile, `stages` K tiles, `stages` V tiles, the O buffer
+  /// when O is staged apart, the mbarriers, then each consumer's tile
+  /// record (16 bytes). The IR builder lays it out so and resources()
+  /// reports `bytes`.
+  struct SharedLayout {
+    int64_t k = 0, v = 0, o = 0, barriers = 0, records = 0;
+    /// The whole block's bytes, the alignment slack included.
+    int64_t bytes = 0;
+    /// See stagesOutputApart.
+    bool outputApart = false;
+  };
+  static SharedLayout sharedLayout(const AttentionSpec &spec,
+                                   const TileConfig &config, bool persistent);
   /// Whether a persistent kernel stages O in a buffer of its own (when
   /// shared memory has room for it), so each consumer hands its Q rows to
   /// the producer once its last S has landed and the next tile's Q loads
