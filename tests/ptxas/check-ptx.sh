@@ -2,16 +2,14 @@
 # ptxas accepts every PTX `flashjit compile` emits: head dims 64/96/128/256,
 # f16/bf16, causal or not, sm_80 and sm_90a. The tensor-core kernels of head
 # dims 64, 96 and 128 (and 256 on sm_90a) must not spill and must use their
-# family's instructions: on sm_90a, head dims 64, 128 and 256 take the wgmma
-# template
-# (wgmma.mma_async, TMA loads and the TMA store of O, mbarriers, setmaxnreg,
-# and no ptxas warning
-# or "Potential Performance Loss" note, e.g. that it serialized the wgmmas
-# or ignored setmaxnreg); the others use
+# family's instructions: on sm_90a, head dims 64, 128 and 256 take a wgmma
+# family (wgmma.mma_async, TMA loads and the TMA store of O, mbarriers,
+# setmaxnreg, and no ptxas warning or "Potential Performance Loss" note,
+# e.g. that it serialized the wgmmas or ignored setmaxnreg); the others use
 # mma.sync m16n8k16, ldmatrix and cp.async. Then every candidate config of
-# the wgmma families, which must not spill or warn either. Exit 77 (ctest: skipped) when
-# ptxas is not installed. ptxas compiles each file as a whole program, as
-# the runtime's cuModuleLoadDataEx does.
+# the wgmma families, which must not spill or warn either. Exit 77 (ctest:
+# skipped) when ptxas is not installed. ptxas compiles each file as a whole
+# program, as the runtime's cuModuleLoadDataEx does.
 set -uo pipefail
 flashjit=${1:?usage: check-ptx.sh path/to/flashjit [ptxas]}
 ptxas=${2:-$(command -v ptxas || echo /usr/local/cuda/bin/ptxas)}
