@@ -180,13 +180,15 @@ def environment(torch, args, fj_version, chip):
 class Flashjit:
     """flashjit through the C API, or the reason it cannot run."""
 
-    def __init__(self, torch, path, config=None):
+    def __init__(self, torch, path, config=None, cache_dir=None):
+        """cache_dir: None (the library's default), "" (memory only)."""
         self.error, self.kernels, self.version, self.chip = None, {}, None, None
         self.config = config
         try:
             self.lib = flashjit_capi.Library(path)
             self.version, _ = self.lib.version()
-            self.ctx = flashjit_capi.Context(self.lib, device=torch.cuda.current_device())
+            self.ctx = flashjit_capi.Context(self.lib, device=torch.cuda.current_device(),
+                                             cache_dir=cache_dir)
             self.chip = self.ctx.chip()
             has_device, why = self.ctx.device()
             if not has_device:

@@ -178,7 +178,8 @@ def main(argv=None):
     for spec in args.flashjit:
         label, _, rest = spec.partition("=")
         lib, _, config = rest.partition("@")
-        fj = attention_bench.Flashjit(torch, lib or None, config or None)
+        # Memory-only caches: variants built from one commit share cache keys.
+        fj = attention_bench.Flashjit(torch, lib or None, config or None, cache_dir="")
         if fj.error:
             raise SystemExit(f"error: {label}: {fj.error}")
         fjs.append((label, fj))
