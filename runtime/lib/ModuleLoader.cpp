@@ -2,6 +2,7 @@
 // Why: see ModuleLoader.h.
 #include "flashjit/Runtime/ModuleLoader.h"
 #include "flashjit/Runtime/CudaDriver.h"
+#include "flashjit/Templates/KernelTemplate.h"
 
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -118,6 +119,30 @@ llvm::Error LoadedModule::bindFunction() {
     return err;
   ResidentBlocks = static_cast<unsigned>(std::max(1, multiprocessors) *
                                          std::max(1, blocksPerSM));
+  // A kernel built for clusters runs whole clusters, and a GPC holds fewer
+  // of them than its SMs over the cluster size when its SMs do not divide
+  // evenly: ask the driver how many fit at once.
+  const unsigned cluster = clusterSizeOf(info.config);
+  if (cluster > 1) {
+    CUlaunchConfig launch{};
+    launch.gridDimX = ResidentBlocks - ResidentBlocks % cluster;
+    launch.gridDimY = launch.gridDimZ = 1;
+    launch.blockDimX = info.threadsPerBlock;
+    launch.blockDimY = launch.blockDimZ = 1;
+    launch.sharedMemBytes = info.sharedMemoryBytes;
+    int clusters = 0;
+    if (llvm::Error err = FLASHJIT_CU(d, cuOccupancyMaxActiveClusters,
+                                      &clusters, Function, &launch))
+      return err;
+    if (clusters < 1)
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "kernel %s: no cluster of %u blocks fits this GPU at once (%u "
+          "threads and %u bytes of shared memory per block)",
+          info.name.c_str(), cluster, info.threadsPerBlock,
+          info.sharedMemoryBytes);
+    ResidentBlocks = static_cast<unsigned>(clusters) * cluster;
+  }
   return llvm::Error::success();
 }
 

@@ -2,6 +2,7 @@
 // Why: the flattening of ForwardKernelArgs into cuLaunchKernel's parameter
 // array must match the gpu.func signature the templates emit, in one place.
 #include "flashjit/Templates/KernelABI.h"
+#include "flashjit/Templates/KernelTemplate.h"
 #include "flashjit/Templates/TileConfig.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -37,9 +38,13 @@ LaunchGeometry forwardGeometry(const KernelInfo &info, int64_t batch,
   int64_t blockM = info.config.blockM > 0 ? info.config.blockM : 1;
   int64_t queryBlocks = (seqlenQ + blockM - 1) / blockM;
   if (residentBlocks > 0) {
-    int64_t tiles = queryBlocks * info.numHeads * batch;
-    g.gridX = static_cast<unsigned>(
-        std::max<int64_t>(1, std::min<int64_t>(tiles, residentBlocks)));
+    // A cluster takes `cluster` adjacent query blocks of one head at once.
+    const int64_t cluster = clusterSizeOf(info.config);
+    int64_t tiles =
+        (queryBlocks + cluster - 1) / cluster * info.numHeads * batch;
+    int64_t clusters = std::max<int64_t>(
+        1, std::min<int64_t>(tiles, residentBlocks / cluster));
+    g.gridX = static_cast<unsigned>(clusters * cluster);
   } else {
     g.gridX = static_cast<unsigned>(queryBlocks);
     g.gridY = static_cast<unsigned>(info.numHeads);

@@ -16,16 +16,19 @@
 namespace flashjit {
 
 const std::vector<const KernelTemplate *> &allTemplates() {
-  // In order of preference (the heuristic's first rule): the persistent
-  // wgmma kernel offers candidates for causal attention, and without a
-  // mask from head dim 128 (WgmmaForward.h).
-  static const WgmmaForward wgmmaPersistent(/*persistent=*/true);
+  // In order of preference (the heuristic's first rule): the wgmma kernel
+  // in clusters offers candidates without a mask from head dim 128, the
+  // persistent one for causal attention and without a mask from head dim
+  // 128 (WgmmaForward.h).
+  static const WgmmaForward wgmmaCluster(WgmmaForward::Grid::Cluster);
+  static const WgmmaForward wgmmaPersistent(WgmmaForward::Grid::Persistent);
   static const WgmmaForward wgmma;
   static const MmaSyncForward mmaSync;
   static const CudaCoreForward cudaCore;
   static const MmaSyncForward mmaSyncNoSoftmax(/*withSoftmax=*/false);
   static const std::vector<const KernelTemplate *> templates = {
-      &wgmmaPersistent, &wgmma, &mmaSync, &cudaCore, &mmaSyncNoSoftmax};
+      &wgmmaCluster, &wgmmaPersistent, &wgmma,
+      &mmaSync,      &cudaCore,        &mmaSyncNoSoftmax};
   return templates;
 }
 
@@ -81,6 +84,13 @@ llvm::Expected<const KernelTemplate *> findTemplate(llvm::StringRef family) {
       llvm::formatv("unknown kernel family '{0}': expected one of {1}",
                     family, llvm::join(names, ", "))
           .str());
+}
+
+unsigned clusterSizeOf(const TileConfig &config) {
+  for (const KernelTemplate *t : allTemplates())
+    if (t->family() == config.family)
+      return t->clusterSize();
+  return 1;
 }
 
 } // namespace flashjit

@@ -46,9 +46,12 @@ enum class Major {
 class Builder : public KernelIR {
 public:
   /// `persistent`: one block per SM taking tiles from the launch's counter
-  /// (PersistentTiles.cpp); otherwise one block per tile.
+  /// (PersistentTiles.cpp); otherwise one block per tile. `multicast`
+  /// (persistent, no mask): clusters of WgmmaForward::kClusterSize blocks
+  /// that take adjacent query blocks of one head in a fixed order and load
+  /// each K/V tile once for all of them.
   Builder(OpBuilder &b, Location loc, const AttentionSpec &spec,
-          const TileConfig &config, bool persistent);
+          const TileConfig &config, bool persistent, bool multicast);
 
   void build(StringRef name);
 
@@ -58,8 +61,7 @@ private:
   /// tiles into the ring, for one tile or (persistent) tile after tile.
   void emitProducer(const ForwardParams &p, Value tid);
   /// Warpgroups 1..C: the products, the online softmax and the epilogue.
-  void emitConsumer(const ForwardParams &p, const PersistentTiles &tiles,
-                    Value tid, Value warpgroup);
+  void emitConsumer(const ForwardParams &p, Value tid, Value warpgroup);
   /// The epilogue of one consumer (WgmmaEpilogue.cpp): O / l staged at
   /// byte offset `rows` (its Q rows, or its rows of the O buffer when
   /// outputApart), stored with TMA; when staged in Q in a persistent
@@ -82,6 +84,9 @@ private:
   /// The next tile from the launch's counter (i32; past the last tile once
   /// they are all taken).
   Value takeTile(const ForwardParams &p);
+  /// The cluster's tile after `done` (i32) of its own: clusters take the
+  /// tiles (pairs of query blocks) in turn, in a fixed order.
+  Value clusterTile(Value done);
   /// After the producer's last tile: the end mark for each consumer, and
   /// the last block to finish resets the counters.
   void endTiles(const ForwardParams &p, Value done);
@@ -156,11 +161,28 @@ private:
   /// TMA: one box of `tensorMap` at (col, row, head, batch) (i32) into the
   /// shared bytes at 32-bit address `dst`, completing on `bar`.
   void tmaLoad(Value tensorMap, Value dst, Value bar, ValueRange coords);
+  /// The same box into the same shared address of every block of the
+  /// cluster, completing on the barrier at the same address in each.
+  void tmaLoadMulticast(Value tensorMap, Value dst, Value bar,
+                        ValueRange coords);
   /// Loads rows [row0, row0 + rows) of a whole tile, one box per 64-column
-  /// panel, panels `rows` * 128 bytes apart from `dstOffset`.
+  /// panel, panels `rows` * 128 bytes apart from `dstOffset`. With
+  /// multicast, this block loads its share of the rows (rows / cluster
+  /// size, by its rank) into every block of the cluster.
   void tmaLoadTile(Value tensorMap, int64_t dstOffset, Value dynamicOffset,
                    Value bar, Value row0, Value head, Value batch,
                    int64_t rows);
+
+  // ---- clusters (WgmmaInstructions.cpp) ----------------------------------
+  /// This block's rank in its cluster (i32).
+  Value clusterRank();
+  /// Arrives on the mbarrier at 32-bit shared address `bar` of the block of
+  /// rank `rank` (i32) in the cluster. The arrive's default semantics
+  /// (release at CTA scope) suffice for the slot's reuse: the products that
+  /// read it are complete, and the next write is the copy engine's.
+  void barrierArriveInCluster(Value bar, Value rank);
+  /// Every thread of the cluster meets (release, then acquire).
+  void clusterSync();
 
   /// TMA: the box of `tensorMap` at (col, row, head, batch) (i32) from the
   /// shared bytes at `src` (a bulk-group store).
@@ -201,7 +223,7 @@ private:
   StringRef ptxType() const;
 
   const TileConfig &cfg;
-  const bool persistent;
+  const bool persistent, multicast;
   /// Byte offsets of the K and V rings, the O buffer, the barriers and the
   /// tile records (WgmmaForward::sharedLayout, which resources() counts).
   const WgmmaForward::SharedLayout layout;

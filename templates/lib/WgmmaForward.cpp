@@ -2,11 +2,16 @@
 // Why: emits the Hopper FlashAttention forward kernel (FlashAttention-3's
 // structure) as a gpu.func of upstream dialects plus inline PTX for wgmma.
 //
-// Two grids (WgmmaForward.h): one block per tile of block_m query rows of
-// one (batch, head) (family wgmma), or persistent (wgmma_persistent): one
-// block per SM looping over tiles from the launch's counter
+// Three grids (WgmmaForward.h): one block per tile of block_m query rows
+// of one (batch, head) (family wgmma), or persistent (wgmma_persistent):
+// one block per SM looping over tiles from the launch's counter
 // (WgmmaPersistent.cpp), so one tile's epilogue overlaps the next tile's
-// loads and no block waits to be launched.
+// loads and no block waits to be launched; or persistent in clusters of two
+// (wgmma_cluster, no mask): the blocks of a cluster take adjacent query
+// blocks of one head in a fixed order, each loads half of every K/V tile's
+// rows into both (TMA multicast), and a slot is free once the consumers of
+// both blocks have released it (each warp arrives on the slot's barrier in
+// both blocks).
 //
 // Roles: warpgroup 0 is the producer. It gives registers back (setmaxnreg)
 // and one of its threads issues every load. Per tile: the first K tile,
@@ -65,8 +70,9 @@ using namespace mlir;
 namespace flashjit::wgmma {
 
 Builder::Builder(OpBuilder &b, Location loc, const AttentionSpec &spec,
-                 const TileConfig &config, bool persistent)
+                 const TileConfig &config, bool persistent, bool multicast)
     : KernelIR(b, loc, spec), cfg(config), persistent(persistent),
+      multicast(multicast),
       layout(WgmmaForward::sharedLayout(spec, config, persistent)),
       outputApart(layout.outputApart), d(spec.headDim),
       consumers(config.blockM / WgmmaForward::kRowsPerWarpgroup),
@@ -88,6 +94,11 @@ void Builder::build(StringRef name) {
   // needs to take effect.
   b.getInsertionBlock()->getParentOp()->setAttr("nvvm.minctasm",
                                                 b.getI32IntegerAttr(1));
+  if (multicast)
+    b.getInsertionBlock()->getParentOp()->setAttr(
+        NVVM::NVVMDialect::getClusterDimAttrName(),
+        b.getDenseI32ArrayAttr(
+            {static_cast<int32_t>(WgmmaForward::kClusterSize), 1, 1}));
 
   // The dynamic shared base, rounded up to 1024 bytes (resources() counts
   // the slack).
@@ -101,13 +112,11 @@ void Builder::build(StringRef name) {
                                                    baseAddress)});
 
   Value tid = toI32(gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x));
-  // A grid of tiles needs no numbering: each block is one tile.
-  PersistentTiles tiles;
-  if (persistent)
-    tiles = persistentTiles(p, cfg.blockM);
 
   // Barriers: set up by one thread, visible to the copy engine and to every
-  // thread before any use.
+  // thread (with multicast: of the cluster) before any use. A K/V slot is
+  // free once the consumers of every block that receives it released it.
+  const int64_t blocksSharingKV = multicast ? WgmmaForward::kClusterSize : 1;
   {
     OpBuilder::InsertionGuard g(b);
     auto first = scf::IfOp::create(b, loc, cmp(Pred::eq, tid, c32(0)),
@@ -125,10 +134,14 @@ void Builder::build(StringRef name) {
       for (int64_t kind = 0; kind < 4; ++kind)
         barrierInit(slotBarrier(2 * consumers + kind * stages, c32(s)),
                     kind < 2 ? 1
-                             : consumers * WgmmaForward::kWarpsPerWarpgroup);
+                             : consumers * WgmmaForward::kWarpsPerWarpgroup *
+                                   blocksSharingKV);
     NVVM::FenceMbarrierInitOp::create(b, loc);
   }
-  gpu::BarrierOp::create(b, loc);
+  if (multicast)
+    clusterSync();
+  else
+    gpu::BarrierOp::create(b, loc);
 
   // The warpgroup index, broadcast from lane 0: ptxas then knows it is
   // warp-uniform, so the role branches stay uniform and the wgmma
@@ -148,8 +161,12 @@ void Builder::build(StringRef name) {
     emitProducer(p, tid);
   }
   b.setInsertionPoint(roles.elseBlock()->getTerminator());
-  emitConsumer(p, tiles, tid, warpgroup);
+  emitConsumer(p, tid, warpgroup);
   b.setInsertionPointAfter(roles);
+  // A block of a cluster stays until the others are done: they may still
+  // arrive on its barriers.
+  if (multicast)
+    clusterSync();
   gpu::ReturnOp::create(b, loc);
 }
 
@@ -262,21 +279,32 @@ void Builder::emitProducer(const ForwardParams &p, Value tid) {
   // The tile order's values are recomputed for each tile from opaque
   // copies of the launch's parameters (which stay in the constant bank):
   // kept through the loop, they would not fit the producer's registers.
+  // With multicast a tile is a cluster's: kClusterSize adjacent query
+  // blocks, one per block by its rank.
+  const int64_t tileRows =
+      multicast ? cfg.blockM * WgmmaForward::kClusterSize : cfg.blockM;
   auto freshTiles = [&] {
     ForwardParams fresh = p;
     fresh.seqlenQ = opaque(p.seqlenQ);
     fresh.seqlenK = opaque(p.seqlenK);
     fresh.batch = opaque(p.batch);
-    return persistentTiles(fresh, cfg.blockM);
+    return persistentTiles(fresh, tileRows);
+  };
+  auto blockTile = [&](Value tile) {
+    BlockCoordinates at = tileCoordinates(freshTiles(), tile);
+    if (multicast)
+      at.queryBlock =
+          add(mul(at.queryBlock, c64(WgmmaForward::kClusterSize)),
+              toI64(clusterRank()));
+    return at;
   };
   forEachTile(
-      [&] { return freshTiles().count; }, [&](Value) { return takeTile(p); },
+      [&] { return freshTiles().count; },
+      [&](Value done) { return multicast ? clusterTile(done) : takeTile(p); },
       [&](Value tile, Value iteration, Value done) {
         Value count;
-        freshBase([&] {
-          count =
-              loadTile(tileCoordinates(freshTiles(), tile), iteration, done);
-        });
+        freshBase(
+            [&] { count = loadTile(blockTile(tile), iteration, done); });
         return count;
       },
       [&](Value, Value done) {
@@ -285,8 +313,8 @@ void Builder::emitProducer(const ForwardParams &p, Value tid) {
 }
 
 // ---- consumers --------------------------------------------------------------
-void Builder::emitConsumer(const ForwardParams &p, const PersistentTiles &tiles,
-                           Value tid, Value warpgroup) {
+void Builder::emitConsumer(const ForwardParams &p, Value tid,
+                           Value warpgroup) {
   NVVM::SetMaxRegisterOp::create(b, loc,
                                  WgmmaForward::consumerRegisters(
                                      consumers, persistent, spec.causal),
@@ -357,16 +385,27 @@ void Builder::emitConsumer(const ForwardParams &p, const PersistentTiles &tiles,
   auto parityOf = [&](Value g) {
     return arith::AndIOp::create(b, loc, divU(g, stages), c32(1));
   };
-  // The products that read a slot are complete: one arrive per warp.
+  // The products that read a slot are complete: one arrive per warp, with
+  // multicast on the slot's barrier in every block of the cluster (lane r
+  // arrives in the block of rank r xor this block's).
+  Value rank = multicast ? clusterRank() : Value();
   auto release = [&](Value emptyBarrier) {
-    ifThen(cmp(Pred::eq, lane, c32(0)),
-           [&] { barrierArrive(emptyBarrier); });
+    if (!multicast) {
+      ifThen(cmp(Pred::eq, lane, c32(0)),
+             [&] { barrierArrive(emptyBarrier); });
+      return;
+    }
+    ifThen(cmp(Pred::ult, lane, c32(WgmmaForward::kClusterSize)), [&] {
+      barrierArriveInCluster(emptyBarrier,
+                             arith::XOrIOp::create(b, loc, rank, lane));
+    });
   };
   const float negInf = -std::numeric_limits<float>::infinity();
   Value negInfV = cF32(negInf), zeroF = cF32(0.0f);
 
   // The next tile is in this consumer's record once its Q-full barrier
-  // completes; the end mark is above every tile index.
+  // completes; the loop runs until the end mark (as unsigned, above every
+  // query block).
   auto nextTile = [&](Value done) {
     barrierWait(qFull(consumer), arith::AndIOp::create(b, loc, done, c32(1)));
     return readTileInfoField(consumer, 0);
@@ -543,7 +582,7 @@ void Builder::emitConsumer(const ForwardParams &p, const PersistentTiles &tiles,
     return;
   }
   forEachTile(
-      [&] { return tiles.count; }, nextTile,
+      [&] { return c32(kNoTile); }, nextTile,
       [&](Value, Value iteration, Value) {
         return consumeTile(readTileInfo(consumer), iteration);
       },
@@ -560,7 +599,9 @@ namespace flashjit {
 void WgmmaForward::emit(OpBuilder &builder, Location loc,
                         const AttentionSpec &spec, const TileConfig &config,
                         StringRef name) const {
-  wgmma::Builder(builder, loc, spec, config, Persistent).build(name);
+  wgmma::Builder(builder, loc, spec, config, Persistent,
+                 Kind == Grid::Cluster)
+      .build(name);
 }
 
 } // namespace flashjit

@@ -109,7 +109,8 @@ WgmmaForward::tensorMapBoxes(const TileConfig &config) const {
   TensorMapBoxes boxes;
   // Each consumer warpgroup loads its own 64 rows of Q.
   boxes.qRows = static_cast<unsigned>(kRowsPerWarpgroup);
-  boxes.kvRows = static_cast<unsigned>(config.blockN);
+  // In a cluster each block loads its share of the K/V tile rows for all.
+  boxes.kvRows = static_cast<unsigned>(config.blockN / clusterSize());
   // Each consumer warpgroup stores its own 64 rows of O.
   boxes.oRows = static_cast<unsigned>(kRowsPerWarpgroup);
   boxes.cols = static_cast<unsigned>(kPanelCols);
@@ -146,6 +147,11 @@ llvm::Error WgmmaForward::checkConfig(const AttentionSpec &spec,
                       "{1}",
                       kMaxBlockN, config.blockN)
             .str());
+  if (Kind == Grid::Cluster && spec.causal)
+    return configError(
+        "a cluster's blocks share every K/V tile, so both need the same "
+        "K/V tiles, which causal query blocks do not: use wgmma_persistent "
+        "for causal attention");
   if (config.stages < 1 || config.stages > 4)
     return configError(
         llvm::formatv("stages (K/V buffers in the ring) must be 1 to 4, got "
@@ -200,8 +206,16 @@ WgmmaForward::candidates(const AttentionSpec &spec) const {
   // and n128 633 and 631 (s16384: 624 and 613).
   // The persistent grid without a mask only from head dim 128 and with O
   // staged apart (WgmmaForward.h).
+  // Clusters share K/V without a mask only, and from head dim 128 (with the
+  // persistent kernel's configs): at sustained clocks an H100 runs at its
+  // power cap, and the K/V bytes L2 sends to the SMs cost power. Halving
+  // them measured (bf16, 3 s per kernel, power_profile.py) 1.03x at 8k
+  // and 16k and 1.02x at 2k against the persistent kernel at head dim 128,
+  // 1.01x at head dim 64.
   std::vector<TileConfig> out;
   if (Persistent && !spec.causal && spec.headDim < 128)
+    return out;
+  if (Kind == Grid::Cluster && spec.causal)
     return out;
   for (int64_t consumers : {2, 3}) {
     if (consumers == 3 && spec.headDim != 64)

@@ -103,17 +103,58 @@ void Builder::tmaLoad(Value tensorMap, Value dst, Value bar,
           "r,l,r,r,r,r,r", operands);
 }
 
+void Builder::tmaLoadMulticast(Value tensorMap, Value dst, Value bar,
+                               ValueRange coords) {
+  // dst and bar are this block's shared::cta addresses; each block of the
+  // mask receives the box at the same offsets of its own shared memory.
+  SmallVector<Value> operands = {dst, tensorMap};
+  operands.append(coords.begin(), coords.end());
+  operands.push_back(bar);
+  operands.push_back(LLVM::ConstantOp::create(
+      b, loc, b.getI16Type(),
+      b.getI16IntegerAttr((1 << WgmmaForward::kClusterSize) - 1)));
+  asmVoid("cp.async.bulk.tensor.4d.shared::cluster.global.tile."
+          "mbarrier::complete_tx::bytes.multicast::cluster [$0], [$1, {$2, "
+          "$3, $4, $5}], [$6], $7;",
+          "r,l,r,r,r,r,r,h", operands);
+}
+
 void Builder::tmaLoadTile(Value tensorMap, int64_t dstOffset,
                           Value dynamicOffset, Value bar, Value row0,
                           Value head, Value batch, int64_t rows) {
   const int64_t panels = d / WgmmaForward::kPanelCols;
+  // With multicast this block loads rows [rank * share, (rank + 1) *
+  // share) of the tile for the whole cluster.
+  if (multicast) {
+    const int64_t share = rows / WgmmaForward::kClusterSize;
+    Value rank = clusterRank();
+    dynamicOffset = add(dynamicOffset, mul(rank, c32(share * kRowBytes)));
+    row0 = add(row0, toI64(mul(rank, c32(share))));
+  }
   for (int64_t panel = 0; panel < panels; ++panel) {
     Value dst = sharedAddress(
-        add(dynamicOffset, c32(dstOffset + panel * rows * 128)));
-    tmaLoad(tensorMap, dst, bar,
-            {c32(panel * WgmmaForward::kPanelCols), toI32(row0), toI32(head),
-             toI32(batch)});
+        add(dynamicOffset, c32(dstOffset + panel * rows * kRowBytes)));
+    SmallVector<Value> coords = {c32(panel * WgmmaForward::kPanelCols),
+                                 toI32(row0), toI32(head), toI32(batch)};
+    if (multicast)
+      tmaLoadMulticast(tensorMap, dst, bar, coords);
+    else
+      tmaLoad(tensorMap, dst, bar, coords);
   }
+}
+
+Value Builder::clusterRank() { return NVVM::ClusterId::create(b, loc, i32); }
+
+void Builder::barrierArriveInCluster(Value bar, Value rank) {
+  asmVoid("{\n\t.reg .b32 remote;\n\t"
+          "mapa.shared::cluster.u32 remote, $0, $1;\n\t"
+          "mbarrier.arrive.shared::cluster.b64 _, [remote];\n\t}",
+          "r,r", {bar, rank});
+}
+
+void Builder::clusterSync() {
+  NVVM::ClusterArriveOp::create(b, loc, /*aligned=*/UnitAttr());
+  NVVM::ClusterWaitOp::create(b, loc, /*aligned=*/UnitAttr());
 }
 
 void Builder::tmaStore(Value tensorMap, Value src, ValueRange coords) {

@@ -4,8 +4,11 @@
 // (two u32 the runtime keeps per stream, KernelABI.h) in the order of
 // PersistentTiles.cpp, so the longest causal tiles go first and the short
 // ones fill in, as the hardware hands out the blocks of a grid of tiles; it
-// tells each consumer its tile through a small shared record. This file
-// holds that loop and the record; WgmmaForward.cpp the work of one tile.
+// tells each consumer its tile through a small shared record. In clusters
+// (wgmma_cluster) both blocks must take the same tile, two adjacent query
+// blocks: cluster c takes tiles c, c + clusters, ... (without a mask all
+// cost the same), and no counter is used. This file holds that loop and the
+// record; WgmmaForward.cpp the work of one tile.
 //
 // The record protocol, per consumer: the producer waits on Q-empty (all 128
 // consumer threads arrive once their last O has been stored from the Q
@@ -54,6 +57,14 @@ Value Builder::takeTile(const ForwardParams &p) {
       .getResult();
 }
 
+Value Builder::clusterTile(Value done) {
+  // Every block of a cluster must take the same tile, and without a mask
+  // all tiles cost the same: cluster c takes c, c + clusters, ...
+  Value cluster = NVVM::ClusterIdXOp::create(b, loc, i32);
+  Value clusters = NVVM::ClusterDimXOp::create(b, loc, i32);
+  return add(cluster, mul(done, clusters));
+}
+
 void Builder::endTiles(const ForwardParams &p, Value done) {
   // No tile left: each consumer gets the end mark once its rows are free.
   for (int64_t c = 0; c < consumers; ++c) {
@@ -62,6 +73,9 @@ void Builder::endTiles(const ForwardParams &p, Value done) {
                           /*alignment=*/4);
     barrierArrive(qFull(c32(c)));
   }
+  // A cluster kernel takes no tiles from the counter.
+  if (multicast)
+    return;
   // The last block to finish sets the counters back for the next launch
   // on this stream.
   Value counter = p.tileCounter;

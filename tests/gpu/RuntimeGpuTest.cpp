@@ -215,8 +215,12 @@ TEST_CASE("launch overhead of forward() on a cached kernel") {
           << " us of host time; bare cuLaunchKernel of the same kernel "
           << bareMs * 1000.0 / launches << " us per call; one launch alone "
           << single[25] * 1000.0 << " us (median of 51)");
-  CHECK(hostUs < 5.0);
-  CHECK(usPerCall < 5.0);
+  // What forward() adds to a bare launch (its checks, the tensor maps):
+  // at most 2 us. The launch itself costs what this host and driver take
+  // (H100 machines of one kind measured 3.2 and 4.8 us per bare launch).
+  const double bareUs = bareMs * 1000.0 / launches;
+  CHECK(hostUs < bareUs + 2.0);
+  CHECK(usPerCall < bareUs + 2.0);
 
   auto heuristic = gpuContext().compile(spec);
   REQUIRE(bool(heuristic));

@@ -70,10 +70,11 @@ for arch in sm_80 sm_90a; do
     done
   done
 done
-# Every candidate of the two wgmma families (the heuristic or the tuner may
-# pick any): no spill, no ptxas warning, and the persistent kernels take
-# their tiles from the launch's counter (atom.global.add) while one block
-# per tile does not.
+# Every candidate of the wgmma families (the heuristic or the tuner may
+# pick any): no spill, no ptxas warning; the persistent kernels take their
+# tiles from the launch's counter (atom.global.add) while one block per tile
+# does not, and the cluster kernels take theirs in a fixed order, are built
+# for clusters of two and multicast their K/V loads.
 for d in 64 128 256; do
   for dtype in f16 bf16; do
     for causal in "" --causal; do
@@ -98,6 +99,12 @@ for d in 64 128 256; do
         grep -qiE "warn|performance loss" "$work/$name.log" && problem="$problem ptxas warns"
         case "$config" in
           wgmma_persistent:*) [ "$counter" -gt 0 ] || problem="$problem no tile counter" ;;
+          wgmma_cluster:*)
+            [ "$counter" -eq 0 ] || problem="$problem a tile counter in a cluster kernel"
+            grep -q "^.reqnctapercluster 2, 1, 1" "$work/$name.ptx" ||
+              problem="$problem not built for clusters of 2"
+            grep -q "cp.async.bulk.tensor.4d.*multicast::cluster" "$work/$name.ptx" ||
+              problem="$problem no multicast load" ;;
           *) [ "$counter" -eq 0 ] || problem="$problem a tile counter in a per-tile kernel" ;;
         esac
         if [ -n "$problem" ]; then

@@ -92,7 +92,7 @@ func.func @bad_warps(%q: tensor<?x4x?x64xf16>, %s: f32) -> tensor<?x4x?x64xf16> 
 // -----
 
 func.func @unknown_family(%q: tensor<?x4x?x64xf16>, %s: f32) -> tensor<?x4x?x64xf16> {
-  // expected-error @+1 {{unknown kernel family 'tpu': expected one of wgmma_persistent, wgmma, mma_sync, cuda_core}}
+  // expected-error @+1 {{unknown kernel family 'tpu': expected one of wgmma_cluster, wgmma_persistent, wgmma, mma_sync, cuda_core}}
   %o, %lse = attn.attention %q, %q, %q scale %s {config = #attn.tile_config<family = "tpu", block_m = 64, block_n = 32, stages = 1, warps = 8>}
       : tensor<?x4x?x64xf16>, tensor<?x4x?x64xf16>, tensor<?x4x?x64xf16>
       -> tensor<?x4x?x64xf16>, tensor<?x4x?xf32>

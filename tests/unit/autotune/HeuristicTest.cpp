@@ -126,15 +126,15 @@ TEST_CASE("cuda_core choices per known GPU and head dim") {
         CHECK_FALSE(choice->modelOnly);
         REQUIRE(static_cast<bool>(full));
         // A tensor-core template ranks first where it runs (wgmma on
-        // sm_90a for its head dims, persistent when causal and at head dim
-        // 128, else mma_sync); the cuda_core choice is still among the
-        // candidates considered. Only the wgmma families are ever left out
-        // (they need sm_90a).
+        // sm_90a for its head dims: persistent when causal, in clusters
+        // without a mask at head dim 128; else mma_sync); the cuda_core
+        // choice is still among the candidates considered. Only the wgmma
+        // families are ever left out (they need sm_90a).
         bool hopper = device.computeCapability() == 90;
-        bool persistent = spec.causal || spec.headDim == 128;
-        CHECK(full->config.family ==
-              (hopper ? (persistent ? "wgmma_persistent" : "wgmma")
-                      : "mma_sync"));
+        std::string wgmmaFamily = spec.causal             ? "wgmma_persistent"
+                                  : spec.headDim == 128 ? "wgmma_cluster"
+                                                        : "wgmma";
+        CHECK(full->config.family == (hopper ? wgmmaFamily : "mma_sync"));
         for (const std::string &skipped : full->skippedTemplates)
           CHECK(skipped.find("wgmma") == 0);
         bool considered = false;
@@ -444,4 +444,35 @@ TEST_CASE("wgmma: every candidate fits sm_90's shared memory; a larger "
       benchSpec(128, false), TileConfig{"wgmma", 128, 128, 2, 12}, false));
   CHECK(static_cast<bool>(llvm::errorToBool(wgmma.checkConfig(
       benchSpec(128, false), TileConfig{"wgmma", 128, 208, 2, 12}))));
+
+  // Clusters of two share K/V tiles: without a mask only (both blocks need
+  // the same tiles), from head dim 128, with O staged apart as the
+  // persistent kernel's unmasked configs; each block loads half of a K/V
+  // tile's rows, so its boxes are half as tall.
+  const KernelTemplate &cluster = templateOf("wgmma_cluster");
+  CHECK(cluster.persistent());
+  CHECK(cluster.clusterSize() == 2u);
+  CHECK(persistent.clusterSize() == 1u);
+  CHECK(wgmma.clusterSize() == 1u);
+  CHECK(cluster.candidates(benchSpec(64, false)).empty());
+  CHECK(cluster.candidates(benchSpec(128, true)).empty());
+  CHECK(cluster.candidates(benchSpec(256, false)).empty());
+  std::vector<TileConfig> shared = cluster.candidates(benchSpec(128, false));
+  REQUIRE(shared.size() == unmasked.size());
+  for (size_t i = 0; i < shared.size(); ++i) {
+    CHECK(shared[i].family == "wgmma_cluster");
+    CHECK(shared[i].blockN == unmasked[i].blockN);
+  }
+  TileConfig clusterN160{"wgmma_cluster", 128, 160, 2, 12};
+  REQUIRE(cluster.tensorMapBoxes(clusterN160).has_value());
+  CHECK(cluster.tensorMapBoxes(clusterN160)->kvRows == 80u);
+  CHECK(persistent.tensorMapBoxes(n160)->kvRows == 160u);
+  CHECK(cluster.resources(benchSpec(128, false), clusterN160)
+            .sharedMemoryBytes ==
+        persistent.resources(benchSpec(128, false), n160).sharedMemoryBytes);
+  llvm::Error causalCluster = cluster.checkConfig(
+      benchSpec(128, true), TileConfig{"wgmma_cluster", 128, 128, 2, 12});
+  REQUIRE(static_cast<bool>(causalCluster));
+  CHECK(errorOf(std::move(causalCluster)).find("use wgmma_persistent") !=
+        std::string::npos);
 }

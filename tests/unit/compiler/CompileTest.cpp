@@ -37,12 +37,14 @@ TEST_CASE("PTX for every head dim, dtype, causality and chip") {
           CHECK(kernel->info.threadsPerBlock ==
                 kernel->info.config.warps * 32);
           // Tensor cores: wgmma on sm_90a (every head dim here; the
-          // persistent grid when causal, and without a mask at head dim
-          // 128, where O is staged apart), mma.sync on sm_80 (head dims 64
-          // and 128).
+          // persistent grid when causal, clusters of two sharing K/V
+          // without a mask at head dim 128), mma.sync on sm_80 (head dims
+          // 64 and 128).
           if (std::string(chip) == "sm_90a")
             CHECK(kernel->info.config.family ==
-                  (spec.causal || d == 128 ? "wgmma_persistent" : "wgmma"));
+                  (spec.causal      ? "wgmma_persistent"
+                   : d == 128       ? "wgmma_cluster"
+                                    : "wgmma"));
           else if (d != 256)
             CHECK(kernel->info.config.family == "mma_sync");
         }

@@ -220,6 +220,15 @@ TEST_CASE("launch geometry: a block per tile, or a persistent grid") {
   CHECK(persistent.blockX == 384);
   CHECK(forwardGeometry(info, 8, 4096, 132).gridX == 132);
   CHECK(forwardGeometry(info, 1, 1, 132).gridX == 16); // one per head
+  // Clusters of two take two query blocks of one head at once: a whole
+  // number of clusters, no more than the tiles of two query blocks.
+  KernelInfo clustered = info;
+  clustered.config.family = "wgmma_cluster";
+  CHECK(forwardGeometry(clustered, 2, 300, 132).gridX == 128); // 2 x 16 x 2
+  CHECK(forwardGeometry(clustered, 8, 4096, 132).gridX == 132);
+  CHECK(forwardGeometry(clustered, 8, 4096, 131).gridX == 130);
+  CHECK(forwardGeometry(clustered, 1, 1, 132).gridX == 32); // one per head
+  CHECK(forwardGeometry(clustered, 1, 300, 132).gridY == 1);
 }
 
 TEST_CASE("the launch's parameter array: kernel parameters, then the maps") {

@@ -42,6 +42,7 @@ namespace flashjit {
   X(cuFuncGetAttribute)                                                        \
   X(cuLaunchKernel)                                                            \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor)                               \
+  X(cuOccupancyMaxActiveClusters)                                             \
   X(cuMemAlloc)                                                                \
   X(cuMemFree)                                                                 \
   X(cuMemcpyHtoD)                                                              \

@@ -60,6 +60,10 @@ public:
   /// Whether its kernels are persistent: launched with one block per SM,
   /// each looping over tiles (forwardGeometry in KernelABI.h).
   virtual bool persistent() const { return false; }
+  /// Blocks per cluster its kernels are built for (PTX .reqnctapercluster):
+  /// a persistent grid is then a whole number of clusters, as many as the
+  /// GPU holds at once (forwardGeometry).
+  virtual unsigned clusterSize() const { return 1; }
   /// Whether, for causal attention, its configs should have block_n divide
   /// block_m, so the diagonal crosses whole K/V tiles (the heuristic's
   /// DiagonalTiles rule). Measured for wgmma; other templates keep their
@@ -97,6 +101,9 @@ protected:
 const std::vector<const KernelTemplate *> &allTemplates();
 /// The template of a family, or an error listing the families.
 llvm::Expected<const KernelTemplate *> findTemplate(llvm::StringRef family);
+/// The cluster size of `config`'s family (KernelTemplate::clusterSize); 1
+/// for a family no template has.
+unsigned clusterSizeOf(const TileConfig &config);
 
 } // namespace flashjit
 

@@ -8,10 +8,14 @@
 // from the producer to the consumers, and O stored through shared memory
 // with TMA.
 //
-// Two families share the kernel: "wgmma", one block per tile of block_m
-// query rows, and "wgmma_persistent", one block per SM taking tiles from a
+// Three families share the kernel: "wgmma", one block per tile of block_m
+// query rows; "wgmma_persistent", one block per SM taking tiles from a
 // counter (longest causal tiles first), so a block's epilogue overlaps its
-// next tile's loads. Where shared memory has room, the persistent kernel
+// next tile's loads; and "wgmma_cluster", persistent in clusters of two
+// blocks that take adjacent query blocks of one head and load each K/V
+// tile once for both (TMA multicast), which halves the K/V bytes L2 sends
+// to the SMs (without a mask only: both blocks need the same K/V tiles).
+// Where shared memory has room, the persistent kernel
 // stages O in a buffer of its own, so the next tile's Q loads under this
 // tile's last products and epilogue. It offers candidates for causal
 // attention, and without a mask from head dim 128 with O staged apart.
@@ -19,7 +23,9 @@
 // the per-tile kernel): causal head dim 128 1.03-1.08x at seqlen 2k, head
 // dim 64 1.03x; head dim 128 without a mask (m128 n160 against n176) 1.02-
 // 1.07x at 2k, 1.02x at 4k, 0.97-1.00x from 8k; head dim 64 without a mask
-// 0.99x, so not offered there.
+// 0.99x, so not offered there. Clusters against the persistent kernel
+// (m128 n160, the benchmark's 50 ms windows, 2 rounds): 1.00x at 512 and
+// 2k, 1.03-1.04x at 1k, 4k and 8k, 1.01x at 16k.
 #ifndef FLASHJIT_TEMPLATES_WGMMAFORWARD_H
 #define FLASHJIT_TEMPLATES_WGMMAFORWARD_H
 
@@ -29,7 +35,21 @@ namespace flashjit {
 
 class WgmmaForward final : public KernelTemplate {
 public:
-  explicit WgmmaForward(bool persistent = false) : Persistent(persistent) {}
+  /// How the kernel's blocks cover the tiles.
+  enum class Grid {
+    /// One block per tile.
+    PerTile,
+    /// One block per SM, taking tiles from the launch's counter.
+    Persistent,
+    /// Persistent, in clusters of kClusterSize blocks that share each K/V
+    /// tile (TMA multicast) and take adjacent query blocks in a fixed order.
+    Cluster,
+  };
+  explicit WgmmaForward(Grid grid = Grid::PerTile)
+      : Kind(grid), Persistent(grid != Grid::PerTile) {}
+
+  /// Blocks of one cluster of the Cluster grid.
+  static constexpr int64_t kClusterSize = 2;
 
   /// Query rows of one consumer warpgroup (the M of wgmma m64nNk16).
   static constexpr int64_t kRowsPerWarpgroup = 64;
@@ -67,11 +87,22 @@ public:
                                 const TileConfig &config, bool persistent);
 
   llvm::StringRef family() const override {
-    return Persistent ? "wgmma_persistent" : "wgmma";
+    switch (Kind) {
+    case Grid::PerTile:
+      return "wgmma";
+    case Grid::Persistent:
+      return "wgmma_persistent";
+    case Grid::Cluster:
+      return "wgmma_cluster";
+    }
+    return "wgmma";
   }
   int minComputeCapability() const override { return 90; }
   bool needsArchSpecificTarget() const override { return true; }
   bool persistent() const override { return Persistent; }
+  unsigned clusterSize() const override {
+    return Kind == Grid::Cluster ? kClusterSize : 1;
+  }
   bool prefersAlignedCausalTiles() const override { return true; }
   std::vector<int64_t> headDims() const override { return {64, 128, 256}; }
   std::optional<TensorMapBoxes>
@@ -89,6 +120,7 @@ protected:
             llvm::StringRef name) const override;
 
 private:
+  Grid Kind;
   bool Persistent;
 };
 
