@@ -31,7 +31,8 @@
 // O and rounds P_j. Two consumers take turns issuing (named barriers,
 // ping-pong), so one warpgroup's softmax and epilogue also run under the
 // other's products. Three consumers (head dim 64) have 160 registers each
-// and run the plain loop per tile (S, softmax, P V).
+// and run the pipeline without a mask, causal the plain loop per tile (S,
+// softmax, P V).
 //
 // Epilogue (WgmmaEpilogue.cpp): each consumer writes O / l into its own
 // rows of the Q tile (its last product has read them) in the 128-byte
@@ -339,12 +340,15 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
   Value nextTurn = add(remU(add(consumer, c32(1)), consumers), c32(1));
   const int64_t turnThreads = 2 * kWarpgroupThreads;
   // One or two consumers run the software pipeline below, two of them
-  // taking turns; three (head dim 64, 160 registers each) the plain loop.
-  // Measured on an H100 (bf16, b4 h16 s4096, one run, TFLOP/s, plain /
-  // pipelined / pipelined with turns): head dim 128 m128 n128 559 / 637 /
-  // 633, head dim 256 m128 n64 632 / 681 / 680, head dim 64 m192 n128 474 /
-  // 475 / -, m128 n128 401 / - / 396.
-  const bool pipelined = consumers != 3;
+  // taking turns; three (head dim 64, 160 registers each) too without a
+  // mask, and the plain loop with one. Measured on an H100 (bf16, b4 h16
+  // s4096, one run, TFLOP/s, plain / pipelined / pipelined with turns):
+  // head dim 128 m128 n128 559 / 637 / 633, head dim 256 m128 n64 632 /
+  // 681 / 680, head dim 64 m192 n128 474 / 475 / -, m128 n128 401 / - /
+  // 396. At sustained clocks (power_profile.py, 3 s per kernel, two calls)
+  // three pipelined consumers gained 1.01x at 2k and 1.01-1.02x at 4k
+  // without a mask, and lost 0.98x causal (m192 n96 at 2k).
+  const bool pipelined = consumers != 3 || !spec.causal;
   const bool pingPong = consumers == 2;
   auto beginProducts = [&] {
     if (pingPong)
