@@ -297,7 +297,7 @@ def self_test(path=None, out=print):
     name, config = kernel.describe()
     check("compile names the kernel", name == f"flashjit_fwd_d{d}_bf16_causal_h{h}_kv{h}",
           name)
-    check("compile reports its tile config", config.split(":")[0] in ("wgmma_persistent", "wgmma", "mma_sync", "cuda_core"), config)
+    check("compile reports its tile config", config.split(":")[0] in ("wgmma_cluster", "wgmma_persistent", "wgmma", "mma_sync", "cuda_core"), config)
     _, family_config = ctx.compile(d, "bf16", causal=True, num_heads=h,
                                    config="cuda_core").describe()
     check("compile with a family builds that family", family_config.startswith("cuda_core:"),
