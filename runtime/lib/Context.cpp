@@ -56,9 +56,9 @@ const char *configSourceName(ConfigSource source) {
 }
 
 namespace {
-/// The tensor maps a kernel of `config` takes. Kernels come from their
-/// family's template, so the family is known; a Kernel made by hand with a
-/// family that is not registered launches without maps.
+/// The template of `config`'s family. Kernels come from their family's
+/// template, so the family is known; a Kernel made by hand with a family
+/// that is not registered has none, and launches without maps or counter.
 const KernelTemplate *templateOf(const TileConfig &config) {
   auto tmpl = findTemplate(config.family);
   if (!tmpl) {
@@ -66,15 +66,6 @@ const KernelTemplate *templateOf(const TileConfig &config) {
     return nullptr;
   }
   return *tmpl;
-}
-std::optional<TensorMapBoxes> tensorMapBoxesOf(const TileConfig &config) {
-  const KernelTemplate *tmpl = templateOf(config);
-  return tmpl ? tmpl->tensorMapBoxes(config) : std::nullopt;
-}
-/// Whether kernels of `config` take tiles from a launch counter.
-bool persistentOf(const TileConfig &config) {
-  const KernelTemplate *tmpl = templateOf(config);
-  return tmpl && tmpl->persistent();
 }
 
 /// The checks of forward(): the arguments against the spec and, for a
@@ -142,11 +133,17 @@ Kernel::Kernel(AttentionSpec spec, KernelInfo info, std::string ptx,
                std::unique_ptr<LoadedModule> module, std::string deviceError,
                ConfigOrigin origin)
     : Spec(spec), Info(std::move(info)), Ptx(std::move(ptx)),
-      Origin(std::move(origin)), MapBoxes(tensorMapBoxesOf(Info.config)),
-      Persistent(persistentOf(Info.config)), Module(std::move(module)),
+      Origin(std::move(origin)), Module(std::move(module)),
       DeviceError(std::move(deviceError)) {
-  // Only a persistent kernel takes tiles from a counter.
-  if (!Persistent)
+  // The tensor maps it takes, its grid, and whether it takes tiles from
+  // a counter.
+  bool takesTiles = false;
+  if (const KernelTemplate *tmpl = templateOf(Info.config)) {
+    MapBoxes = tmpl->tensorMapBoxes(Info.config);
+    Persistent = tmpl->persistent();
+    takesTiles = tmpl->takesTilesFromCounter();
+  }
+  if (!takesTiles)
     return;
   Counters = std::make_unique<TileCounters>();
   if (Module)
@@ -173,7 +170,8 @@ llvm::Error Kernel::prepareLaunch(const ForwardArgs &args,
                                       *layouts ? &**layouts : nullptr, params,
                                       Module->deviceOrdinal()))
     return withCode(ErrorCode::LaunchError, std::move(err));
-  if (Persistent) {
+  // A kernel that takes tiles from a counter gets this stream's.
+  if (Counters) {
     auto counter = Counters->forStream(args.stream);
     if (!counter)
       return withCode(ErrorCode::LaunchError, counter.takeError());

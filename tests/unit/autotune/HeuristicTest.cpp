@@ -454,6 +454,10 @@ TEST_CASE("wgmma: every candidate fits sm_90's shared memory; a larger "
   CHECK(cluster.clusterSize() == 2u);
   CHECK(persistent.clusterSize() == 1u);
   CHECK(wgmma.clusterSize() == 1u);
+  // Only the persistent kernel takes tiles from the launch's counter.
+  CHECK_FALSE(cluster.takesTilesFromCounter());
+  CHECK(persistent.takesTilesFromCounter());
+  CHECK_FALSE(wgmma.takesTilesFromCounter());
   CHECK(cluster.candidates(benchSpec(64, false)).empty());
   CHECK(cluster.candidates(benchSpec(128, true)).empty());
   CHECK(cluster.candidates(benchSpec(256, false)).empty());

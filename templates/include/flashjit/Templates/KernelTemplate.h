@@ -64,6 +64,10 @@ public:
   /// a persistent grid is then a whole number of clusters, as many as the
   /// GPU holds at once (forwardGeometry).
   virtual unsigned clusterSize() const { return 1; }
+  /// Whether its kernels take tiles from the launch's counter
+  /// (ForwardKernelArgs::tileCounter), which the runtime then keeps per
+  /// stream: persistent kernels do unless they take a fixed order.
+  virtual bool takesTilesFromCounter() const { return persistent(); }
   /// Whether, for causal attention, its configs should have block_n divide
   /// block_m, so the diagonal crosses whole K/V tiles (the heuristic's
   /// DiagonalTiles rule). Measured for wgmma; other templates keep their

@@ -103,6 +103,10 @@ public:
   unsigned clusterSize() const override {
     return Kind == Grid::Cluster ? kClusterSize : 1;
   }
+  /// Clusters take their tiles in a fixed order.
+  bool takesTilesFromCounter() const override {
+    return Kind == Grid::Persistent;
+  }
   bool prefersAlignedCausalTiles() const override { return true; }
   std::vector<int64_t> headDims() const override { return {64, 128, 256}; }
   std::optional<TensorMapBoxes>
