@@ -1,8 +1,9 @@
 //===- WgmmaBuilder.h - the wgmma template's IR builder ----------*- C++ -*-===//
 // Why: the builder of the wgmma kernel is one class; its Hopper instruction
 // helpers (mbarriers, TMA loads, shared-memory descriptors, wgmma) live in
-// WgmmaInstructions.cpp and the kernel's structure (producer, consumers,
-// the loop over K/V tiles) in WgmmaForward.cpp.
+// WgmmaInstructions.cpp, the producer in WgmmaProducer.cpp and the
+// kernel's structure (its entry, the consumers, the loop over K/V tiles)
+// in WgmmaForward.cpp.
 #ifndef FLASHJIT_TEMPLATES_WGMMABUILDER_H
 #define FLASHJIT_TEMPLATES_WGMMABUILDER_H
 
@@ -56,7 +57,7 @@ public:
   void build(StringRef name);
 
 private:
-  // ---- the two roles (WgmmaForward.cpp) ----------------------------------
+  // ---- the two roles (WgmmaProducer.cpp, WgmmaForward.cpp) --------------
   /// Warpgroup 0: one thread loads each consumer's Q rows and the K and V
   /// tiles into the ring, for one tile or (persistent) tile after tile.
   void emitProducer(const ForwardParams &p, Value tid);

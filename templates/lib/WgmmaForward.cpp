@@ -13,7 +13,8 @@
 // both blocks have released it (each warp arrives on the slot's barrier in
 // both blocks).
 //
-// Roles: warpgroup 0 is the producer. It gives registers back (setmaxnreg)
+// Roles: warpgroup 0 is the producer (WgmmaProducer.cpp). It gives
+// registers back (setmaxnreg)
 // and one of its threads issues every load. Per tile: the first K tile,
 // then each consumer's 64 rows of Q (persistent: once that consumer has
 // stored the last tile's O from them, with the tile's coordinates in a
@@ -188,129 +189,6 @@ void Builder::ifThen(Value condition, function_ref<void()> body) {
   auto op = scf::IfOp::create(b, loc, condition, /*withElse=*/false);
   b.setInsertionPoint(op.thenBlock()->getTerminator());
   body();
-}
-
-// ---- producer ---------------------------------------------------------------
-void Builder::emitProducer(const ForwardParams &p, Value tid) {
-  NVVM::SetMaxRegisterOp::create(
-      b, loc, WgmmaForward::producerRegisters(consumers, persistent,
-                                                spec.causal),
-      NVVM::SetMaxRegisterAction::decrease);
-  auto issuer = scf::IfOp::create(b, loc, cmp(Pred::eq, tid, c32(0)),
-                                  /*withElse=*/false);
-  b.setInsertionPoint(issuer.thenBlock()->getTerminator());
-  Value qMap = p.tensorMaps[0], kMap = p.tensorMaps[1],
-        vMap = p.tensorMaps[2];
-  // Each consumer's 64 rows of Q, one box per 64-column panel.
-  auto forEachQBox = [&](const BlockCoordinates &at, Value consumer,
-                         function_ref<void(Value dst, ValueRange coords)> f) {
-    Value row = add(mul(at.queryBlock, c64(cfg.blockM)),
-                    toI64(mul(consumer, c32(WgmmaForward::kRowsPerWarpgroup))));
-    for (int64_t panel = 0; panel < d / WgmmaForward::kPanelCols; ++panel)
-      f(sharedAddress(consumerRows(consumer, panel)),
-        {c32(panel * WgmmaForward::kPanelCols), toI32(row), toI32(at.head),
-         toI32(at.batch)});
-  };
-  const int64_t qRowBytes = qBytes / consumers;
-  // K/V tile j (i32) of the tile at `at`, ring position g (i32): each
-  // waits until the consumers have released its slot. The first round
-  // finds every slot free (the parity before a fresh barrier's phase 0
-  // returns at once).
-  auto loadKV = [&](const BlockCoordinates &at, Value j, Value g,
-                    bool isK) {
-    Value s = remU(g, stages);
-    Value freeParity = arith::XOrIOp::create(
-        b, loc, arith::AndIOp::create(b, loc, divU(g, stages), c32(1)),
-        c32(1));
-    Value full = isK ? kFull(s) : vFull(s);
-    barrierWait(isK ? kEmpty(s) : vEmpty(s), freeParity);
-    barrierExpect(full, kvTileBytes);
-    tmaLoadTile(isK ? kMap : vMap, isK ? layout.k : layout.v,
-                mul(s, c32(kvTileBytes)), full,
-                toI64(mul(j, c32(cfg.blockN))), at.kvHead, at.batch,
-                cfg.blockN);
-  };
-  // A persistent producer recomputes its shared addresses in each loop
-  // body: hoisted out of the loops, they would not fit its registers.
-  auto freshBase = [&](function_ref<void()> body) {
-    if (persistent)
-      withFreshBase(body);
-    else
-      body();
-  };
-  // One tile at `at`, ring position `iteration` (i32), after `done` tiles
-  // (i32; persistent only); returns its K/V tile count.
-  auto loadTile = [&](const BlockCoordinates &at, Value iteration,
-                      Value done) {
-    Value numTiles = kvTiles(p, mul(at.queryBlock, c64(cfg.blockM)));
-    // Q after the first K: K_0 fills a slot freed early in the last tile,
-    // Q waits until each consumer frees its rows (after its last S with O
-    // staged apart, else once its O, staged there, is stored).
-    Value zero = c32(0);
-    loadKV(at, zero, iteration, /*isK=*/true);
-    for (int64_t c = 0; c < consumers; ++c) {
-      if (persistent)
-        writeTileInfo(at, c32(c), done);
-      // The arrive releases the record above to the consumer.
-      barrierExpect(qFull(c32(c)), qRowBytes);
-      forEachQBox(at, c32(c), [&](Value dst, ValueRange coords) {
-        tmaLoad(qMap, dst, qFull(c32(c)), coords);
-      });
-    }
-    loadKV(at, zero, iteration, /*isK=*/false);
-    scf::ForOp::create(
-        b, loc, c32(1), toI32(numTiles), c32(1), ValueRange{},
-        [&](OpBuilder &, Location, Value j, ValueRange) {
-          Value g = add(iteration, j);
-          freshBase([&] {
-            // Persistent: j * block_n from an opaque j, so that LLVM keeps
-            // no second induction variable for it.
-            Value row = persistent ? opaque(j) : j;
-            loadKV(at, row, g, /*isK=*/true);
-            loadKV(at, row, g, /*isK=*/false);
-          });
-          scf::YieldOp::create(b, loc);
-        });
-    return toI32(numTiles);
-  };
-  if (!persistent) {
-    loadTile(blockCoordinates(), c32(0), Value());
-    return;
-  }
-  // The tile order's values are recomputed for each tile from opaque
-  // copies of the launch's parameters (which stay in the constant bank):
-  // kept through the loop, they would not fit the producer's registers.
-  // With multicast a tile is a cluster's: kClusterSize adjacent query
-  // blocks, one per block by its rank.
-  const int64_t tileRows =
-      multicast ? cfg.blockM * WgmmaForward::kClusterSize : cfg.blockM;
-  auto freshTiles = [&] {
-    ForwardParams fresh = p;
-    fresh.seqlenQ = opaque(p.seqlenQ);
-    fresh.seqlenK = opaque(p.seqlenK);
-    fresh.batch = opaque(p.batch);
-    return persistentTiles(fresh, tileRows);
-  };
-  auto blockTile = [&](Value tile) {
-    BlockCoordinates at = tileCoordinates(freshTiles(), tile);
-    if (multicast)
-      at.queryBlock =
-          add(mul(at.queryBlock, c64(WgmmaForward::kClusterSize)),
-              toI64(clusterRank()));
-    return at;
-  };
-  forEachTile(
-      [&] { return freshTiles().count; },
-      [&](Value done) { return multicast ? clusterTile(done) : takeTile(p); },
-      [&](Value tile, Value iteration, Value done) {
-        Value count;
-        freshBase(
-            [&] { count = loadTile(blockTile(tile), iteration, done); });
-        return count;
-      },
-      [&](Value, Value done) {
-        freshBase([&] { endTiles(p, done); });
-      });
 }
 
 // ---- consumers --------------------------------------------------------------
