@@ -125,7 +125,8 @@ llvm::Error LoadedModule::bindFunction() {
   const unsigned cluster = clusterSizeOf(info.config);
   if (cluster > 1) {
     CUlaunchConfig launch{};
-    launch.gridDimX = ResidentBlocks - ResidentBlocks % cluster;
+    launch.gridDimX =
+        std::max(cluster, ResidentBlocks - ResidentBlocks % cluster);
     launch.gridDimY = launch.gridDimZ = 1;
     launch.blockDimX = info.threadsPerBlock;
     launch.blockDimY = launch.blockDimZ = 1;

@@ -160,12 +160,11 @@ private:
   void barrierWait(Value bar, Value parity);
 
   /// TMA: one box of `tensorMap` at (col, row, head, batch) (i32) into the
-  /// shared bytes at 32-bit address `dst`, completing on `bar`.
-  void tmaLoad(Value tensorMap, Value dst, Value bar, ValueRange coords);
-  /// The same box into the same shared address of every block of the
-  /// cluster, completing on the barrier at the same address in each.
-  void tmaLoadMulticast(Value tensorMap, Value dst, Value bar,
-                        ValueRange coords);
+  /// shared bytes at 32-bit address `dst`, completing on `bar`; with
+  /// `toCluster`, into the same address of every block of the cluster,
+  /// completing on the barrier at the same address in each.
+  void tmaLoad(Value tensorMap, Value dst, Value bar, ValueRange coords,
+               bool toCluster = false);
   /// Loads rows [row0, row0 + rows) of a whole tile, one box per 64-column
   /// panel, panels `rows` * 128 bytes apart from `dstOffset`. With
   /// multicast, this block loads its share of the rows (rows / cluster

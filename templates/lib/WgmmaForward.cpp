@@ -14,13 +14,12 @@
 // both blocks).
 //
 // Roles: warpgroup 0 is the producer (WgmmaProducer.cpp). It gives
-// registers back (setmaxnreg)
-// and one of its threads issues every load. Per tile: the first K tile,
-// then each consumer's 64 rows of Q (persistent: once that consumer has
-// stored the last tile's O from them, with the tile's coordinates in a
-// small shared record), then the K and V tiles, each once the consumers
-// have released its slot of the ring, each completing on its own mbarrier.
-// Warpgroups 1..C are the consumers, 64 query rows each, with the registers
+// registers back (setmaxnreg) and one of its threads issues every load.
+// Per tile: the first K tile, then each consumer's 64 rows of Q
+// (persistent: once that consumer has stored the last tile's O from them,
+// with the tile's coordinates in a small shared record), then the K and V
+// tiles, each once the consumers have released its slot of the ring, each
+// completing on its own mbarrier. Warpgroups 1..C are the consumers, 64 query rows each, with the registers
 // the producer gave up; each warp's wgmma accumulators have mma.sync's
 // layout, so the mask and online softmax are FragmentSoftmax's. The ring
 // position runs on across a persistent block's tiles.

@@ -92,30 +92,25 @@ void Builder::barrierWait(Value bar, Value parity) {
 }
 
 void Builder::tmaLoad(Value tensorMap, Value dst, Value bar,
-                      ValueRange coords) {
-  // Without a cluster, this CTA's shared::cta address is its own
-  // shared::cluster address.
+                      ValueRange coords, bool toCluster) {
+  // dst and bar are this block's shared::cta addresses, which are its own
+  // shared::cluster addresses; multicast, each block of the mask receives
+  // the box at the same offsets of its own shared memory.
   SmallVector<Value> operands = {dst, tensorMap};
   operands.append(coords.begin(), coords.end());
   operands.push_back(bar);
-  asmVoid("cp.async.bulk.tensor.4d.shared::cluster.global.tile."
-          "mbarrier::complete_tx::bytes [$0], [$1, {$2, $3, $4, $5}], [$6];",
-          "r,l,r,r,r,r,r", operands);
-}
-
-void Builder::tmaLoadMulticast(Value tensorMap, Value dst, Value bar,
-                               ValueRange coords) {
-  // dst and bar are this block's shared::cta addresses; each block of the
-  // mask receives the box at the same offsets of its own shared memory.
-  SmallVector<Value> operands = {dst, tensorMap};
-  operands.append(coords.begin(), coords.end());
-  operands.push_back(bar);
+  const char *load = "cp.async.bulk.tensor.4d.shared::cluster.global.tile."
+                     "mbarrier::complete_tx::bytes";
+  if (!toCluster) {
+    asmVoid(std::string(load) + " [$0], [$1, {$2, $3, $4, $5}], [$6];",
+            "r,l,r,r,r,r,r", operands);
+    return;
+  }
   operands.push_back(LLVM::ConstantOp::create(
       b, loc, b.getI16Type(),
       b.getI16IntegerAttr((1 << WgmmaForward::kClusterSize) - 1)));
-  asmVoid("cp.async.bulk.tensor.4d.shared::cluster.global.tile."
-          "mbarrier::complete_tx::bytes.multicast::cluster [$0], [$1, {$2, "
-          "$3, $4, $5}], [$6], $7;",
+  asmVoid(std::string(load) +
+              ".multicast::cluster [$0], [$1, {$2, $3, $4, $5}], [$6], $7;",
           "r,l,r,r,r,r,r,h", operands);
 }
 
@@ -136,10 +131,7 @@ void Builder::tmaLoadTile(Value tensorMap, int64_t dstOffset,
         add(dynamicOffset, c32(dstOffset + panel * rows * kRowBytes)));
     SmallVector<Value> coords = {c32(panel * WgmmaForward::kPanelCols),
                                  toI32(row0), toI32(head), toI32(batch)};
-    if (multicast)
-      tmaLoadMulticast(tensorMap, dst, bar, coords);
-    else
-      tmaLoad(tensorMap, dst, bar, coords);
+    tmaLoad(tensorMap, dst, bar, coords, /*toCluster=*/multicast);
   }
 }
 
