@@ -56,18 +56,6 @@ const char *configSourceName(ConfigSource source) {
 }
 
 namespace {
-/// The template of `config`'s family. Kernels come from their family's
-/// template, so the family is known; a Kernel made by hand with a family
-/// that is not registered has none, and launches without maps or counter.
-const KernelTemplate *templateOf(const TileConfig &config) {
-  auto tmpl = findTemplate(config.family);
-  if (!tmpl) {
-    llvm::consumeError(tmpl.takeError());
-    return nullptr;
-  }
-  return *tmpl;
-}
-
 /// The checks of forward(): the arguments against the spec and, for a
 /// kernel that takes tensor maps, what the maps can describe. Returns the
 /// maps' layouts, which the launch encodes.
@@ -136,9 +124,10 @@ Kernel::Kernel(AttentionSpec spec, KernelInfo info, std::string ptx,
       Origin(std::move(origin)), Module(std::move(module)),
       DeviceError(std::move(deviceError)) {
   // The tensor maps it takes, its grid, and whether it takes tiles from
-  // a counter.
+  // a counter. Kernels come from their family's template; a Kernel made by
+  // hand with a family no template has launches without maps or counter.
   bool takesTiles = false;
-  if (const KernelTemplate *tmpl = templateOf(Info.config)) {
+  if (const KernelTemplate *tmpl = lookupTemplate(Info.config.family)) {
     MapBoxes = tmpl->tensorMapBoxes(Info.config);
     Persistent = tmpl->persistent();
     takesTiles = tmpl->takesTilesFromCounter();

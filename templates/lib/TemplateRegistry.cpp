@@ -73,13 +73,19 @@ llvm::Error KernelTemplate::build(mlir::OpBuilder &builder, mlir::Location loc,
   return llvm::Error::success();
 }
 
-llvm::Expected<const KernelTemplate *> findTemplate(llvm::StringRef family) {
-  std::vector<std::string> names;
-  for (const KernelTemplate *t : allTemplates()) {
+const KernelTemplate *lookupTemplate(llvm::StringRef family) {
+  for (const KernelTemplate *t : allTemplates())
     if (t->family() == family)
       return t;
+  return nullptr;
+}
+
+llvm::Expected<const KernelTemplate *> findTemplate(llvm::StringRef family) {
+  if (const KernelTemplate *t = lookupTemplate(family))
+    return t;
+  std::vector<std::string> names;
+  for (const KernelTemplate *t : allTemplates())
     names.push_back(t->family().str());
-  }
   return llvm::createStringError(
       llvm::formatv("unknown kernel family '{0}': expected one of {1}",
                     family, llvm::join(names, ", "))
@@ -87,10 +93,8 @@ llvm::Expected<const KernelTemplate *> findTemplate(llvm::StringRef family) {
 }
 
 unsigned clusterSizeOf(const TileConfig &config) {
-  for (const KernelTemplate *t : allTemplates())
-    if (t->family() == config.family)
-      return t->clusterSize();
-  return 1;
+  const KernelTemplate *t = lookupTemplate(config.family);
+  return t ? t->clusterSize() : 1;
 }
 
 } // namespace flashjit

@@ -480,7 +480,7 @@ namespace flashjit {
 void WgmmaForward::emit(OpBuilder &builder, Location loc,
                         const AttentionSpec &spec, const TileConfig &config,
                         StringRef name) const {
-  wgmma::Builder(builder, loc, spec, config, Persistent,
+  wgmma::Builder(builder, loc, spec, config, persistent(),
                  Kind == Grid::Cluster)
       .build(name);
 }

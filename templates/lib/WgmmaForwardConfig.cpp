@@ -169,7 +169,7 @@ llvm::Error WgmmaForward::checkConfig(const AttentionSpec &spec,
                       spec.headDim, shared, kMaxSharedBytes)
             .str());
   int64_t estimate = consumerEstimate(spec, config);
-  unsigned available = consumerRegisters(consumers, Persistent, spec.causal);
+  unsigned available = consumerRegisters(consumers, persistent(), spec.causal);
   if (estimate > available)
     return configError(
         llvm::formatv("block_n {0} with head dim {1} needs about {2} "
@@ -186,7 +186,7 @@ TemplateResources WgmmaForward::resources(const AttentionSpec &spec,
   TemplateResources r;
   r.threadsPerBlock = static_cast<unsigned>(config.warps * 32);
   r.sharedMemoryBytes =
-      static_cast<unsigned>(sharedLayout(spec, config, Persistent).bytes);
+      static_cast<unsigned>(sharedLayout(spec, config, persistent()).bytes);
   // At entry every thread has the block's share of the register file
   // (one block per SM); setmaxnreg then moves registers from the producer
   // to the consumers.
@@ -213,7 +213,7 @@ WgmmaForward::candidates(const AttentionSpec &spec) const {
   // and 16k and 1.02x at 2k against the persistent kernel at head dim 128,
   // 1.01x at head dim 64.
   std::vector<TileConfig> out;
-  if (Persistent && !spec.causal && spec.headDim < 128)
+  if (persistent() && !spec.causal && spec.headDim < 128)
     return out;
   if (Kind == Grid::Cluster && spec.causal)
     return out;
@@ -227,8 +227,8 @@ WgmmaForward::candidates(const AttentionSpec &spec) const {
         llvm::consumeError(std::move(err));
         continue;
       }
-      if (Persistent && !spec.causal &&
-          !stagesOutputApart(spec, config, Persistent))
+      if (persistent() && !spec.causal &&
+          !stagesOutputApart(spec, config, persistent()))
         continue;
       out.push_back(config);
     }

@@ -103,6 +103,8 @@ protected:
 
 /// All templates, most capable first.
 const std::vector<const KernelTemplate *> &allTemplates();
+/// The template of a family, or null when no template has it.
+const KernelTemplate *lookupTemplate(llvm::StringRef family);
 /// The template of a family, or an error listing the families.
 llvm::Expected<const KernelTemplate *> findTemplate(llvm::StringRef family);
 /// The cluster size of `config`'s family (KernelTemplate::clusterSize); 1

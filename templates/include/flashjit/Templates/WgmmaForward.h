@@ -45,8 +45,7 @@ public:
     /// tile (TMA multicast) and take adjacent query blocks in a fixed order.
     Cluster,
   };
-  explicit WgmmaForward(Grid grid = Grid::PerTile)
-      : Kind(grid), Persistent(grid != Grid::PerTile) {}
+  explicit WgmmaForward(Grid grid = Grid::PerTile) : Kind(grid) {}
 
   /// Blocks of one cluster of the Cluster grid.
   static constexpr int64_t kClusterSize = 2;
@@ -99,7 +98,7 @@ public:
   }
   int minComputeCapability() const override { return 90; }
   bool needsArchSpecificTarget() const override { return true; }
-  bool persistent() const override { return Persistent; }
+  bool persistent() const override { return Kind != Grid::PerTile; }
   unsigned clusterSize() const override {
     return Kind == Grid::Cluster ? kClusterSize : 1;
   }
@@ -125,7 +124,6 @@ protected:
 
 private:
   Grid Kind;
-  bool Persistent;
 };
 
 } // namespace flashjit
