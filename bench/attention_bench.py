@@ -117,9 +117,10 @@ def reason(exc):
     return f"{type(exc).__name__}: {line[:240]}"
 
 
-def time_cuda(torch, fn, warmup, repeats, target_ms):
-    """Median ms per call of back-to-back calls between CUDA events on the
-    current stream, over `repeats` repeats of about target_ms each."""
+def calls_per_window(torch, fn, warmup, window_ms, most=None):
+    """Calls fn `warmup` times, times one more call between CUDA events, and
+    returns how many back-to-back calls fill about window_ms (at least 1,
+    at most `most`)."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -128,7 +129,15 @@ def time_cuda(torch, fn, warmup, repeats, target_ms):
     fn()
     end.record()
     end.synchronize()
-    iters = max(1, min(1000, int(target_ms / max(start.elapsed_time(end), 1e-3))))
+    calls = max(1, int(window_ms / max(start.elapsed_time(end), 1e-3)))
+    return min(calls, most) if most else calls
+
+
+def time_cuda(torch, fn, warmup, repeats, target_ms):
+    """Median ms per call of back-to-back calls between CUDA events on the
+    current stream, over `repeats` repeats of about target_ms each."""
+    iters = calls_per_window(torch, fn, warmup, target_ms, most=1000)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     samples = []
     for _ in range(repeats):
         start.record()

@@ -117,15 +117,8 @@ class PowerLog:
 def sustained(torch, fn, seconds):
     """Calls fn back to back for about `seconds`; returns (ms per call, host
     start, host end) of the timed part, after a short warm-up."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
+    batch = attention_bench.calls_per_window(torch, fn, warmup=3, window_ms=20.0)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    end.synchronize()
-    batch = max(1, int(20.0 / max(start.elapsed_time(end), 1e-3)))  # ~20 ms per batch
     # One batch queued ahead of the one running: the host's clock then
     # follows the GPU's work, and the GPU never waits for the host.
     t0 = time.time()
