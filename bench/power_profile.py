@@ -12,8 +12,10 @@ hits all alike.
   python3 bench/power_profile.py --shapes 128:n:8192,64:c:2048 --seconds 3 \\
       --flashjit new=build/runtime/libflashjit.so --peers sdpa-cudnn --json out.json
 
-A shape is HEAD_DIM:{n,c}:SEQLEN (c: causal), at batch x seqlen = 16k tokens
-and hidden 2048 (the benchmark's convention). The libraries' libMLIR/libLLVM
+A shape is HEAD_DIM:{n,c}:SEQLEN[:HEADS] (c: causal), at batch x seqlen = 16k
+tokens and hidden 2048 (the benchmark's convention) unless HEADS is given:
+128:n:8k:33 runs 33 heads, which change how many rounds of tiles the grid
+takes. The libraries' libMLIR/libLLVM
 must be on LD_LIBRARY_PATH before Python starts.
 """
 
@@ -40,13 +42,17 @@ REASON_FIELDS = ("clocks_event_reasons.active", "clocks_throttle_reasons.active"
 
 def parse_shape(text):
     try:
-        d, mask, s = text.split(":")
-        if mask not in ("n", "c"):
+        d, mask, s, *heads = text.split(":")
+        if mask not in ("n", "c") or len(heads) > 1:
             raise ValueError
-        return int(d), mask == "c", attention_bench.int_list(s)[0]
+        d, s = int(d), attention_bench.int_list(s)[0]
+        h = int(heads[0]) if heads else 2048 // d
+        if h < 1:
+            raise ValueError
+        return d, mask == "c", s, h
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"a shape is HEAD_DIM:n|c:SEQLEN such as 128:n:8k, got '{text}'")
+            f"a shape is HEAD_DIM:n|c:SEQLEN[:HEADS] such as 128:n:8k, got '{text}'")
 
 
 def parse_args(argv):
@@ -143,7 +149,7 @@ def kernels_for(torch, args, shape, fjs, q, k, v, o, lse):
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    d, causal, s = shape
+    d, causal, s, _ = shape
     out = []
     for label, fj in fjs:
         meta = {"flashjit_kernels": {}}
@@ -182,8 +188,8 @@ def main(argv=None):
     phases = []
     try:
         for shape in args.shapes:
-            d, causal, s = shape
-            b, h = 16384 // s, 2048 // d
+            d, causal, s, h = shape
+            b = max(1, 16384 // s)
             flops = bench_report.forward_flops(b, h, s, d, causal)
             q, k, v, o = attention_bench.make_inputs(torch, b, h, s, d, "bhsd")
             lse = torch.empty(b, h, s, dtype=torch.float32, device="cuda")
@@ -194,14 +200,14 @@ def main(argv=None):
                     # The first half second settles the clock; the rest counts.
                     rows = log.samples(t0 + 0.5, t1)
                     phase = {"kernel": label, "head_dim": d, "causal": causal, "seqlen": s,
-                             "round": r, "ms": ms, "tflops": bench_report.tflops(flops, ms),
+                             "heads": h, "batch": b, "round": r, "ms": ms, "tflops": bench_report.tflops(flops, ms),
                              "samples": rows}
                     if rows:
                         phase["watts"] = statistics.mean(x["watts"] for x in rows)
                         phase["mhz"] = statistics.mean(x["mhz"] for x in rows)
                         phase["reasons"] = statistics.mode(x["reasons"] for x in rows)
                     phases.append(phase)
-                    print(f"{label:>12} d{d} {'causal' if causal else 'non-causal'} s{s} "
+                    print(f"{label:>12} d{d} {'causal' if causal else 'non-causal'} s{s} h{h} "
                           f"round {r}: {phase['tflops']:.1f} TFLOP/s, "
                           f"{phase.get('watts', float('nan')):.0f} W, "
                           f"{phase.get('mhz', float('nan')):.0f} MHz, {len(rows)} samples",
@@ -214,19 +220,20 @@ def main(argv=None):
     print("\nkernel | shape | TFLOP/s | W | MHz | TFLOP/J | TFLOP/s per GHz | event reasons")
     keys = []
     for ph in phases:
-        key = (ph["kernel"], ph["head_dim"], ph["causal"], ph["seqlen"])
+        key = (ph["kernel"], ph["head_dim"], ph["causal"], ph["seqlen"], ph["heads"])
         if key not in keys:
             keys.append(key)
     for key in keys:
         mine = [ph for ph in phases
-                if (ph["kernel"], ph["head_dim"], ph["causal"], ph["seqlen"]) == key and "watts" in ph]
+                if (ph["kernel"], ph["head_dim"], ph["causal"], ph["seqlen"], ph["heads"]) == key
+                and "watts" in ph]
         if not mine:
-            print(f"{key[0]} | d{key[1]} s{key[3]} | no power samples")
+            print(f"{key[0]} | d{key[1]} s{key[3]} h{key[4]} | no power samples")
             continue
         tf = statistics.median(ph["tflops"] for ph in mine)
         w = statistics.median(ph["watts"] for ph in mine)
         mhz = statistics.median(ph["mhz"] for ph in mine)
-        print(f"{key[0]} | d{key[1]} {'causal' if key[2] else 'non-causal'} s{key[3]} | "
+        print(f"{key[0]} | d{key[1]} {'causal' if key[2] else 'non-causal'} s{key[3]} h{key[4]} | "
               f"{tf:.1f} | {w:.0f} | {mhz:.0f} | {tf / w:.3f} | {tf / (mhz / 1000):.1f} | "
               f"{mine[-1]['reasons']}")
 
