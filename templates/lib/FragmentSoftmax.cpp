@@ -150,12 +150,18 @@ FragmentSoftmax::Update FragmentSoftmax::update(ValueRange s, ValueRange max,
           int64_t i = scoreAt(mt, nt) + 2 * h + e;
           u.probs[i] =
               ir.exp2(LLVM::FMAOp::create(b, loc, s[i], scaleLog2, negShift));
+          if (sumsByProduct)
+            continue;
           if (k < kPartialSums)
             partial.push_back(u.probs[i]);
           else
             partial[k % kPartialSums] =
                 add(partial[k % kPartialSums], u.probs[i]);
         }
+      if (sumsByProduct) {
+        u.sum[row] = sum[row];
+        continue;
+      }
       partial.push_back(
           arith::MulFOp::create(b, loc, sum[row], u.alpha[row]));
       u.sum[row] = treeReduce(partial, add);
@@ -218,7 +224,9 @@ FragmentSoftmax::finish(const ForwardParams &p, const BlockCoordinates &at,
     for (int64_t h = 0; h < 2; ++h) {
       int64_t rowState = mt * 2 + h;
       Value rowMax = arith::MulFOp::create(b, loc, max[rowState], p.scaleLog2);
-      Value rowSum = ir.shuffleXorReduce(sum[rowState], 4, /*isMax=*/false);
+      Value rowSum = sumsByProduct ? sum[rowState]
+                                   : ir.shuffleXorReduce(sum[rowState], 4,
+                                                         /*isMax=*/false);
       Value inverse = arith::DivFOp::create(b, loc, ir.cF32(1.0f), rowSum);
       for (int64_t dt = 0; dt < dTiles; ++dt) {
         int64_t i = (mt * dTiles + dt) * kAccPerTile + 2 * h;

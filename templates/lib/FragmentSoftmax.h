@@ -24,9 +24,13 @@ class FragmentSoftmax {
 public:
   static constexpr int64_t kAccPerTile = 4;
 
+  /// With `sumsByProduct` the caller computes the row sums (wgmma's l +=
+  /// P 1, rescaled with O): update() leaves the sums as given and finish()
+  /// takes each as the whole row's.
   FragmentSoftmax(KernelIR &ir, int64_t mTiles, int64_t nTiles,
-                  bool lazyRescale = false)
-      : ir(ir), mTiles(mTiles), nTiles(nTiles), lazyRescale(lazyRescale) {}
+                  bool lazyRescale = false, bool sumsByProduct = false)
+      : ir(ir), mTiles(mTiles), nTiles(nTiles), lazyRescale(lazyRescale),
+        sumsByProduct(sumsByProduct) {}
 
   int64_t rowStates() const { return mTiles * 2; }
   int64_t scoreAt(int64_t mt, int64_t nt) const {
@@ -87,7 +91,7 @@ public:
 private:
   KernelIR &ir;
   const int64_t mTiles, nTiles;
-  const bool lazyRescale;
+  const bool lazyRescale, sumsByProduct;
 };
 
 } // namespace flashjit

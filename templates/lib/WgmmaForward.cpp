@@ -32,7 +32,9 @@
 // ping-pong), so one warpgroup's softmax and epilogue also run under the
 // other's products. Three consumers (head dim 64) have 160 registers each
 // and run the pipeline without a mask, causal the plain loop per tile (S,
-// softmax, P V).
+// softmax, P V). Without a mask they also sum P's rows on the tensor cores
+// (l += P 1 with each P V, WgmmaForward::sumsRowsByProduct) instead of one
+// add per score.
 //
 // Epilogue (WgmmaEpilogue.cpp): each consumer writes O / l into its own
 // rows of the Q tile (its last product has read them) in the 128-byte
@@ -75,7 +77,9 @@ Builder::Builder(OpBuilder &b, Location loc, const AttentionSpec &spec,
     : KernelIR(b, loc, spec), cfg(config), persistent(persistent),
       multicast(multicast),
       layout(WgmmaForward::sharedLayout(spec, config, persistent)),
-      outputApart(layout.outputApart), d(spec.headDim),
+      outputApart(layout.outputApart),
+      sumsByProduct(WgmmaForward::sumsRowsByProduct(spec, config)),
+      d(spec.headDim),
       consumers(config.blockM / WgmmaForward::kRowsPerWarpgroup),
       threads(config.warps * 32), stages(config.stages),
       qBytes(config.blockM * spec.headDim * dtypeBytes(spec.dtype)),
@@ -118,6 +122,8 @@ void Builder::build(StringRef name) {
   // thread (with multicast: of the cluster) before any use. A K/V slot is
   // free once the consumers of every block that receives it released it.
   const int64_t blocksSharingKV = multicast ? WgmmaForward::kClusterSize : 1;
+  if (sumsByProduct)
+    writeOnes(tid);
   {
     OpBuilder::InsertionGuard g(b);
     auto first = scf::IfOp::create(b, loc, cmp(Pred::eq, tid, c32(0)),
@@ -240,14 +246,18 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
            [&] { namedBarrierArrive(c32(1), turnThreads); });
 
   const int64_t nTiles = cfg.blockN / 8;
-  const int64_t outs = d / 2;
+  // O's accumulators, then l's (issueAccumulate).
+  const int64_t outs = d / 2 + (sumsByProduct ? kSumAccumulators : 0);
   // A lazy rescale (FragmentSoftmax.h) skips most of O's 64+ multiplies
   // per tile from head dim 128 on; at head dim 64 its extra compare and
   // selects on the softmax's path cost more than the 32 multiplies it
   // saves. H100, bf16, seqlen 2k-8k, against the running max: head dim
   // 128 0.99-1.03x, head dim 64 0.96-0.99x.
+  // With sumsByProduct the row sums come from the tensor cores
+  // (issueAccumulate's l += P 1, with P as rounded for P V): one FADD per
+  // score less on the consumers' path.
   FragmentSoftmax softmax(*this, /*mTiles=*/1, nTiles,
-                          /*lazyRescale=*/d >= 128);
+                          /*lazyRescale=*/d >= 128, sumsByProduct);
   Value qDesc =
       descriptor(add(alignedAddress, consumerRows(consumer, 0)), Major::K, 0);
   auto kDesc = [&](Value s) {
@@ -326,12 +336,18 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
     barrierArrive(qEmpty(consumer));
     return t;
   };
+  // `acc` is O, then with sumsByProduct l: each thread's l[0] and l[2]
+  // are its rows' sums.
   auto epilogue = [&](const BlockCoordinates &at,
                       const std::optional<Target> &early, ValueRange max,
-                      ValueRange sum, ValueRange o) {
+                      ValueRange sum, ValueRange acc) {
     Target t = early ? *early : target(at);
+    const int64_t oCount = d / 2;
+    SmallVector<Value> sums(sum.begin(), sum.end());
+    if (sumsByProduct)
+      sums = {acc[oCount], acc[oCount + 2]};
     storeOutput(p, softmax, consumer, quadRow, quadCol, warpInGroup, tid,
-                t.at, t.rows, max, sum, o);
+                t.at, t.rows, max, sums, acc.take_front(oCount));
   };
   // One tile at `at`, ring position `iteration` (i32); returns its K/V
   // tile count.

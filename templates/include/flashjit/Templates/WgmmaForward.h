@@ -53,6 +53,15 @@ public:
   /// Query rows of one consumer warpgroup (the M of wgmma m64nNk16).
   static constexpr int64_t kRowsPerWarpgroup = 64;
   static constexpr int64_t kWarpsPerWarpgroup = 4;
+  /// Bytes of ones in shared memory: the 16 x 8 B operand of wgmma
+  /// m64n8k16 that sums each row of P on the tensor cores.
+  static constexpr int64_t kOnesBytes = 256;
+  /// Whether the consumers sum P's rows on the tensor cores (l += P 1
+  /// beside O += P V) rather than with one FADD per score: three pipelined
+  /// consumers (head dim 64 without a mask), where the adds weigh most
+  /// against the products.
+  static bool sumsRowsByProduct(const AttentionSpec &spec,
+                                const TileConfig &config);
   /// Elements of one 128-byte swizzled shared row: tiles are stored as
   /// panels of this many columns.
   static constexpr int64_t kPanelCols = 64;
@@ -65,11 +74,14 @@ public:
                                     bool causal);
   /// Where the kernel's shared memory goes, in bytes from its 1024-aligned
   /// base: the Q tile, `stages` K tiles, `stages` V tiles, the O buffer
-  /// when O is staged apart, the mbarriers, then each consumer's tile
-  /// record (16 bytes). The IR builder lays it out so and resources()
+  /// when O is staged apart, the mbarriers, each consumer's tile record
+  /// (16 bytes), then (sumsRowsByProduct) the ones of the row sums. The IR builder lays it out so and resources()
   /// reports `bytes`.
   struct SharedLayout {
     int64_t k = 0, v = 0, o = 0, barriers = 0, records = 0;
+    /// kOnesBytes of ones (the B operand of the row sums), 128-aligned,
+    /// when sumsRowsByProduct.
+    int64_t ones = 0;
     /// The whole block's bytes, the alignment slack included.
     int64_t bytes = 0;
     /// See stagesOutputApart.
