@@ -198,6 +198,9 @@ private:
   /// 8-row groups are 1024 bytes apart; for MN-major also, and the 64-wide
   /// panels `panelBytes` apart.
   Value descriptor(Value address, Major major, int64_t panelBytes);
+  /// A descriptor of the operand at byte address `address` (i32): its start
+  /// address (bits 0-13) or'ed with `fields` (offsets, swizzle mode).
+  Value descriptorAt(Value address, uint64_t fields);
   /// Issues S = Q K^T for one warpgroup: fence, head_dim / 16 wgmma
   /// m64nNk16 with both operands in shared memory, commit (one group). The
   /// block_n / 2 f32 per thread (FragmentSoftmax's layout) are valid only

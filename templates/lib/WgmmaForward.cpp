@@ -31,10 +31,8 @@
 // O and rounds P_j. Two consumers take turns issuing (named barriers,
 // ping-pong), so one warpgroup's softmax and epilogue also run under the
 // other's products. Three consumers (head dim 64) have 160 registers each
-// and run the pipeline without a mask, causal the plain loop per tile (S,
-// softmax, P V). Without a mask they also sum P's rows on the tensor cores
-// (l += P 1 with each P V, WgmmaForward::sumsRowsByProduct) instead of one
-// add per score.
+// and sum P's rows on the tensor cores (l += P 1 with each P V,
+// WgmmaForward::sumsRowsByProduct) instead of one add per score.
 //
 // Epilogue (WgmmaEpilogue.cpp): each consumer writes O / l into its own
 // rows of the Q tile (its last product has read them) in the 128-byte
@@ -78,7 +76,7 @@ Builder::Builder(OpBuilder &b, Location loc, const AttentionSpec &spec,
       multicast(multicast),
       layout(WgmmaForward::sharedLayout(spec, config, persistent)),
       outputApart(layout.outputApart),
-      sumsByProduct(WgmmaForward::sumsRowsByProduct(spec, config)),
+      sumsByProduct(WgmmaForward::sumsRowsByProduct(config)),
       d(spec.headDim),
       consumers(config.blockM / WgmmaForward::kRowsPerWarpgroup),
       threads(config.warps * 32), stages(config.stages),
@@ -222,16 +220,16 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
   Value myTurn = add(consumer, c32(1));
   Value nextTurn = add(remU(add(consumer, c32(1)), consumers), c32(1));
   const int64_t turnThreads = 2 * kWarpgroupThreads;
-  // One or two consumers run the software pipeline below, two of them
-  // taking turns; three (head dim 64, 160 registers each) too without a
-  // mask, and the plain loop with one. Measured on an H100 (bf16, b4 h16
-  // s4096, one run, TFLOP/s, plain / pipelined / pipelined with turns):
-  // head dim 128 m128 n128 559 / 637 / 633, head dim 256 m128 n64 632 /
-  // 681 / 680, head dim 64 m192 n128 474 / 475 / -, m128 n128 401 / - /
-  // 396. At sustained clocks (power_profile.py, 3 s per kernel, two calls)
-  // three pipelined consumers gained 1.01x at 2k and 1.01-1.02x at 4k
-  // without a mask, and lost 0.98x causal (m192 n96 at 2k).
-  const bool pipelined = consumers != 3 || !spec.causal;
+  // Every consumer runs the software pipeline below (two of them taking
+  // turns) rather than a plain loop per tile (S, softmax, P V). Measured on
+  // an H100 (bf16, b4 h16 s4096, one run, TFLOP/s, plain / pipelined /
+  // pipelined with turns): head dim 128 m128 n128 559 / 637 / 633, head
+  // dim 256 m128 n64 632 / 681 / 680, head dim 64 m192 n128 474 / 475 / -,
+  // m128 n128 401 / - / 396. At sustained clocks (power_profile.py, 3 s per
+  // kernel, two rounds) three pipelined consumers gained 1.01-1.02x at 2k
+  // and 4k without a mask; causal (m192 n96) they lost 0.98x until they
+  // summed P's rows on the tensor cores (sumsByProduct), then gained
+  // 1.01x at 2k-8k.
   const bool pingPong = consumers == 2;
   auto beginProducts = [&] {
     if (pingPong)
@@ -369,40 +367,6 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
       return softmax.update(s, max, sum, p.scaleLog2);
     };
     auto at_ = [&](Value j) { return add(iteration, j); };
-
-    if (!pipelined) {
-      // The plain loop: per tile, S = Q K^T, the softmax and rescale, then
-      // O += P V; the other consumers' products fill the tensor cores
-      // while this one runs its softmax.
-      SmallVector<Value> init = {negInfV, negInfV, zeroF, zeroF};
-      init.append(outs, zeroF);
-      auto loop = scf::ForOp::create(
-          b, loc, c32(0), numTiles, c32(1), init,
-          [&](OpBuilder &, Location, Value j, ValueRange state) {
-            Value slot = slotOf(at_(j)), parity = parityOf(at_(j));
-            barrierWait(kFull(slot), parity);
-            SmallVector<Value> scores =
-                waitGroups(0, issueScores(qDesc, kDesc(slot)));
-            release(kEmpty(slot));
-            FragmentSoftmax::Update u =
-                softmaxStep(scores, j, state.slice(0, 2), state.slice(2, 2));
-            SmallVector<Value> packed = softmax.pack(u.probs);
-            SmallVector<Value> o =
-                softmax.rescale(state.drop_front(4), u.alpha);
-            barrierWait(vFull(slot), parity);
-            o = waitGroups(0, issueAccumulate(o, packed, vDesc(slot)));
-            release(vEmpty(slot));
-            SmallVector<Value> next = {u.max[0], u.max[1], u.sum[0],
-                                       u.sum[1]};
-            next.append(o.begin(), o.end());
-            scf::YieldOp::create(b, loc, next);
-          });
-      ValueRange results = loop.getResults();
-      std::optional<Target> early = releaseEarly(at);
-      epilogue(at, early, results.slice(0, 2), results.slice(2, 2),
-               results.drop_front(4));
-      return numTiles;
-    }
 
     // Software pipeline, one K/V tile apart: iteration j issues S_j = Q
     // K_j^T and O += P_{j-1} V_{j-1} together, then runs the softmax of

@@ -87,7 +87,7 @@ WgmmaForward::sharedLayout(const AttentionSpec &spec, const TileConfig &config,
   const int64_t recordBytes = consumers * kRecordBytes;
   // The ones block after the records, 128-aligned: at most 120 bytes of
   // padding.
-  const bool ones = sumsRowsByProduct(spec, config);
+  const bool ones = sumsRowsByProduct(config);
   const int64_t onesBytes = ones ? 120 + kOnesBytes : 0;
   SharedLayout l;
   l.k = qBytes;
@@ -105,12 +105,12 @@ WgmmaForward::sharedLayout(const AttentionSpec &spec, const TileConfig &config,
 }
 
 // Measured on an H100 (power_profile.py, bf16, 3 s per kernel, two
-// rounds): head dim 64 without a mask at 4k 1.04x; head dim 128 0.98x at
-// 2k-16k (its pipeline waits on the extra products), head dim 64 causal
-// (three consumers, the plain loop) 0.99x.
-bool WgmmaForward::sumsRowsByProduct(const AttentionSpec &spec,
-                                     const TileConfig &config) {
-  return consumersOf(config) == 3 && !spec.causal;
+// rounds, against the adds): head dim 64 without a mask 1.02x at 1k,
+// 1.04x at 2k and 4k, 1.06x at 8k and 16k; causal 1.01x at 2k-8k (and the
+// pipeline instead of a plain loop per tile); head dim 128 (two
+// consumers) 0.98x at 2k-16k.
+bool WgmmaForward::sumsRowsByProduct(const TileConfig &config) {
+  return consumersOf(config) == 3;
 }
 
 bool WgmmaForward::stagesOutputApart(const AttentionSpec &spec,

@@ -167,14 +167,19 @@ Value Builder::descriptor(Value address, Major major, int64_t panelBytes) {
   // swizzled operands ignore the leading offset (1 by convention); MN-major
   // ones step by it from one 64-wide panel to the next.
   uint64_t leading = major == Major::K ? 1 : uint64_t(panelBytes) >> 4;
-  uint64_t fixed = (leading << 16) | (uint64_t(kRowGroupBytes >> 4) << 32) |
-                   kSwizzle128;
+  return descriptorAt(address, (leading << 16) |
+                                   (uint64_t(kRowGroupBytes >> 4) << 32) |
+                                   kSwizzle128);
+}
+
+Value Builder::descriptorAt(Value address, uint64_t fields) {
   Value start = arith::ExtUIOp::create(
       b, loc, i64,
       arith::AndIOp::create(b, loc, arith::ShRUIOp::create(b, loc, address,
                                                            c32(4)),
                             c32(0x3FFF)));
-  return arith::OrIOp::create(b, loc, start, c64(static_cast<int64_t>(fixed)));
+  return arith::OrIOp::create(b, loc, start,
+                              c64(static_cast<int64_t>(fields)));
 }
 
 SmallVector<Value> Builder::asmFloats(StringRef text, StringRef inputs,
@@ -294,14 +299,9 @@ Value Builder::onesDescriptor() {
   // No swizzle: 8 x 16-byte core matrices, the second k half 128 bytes
   // on (leading offset), the next 8 columns 256 (stride offset; m64n8 has
   // none). Every byte it reaches is a one.
-  uint64_t fixed = (uint64_t(128 >> 4) << 16) | (uint64_t(256 >> 4) << 32);
-  Value address = add(alignedAddress, c32(layout.ones));
-  Value start = arith::ExtUIOp::create(
-      b, loc, i64,
-      arith::AndIOp::create(b, loc, arith::ShRUIOp::create(b, loc, address,
-                                                           c32(4)),
-                            c32(0x3FFF)));
-  return arith::OrIOp::create(b, loc, start, c64(static_cast<int64_t>(fixed)));
+  return descriptorAt(add(alignedAddress, c32(layout.ones)),
+                      (uint64_t(128 >> 4) << 16) |
+                          (uint64_t(256 >> 4) << 32));
 }
 
 void Builder::writeOnes(Value tid) {

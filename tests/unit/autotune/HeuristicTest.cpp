@@ -445,23 +445,24 @@ TEST_CASE("wgmma: every candidate fits sm_90's shared memory; a larger "
   CHECK(static_cast<bool>(llvm::errorToBool(wgmma.checkConfig(
       benchSpec(128, false), TileConfig{"wgmma", 128, 208, 2, 12}))));
 
-  // Three pipelined consumers (head dim 64 without a mask) sum P's rows on
-  // the tensor cores: their shared memory ends in a 128-aligned block of
-  // ones, the B operand of l += P 1. No other kernel has it.
+  // Three consumers (head dim 64) sum P's rows on the tensor cores: their
+  // shared memory ends in a 128-aligned block of ones, the B operand of l
+  // += P 1. No other kernel has it.
   const TileConfig m192{"wgmma", 192, 128, 2, 16};
-  CHECK(WgmmaForward::sumsRowsByProduct(benchSpec(64, false), m192));
-  CHECK_FALSE(WgmmaForward::sumsRowsByProduct(benchSpec(64, true), m192));
-  CHECK_FALSE(WgmmaForward::sumsRowsByProduct(benchSpec(128, false), n160));
-  WgmmaForward::SharedLayout ones =
-      WgmmaForward::sharedLayout(benchSpec(64, false), m192, false);
-  CHECK(ones.ones % 128 == 0);
-  CHECK(ones.ones >= ones.records + 3 * 16);
-  CHECK(ones.bytes == 1024 + ones.ones + WgmmaForward::kOnesBytes);
-  CHECK(wgmma.resources(benchSpec(64, false), m192).sharedMemoryBytes ==
-        ones.bytes);
+  CHECK(WgmmaForward::sumsRowsByProduct(m192));
+  CHECK_FALSE(WgmmaForward::sumsRowsByProduct(n160));
+  for (bool causal : {false, true}) {
+    WgmmaForward::SharedLayout ones =
+        WgmmaForward::sharedLayout(benchSpec(64, causal), m192, false);
+    CHECK(ones.ones % 128 == 0);
+    CHECK(ones.ones >= ones.records + 3 * 16);
+    CHECK(ones.bytes == 1024 + ones.ones + WgmmaForward::kOnesBytes);
+    CHECK(wgmma.resources(benchSpec(64, causal), m192).sharedMemoryBytes ==
+          ones.bytes);
+  }
   WgmmaForward::SharedLayout noOnes =
-      WgmmaForward::sharedLayout(benchSpec(64, true), m192, false);
-  CHECK(noOnes.bytes == 1024 + noOnes.records + 3 * 16);
+      WgmmaForward::sharedLayout(benchSpec(128, false), n160, true);
+  CHECK(noOnes.bytes == 1024 + noOnes.records + 2 * 16);
 
   // Clusters of two share K/V tiles: without a mask only (both blocks need
   // the same tiles), from head dim 128, with O staged apart as the

@@ -57,11 +57,9 @@ public:
   /// m64n8k16 that sums each row of P on the tensor cores.
   static constexpr int64_t kOnesBytes = 256;
   /// Whether the consumers sum P's rows on the tensor cores (l += P 1
-  /// beside O += P V) rather than with one FADD per score: three pipelined
-  /// consumers (head dim 64 without a mask), where the adds weigh most
-  /// against the products.
-  static bool sumsRowsByProduct(const AttentionSpec &spec,
-                                const TileConfig &config);
+  /// beside O += P V) rather than with one FADD per score: three consumers
+  /// (head dim 64), where the adds weigh most against the products.
+  static bool sumsRowsByProduct(const TileConfig &config);
   /// Elements of one 128-byte swizzled shared row: tiles are stored as
   /// panels of this many columns.
   static constexpr int64_t kPanelCols = 64;
