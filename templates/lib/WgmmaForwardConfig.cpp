@@ -37,9 +37,6 @@ int64_t entryRegisters(int64_t threads) {
   return std::min<int64_t>(255, (65536 / threads) & ~int64_t(7));
 }
 
-/// Bytes of one consumer's tile record (four i32).
-constexpr int64_t kRecordBytes = 16;
-
 /// Per consumer thread: S (block_n/2 f32), O (D/2 f32) and the previous
 /// tile's P, packed (block_n/4), are live together in the pipeline.
 int64_t consumerEstimate(const AttentionSpec &spec, const TileConfig &config) {
@@ -84,7 +81,7 @@ WgmmaForward::sharedLayout(const AttentionSpec &spec, const TileConfig &config,
   // empty per K/V slot.
   const int64_t barrierBytes =
       (2 * consumers + 4 * config.stages) * kBarrierBytes;
-  const int64_t recordBytes = consumers * kRecordBytes;
+  const int64_t recordBytes = consumers * WgmmaForward::kRecordBytes;
   // The ones block after the records, 128-aligned: at most 120 bytes of
   // padding.
   const bool ones = sumsRowsByProduct(config);

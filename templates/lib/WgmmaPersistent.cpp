@@ -96,7 +96,8 @@ void Builder::endTiles(const ForwardParams &p, Value done) {
 }
 
 Value Builder::tileInfo(Value consumer) {
-  return shared(add(c32(layout.records), mul(consumer, c32(16))));
+  return shared(add(c32(layout.records),
+                    mul(consumer, c32(WgmmaForward::kRecordBytes))));
 }
 
 Value Builder::readTileInfoField(Value consumer, int64_t field) {

@@ -53,6 +53,9 @@ public:
   /// Query rows of one consumer warpgroup (the M of wgmma m64nNk16).
   static constexpr int64_t kRowsPerWarpgroup = 64;
   static constexpr int64_t kWarpsPerWarpgroup = 4;
+  /// Bytes of one consumer's tile record in shared memory (four i32:
+  /// WgmmaPersistent.cpp).
+  static constexpr int64_t kRecordBytes = 16;
   /// Bytes of ones in shared memory: the 16 x 8 B operand of wgmma
   /// m64n8k16 that sums each row of P on the tensor cores.
   static constexpr int64_t kOnesBytes = 256;
@@ -73,8 +76,8 @@ public:
   /// Where the kernel's shared memory goes, in bytes from its 1024-aligned
   /// base: the Q tile, `stages` K tiles, `stages` V tiles, the O buffer
   /// when O is staged apart, the mbarriers, each consumer's tile record
-  /// (16 bytes), then (sumsRowsByProduct) the ones of the row sums. The IR builder lays it out so and resources()
-  /// reports `bytes`.
+  /// (kRecordBytes), then (sumsRowsByProduct) the ones of the row sums.
+  /// The IR builder lays it out so and resources() reports `bytes`.
   struct SharedLayout {
     int64_t k = 0, v = 0, o = 0, barriers = 0, records = 0;
     /// kOnesBytes of ones (the B operand of the row sums), 128-aligned,
