@@ -101,6 +101,15 @@ WgmmaForward::sharedLayout(const AttentionSpec &spec, const TileConfig &config,
   return l;
 }
 
+// Three consumers sum P's rows on the tensor cores and run the pipeline
+// causal too; there block_n 128, straddling the diagonal of block_m 192,
+// beat the aligned 96 (H100, power_profile.py, wgmma_persistent m192,
+// causal, one process): 0.98x at 1k, 1.01x at 2k and 4k, 1.02x at 8k,
+// 1.03x at 16k.
+bool WgmmaForward::prefersAlignedCausalTiles(const TileConfig &config) const {
+  return consumersOf(config) != 3;
+}
+
 // Measured on an H100 (power_profile.py, bf16, 3 s per kernel, two
 // rounds, against the adds): head dim 64 without a mask 1.02x at 1k,
 // 1.04x at 2k and 4k, 1.06x at 8k and 16k; causal 1.01x at 2k-8k (and the

@@ -142,9 +142,13 @@ TEST_CASE("cuda_core choices per known GPU and head dim") {
           considered = considered || r.config == choice->config;
         CHECK(considered);
         // wgmma's causal tiles cross the diagonal whole (block_n divides
-        // block_m).
-        if (causal && hopper)
+        // block_m), except with three consumers (block_m 192, head dim
+        // 64), which take block_n 128.
+        if (causal && hopper && full->config.blockM != 192)
           CHECK(full->config.blockM % full->config.blockN == 0);
+        if (causal && hopper && spec.headDim == 64)
+          CHECK(full->config.canonical() ==
+                "wgmma_persistent:m192:n128:s2:w16");
       }
     }
   }

@@ -119,7 +119,9 @@ public:
   bool takesTilesFromCounter() const override {
     return Kind == Grid::Persistent;
   }
-  bool prefersAlignedCausalTiles() const override { return true; }
+  /// Two consumers: yes. Three (block_m 192, head dim 64) take the wider
+  /// block_n 128 over 96 (WgmmaForwardConfig.cpp).
+  bool prefersAlignedCausalTiles(const TileConfig &config) const override;
   std::vector<int64_t> headDims() const override { return {64, 128, 256}; }
   std::optional<TensorMapBoxes>
   tensorMapBoxes(const TileConfig &config) const override;
