@@ -221,6 +221,9 @@ private:
   Value onesDescriptor();
   /// The first threads fill the ones block (before the block barrier).
   void writeOnes(Value tid);
+  /// This thread's generic-proxy writes to shared memory become visible to
+  /// the async proxy (TMA stores, wgmma operand reads).
+  void fenceToAsyncProxy();
   /// Waits until at most `pending` wgmma groups are in flight; `values`
   /// (registers of the completed groups) come back usable.
   SmallVector<Value> waitGroups(int64_t pending, ValueRange values);

@@ -62,10 +62,7 @@ void Builder::storeOutput(const ForwardParams &p, FragmentSoftmax &softmax,
   }
   // The generic-proxy writes become visible to the copy engine, then the
   // warpgroup's threads meet before one of them issues the stores.
-  NVVM::FenceProxyOp::create(
-      b, loc, NVVM::ProxyKind::async_shared,
-      NVVM::SharedSpaceAttr::get(b.getContext(),
-                                 NVVM::SharedSpace::shared_cta));
+  fenceToAsyncProxy();
   namedBarrierSync(storeBarrier(), kWarpgroupThreads);
   ifThen(isStoreIssuer(tid), [&] {
     for (int64_t panel = 0; panel < d / WgmmaForward::kPanelCols; ++panel)

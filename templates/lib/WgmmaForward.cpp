@@ -19,10 +19,11 @@
 // (persistent: once that consumer has stored the last tile's O from them,
 // with the tile's coordinates in a small shared record), then the K and V
 // tiles, each once the consumers have released its slot of the ring, each
-// completing on its own mbarrier. Warpgroups 1..C are the consumers, 64 query rows each, with the registers
-// the producer gave up; each warp's wgmma accumulators have mma.sync's
-// layout, so the mask and online softmax are FragmentSoftmax's. The ring
-// position runs on across a persistent block's tiles.
+// completing on its own mbarrier. Warpgroups 1..C are the consumers, 64
+// query rows each, with the registers the producer gave up; each warp's
+// wgmma accumulators have mma.sync's layout, so the mask and online softmax
+// are FragmentSoftmax's. The ring position runs on across a persistent
+// block's tiles.
 //
 // The software pipeline, one tile deep: iteration j issues S_j = Q K_j^T
 // (wgmma, both operands in shared memory) and O += P_{j-1} V_{j-1} (wgmma,

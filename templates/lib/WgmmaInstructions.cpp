@@ -313,11 +313,15 @@ void Builder::writeOnes(Value tid) {
     LLVM::StoreOp::create(b, loc, c32(pair),
                           shared(add(c32(layout.ones), mul(tid, c32(4)))),
                           /*alignment=*/4);
-    NVVM::FenceProxyOp::create(
-        b, loc, NVVM::ProxyKind::async_shared,
-        NVVM::SharedSpaceAttr::get(b.getContext(),
-                                   NVVM::SharedSpace::shared_cta));
+    fenceToAsyncProxy();
   });
+}
+
+void Builder::fenceToAsyncProxy() {
+  NVVM::FenceProxyOp::create(
+      b, loc, NVVM::ProxyKind::async_shared,
+      NVVM::SharedSpaceAttr::get(b.getContext(),
+                                 NVVM::SharedSpace::shared_cta));
 }
 
 SmallVector<Value> Builder::waitGroups(int64_t pending, ValueRange values) {
