@@ -15,8 +15,8 @@ hits all alike.
 A shape is HEAD_DIM:{n,c}:SEQLEN[:HEADS] (c: causal), at batch x seqlen = 16k
 tokens and hidden 2048 (the benchmark's convention) unless HEADS is given:
 128:n:8k:33 runs 33 heads, which change how many rounds of tiles the grid
-takes. The libraries' libMLIR/libLLVM
-must be on LD_LIBRARY_PATH before Python starts.
+takes. The libraries' libMLIR/libLLVM must be on LD_LIBRARY_PATH before
+Python starts.
 """
 
 import argparse
