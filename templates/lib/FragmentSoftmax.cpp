@@ -17,9 +17,6 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 /// Independent add chains per row sum: enough to cover the add latency
 /// with one warp per scheduler.
 constexpr size_t kPartialSums = 4;
-/// How far (log2, scaled) a row's max may outgrow the reference max before
-/// the reference moves and O is rescaled: P <= 2^8, far inside f16 and f32.
-constexpr float kMaxGrowthLog2 = 8.0f;
 } // namespace
 
 void FragmentSoftmax::mask(MutableArrayRef<Value> s, Value n0, int64_t blockN,
@@ -88,6 +85,34 @@ Value treeReduce(SmallVector<Value> values,
 }
 } // namespace
 
+SmallVector<Value> FragmentSoftmax::exponentiate(ValueRange s, int64_t row,
+                                                 Value scaleLog2,
+                                                 Value negShift,
+                                                 SmallVector<Value> &probs) {
+  OpBuilder &b = ir.b;
+  Location loc = ir.loc;
+  const int64_t mt = row / 2, h = row % 2;
+  // One multiply-add and one exp2 per score, summed into kPartialSums
+  // chains as they come (each P can die once it is packed; a tree would
+  // keep every P alive until the sum).
+  SmallVector<Value> partial;
+  size_t k = 0;
+  for (int64_t nt = 0; nt < nTiles; ++nt)
+    for (int64_t e = 0; e < 2; ++e, ++k) {
+      int64_t i = scoreAt(mt, nt) + 2 * h + e;
+      probs[i] =
+          ir.exp2(LLVM::FMAOp::create(b, loc, s[i], scaleLog2, negShift));
+      if (sumsByProduct)
+        continue;
+      if (k < kPartialSums)
+        partial.push_back(probs[i]);
+      else
+        partial[k % kPartialSums] = arith::AddFOp::create(
+            b, loc, partial[k % kPartialSums], probs[i]);
+    }
+  return partial;
+}
+
 FragmentSoftmax::Update FragmentSoftmax::update(ValueRange s, ValueRange max,
                                                 ValueRange sum,
                                                 Value scaleLog2) {
@@ -98,9 +123,6 @@ FragmentSoftmax::Update FragmentSoftmax::update(ValueRange s, ValueRange max,
   u.sum.resize(rowStates());
   u.alpha.resize(rowStates());
   u.probs.resize(s.size());
-  auto add = [&](Value x, Value y) -> Value {
-    return arith::AddFOp::create(b, loc, x, y);
-  };
   auto maxOf = [&](Value x, Value y) { return ir.maxF(x, y); };
   for (int64_t mt = 0; mt < mTiles; ++mt)
     for (int64_t h = 0; h < 2; ++h) {
@@ -111,23 +133,8 @@ FragmentSoftmax::Update FragmentSoftmax::update(ValueRange s, ValueRange max,
       for (int64_t nt = 0; nt < nTiles; ++nt)
         for (int64_t e = 0; e < 2; ++e)
           rowScores.push_back(s[scoreAt(mt, nt) + 2 * h + e]);
-      Value tileMax = ir.shuffleXorReduce(treeReduce(rowScores, maxOf), 4,
-                                          /*isMax=*/true);
-      // Lazy rescale: the reference max moves only when the row's max
-      // outgrows it by more than kMaxGrowthLog2 (scaled): P then stays
-      // below 2^kMaxGrowthLog2, and alpha is exactly 1 on most tiles, so
-      // rescale() skips O. The result is the same softmax: O and l share
-      // the reference, and O / l cancels it. The compare is false on NaN
-      // (-inf - -inf: every score masked so far), which keeps -inf.
-      Value keep, rowMax = tileMax;
-      if (lazyRescale) {
-        Value growth = arith::MulFOp::create(
-            b, loc, arith::SubFOp::create(b, loc, tileMax, max[row]),
-            scaleLog2);
-        keep = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLE,
-                                     growth, ir.cF32(kMaxGrowthLog2));
-        rowMax = arith::SelectOp::create(b, loc, keep, max[row], tileMax);
-      }
+      Value rowMax = ir.shuffleXorReduce(treeReduce(rowScores, maxOf), 4,
+                                         /*isMax=*/true);
       Value isEmpty = arith::CmpFOp::create(
           b, loc, arith::CmpFPredicate::OEQ, rowMax, ir.cF32(kNegInf));
       Value scaledMax = arith::MulFOp::create(b, loc, rowMax, scaleLog2);
@@ -135,37 +142,55 @@ FragmentSoftmax::Update FragmentSoftmax::update(ValueRange s, ValueRange max,
           arith::SelectOp::create(b, loc, isEmpty, ir.cF32(0.0f), scaledMax);
       Value oldScaled = arith::MulFOp::create(b, loc, max[row], scaleLog2);
       u.alpha[row] = ir.exp2(arith::SubFOp::create(b, loc, oldScaled, shift));
-      if (lazyRescale)
-        u.alpha[row] =
-            arith::SelectOp::create(b, loc, keep, ir.cF32(1.0f), u.alpha[row]);
-      Value negShift = arith::NegFOp::create(b, loc, shift);
       u.max[row] = rowMax;
-      // P = 2^(s c - m c), one multiply-add and one exp2 per score, summed
-      // into kPartialSums chains as they come (each P can die once it is
-      // packed; a tree would keep every P alive until the sum).
-      SmallVector<Value> partial;
-      size_t k = 0;
-      for (int64_t nt = 0; nt < nTiles; ++nt)
-        for (int64_t e = 0; e < 2; ++e, ++k) {
-          int64_t i = scoreAt(mt, nt) + 2 * h + e;
-          u.probs[i] =
-              ir.exp2(LLVM::FMAOp::create(b, loc, s[i], scaleLog2, negShift));
-          if (sumsByProduct)
-            continue;
-          if (k < kPartialSums)
-            partial.push_back(u.probs[i]);
-          else
-            partial[k % kPartialSums] =
-                add(partial[k % kPartialSums], u.probs[i]);
-        }
+      SmallVector<Value> partial =
+          exponentiate(s, row, scaleLog2,
+                       arith::NegFOp::create(b, loc, shift), u.probs);
       if (sumsByProduct) {
         u.sum[row] = sum[row];
         continue;
       }
       partial.push_back(
           arith::MulFOp::create(b, loc, sum[row], u.alpha[row]));
-      u.sum[row] = treeReduce(partial, add);
+      u.sum[row] = treeReduce(partial, [&](Value x, Value y) -> Value {
+        return arith::AddFOp::create(b, loc, x, y);
+      });
     }
+  return u;
+}
+
+FragmentSoftmax::Update FragmentSoftmax::updateWithinBound(ValueRange s,
+                                                           ValueRange max,
+                                                           ValueRange sum,
+                                                           Value scaleLog2) {
+  assert(!sumsByProduct && "the bound is tested on the row sums");
+  OpBuilder &b = ir.b;
+  Location loc = ir.loc;
+  Update u;
+  u.max.assign(max.begin(), max.end());
+  u.sum.resize(rowStates());
+  u.alpha.assign(rowStates(), ir.cF32(1.0f));
+  u.probs.resize(s.size());
+  auto add = [&](Value x, Value y) -> Value {
+    return arith::AddFOp::create(b, loc, x, y);
+  };
+  for (int64_t row = 0; row < rowStates(); ++row) {
+    // -m c: +inf with no reference yet (m = -inf), so that P is inf or NaN
+    // and the tile goes back to update().
+    Value negShift = arith::MulFOp::create(
+        b, loc, max[row], arith::NegFOp::create(b, loc, scaleLog2));
+    Value tileSum =
+        treeReduce(exponentiate(s, row, scaleLog2, negShift, u.probs), add);
+    // Every P is at most the thread's sum of the row; unordered (NaN) or
+    // greater fails.
+    Value outgrown =
+        arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UGT, tileSum,
+                              ir.cF32(kMaxProbability));
+    u.outgrown = u.outgrown
+                     ? arith::OrIOp::create(b, loc, u.outgrown, outgrown)
+                     : outgrown;
+    u.sum[row] = add(sum[row], tileSum);
+  }
   return u;
 }
 

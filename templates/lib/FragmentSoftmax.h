@@ -16,21 +16,28 @@ namespace flashjit {
 /// g + 8 of the m16 tile, g = lane / 4) and column nt * 8 + 2 (lane % 4) +
 /// r % 2. Running max and sum are indexed mt * 2 + h (row half h); the max
 /// is kept unscaled, the sum per thread (reduced across the quad once, at
-/// the end). With `lazyRescale` the "max" is a reference: it moves only
-/// when the row's max outgrows it by more than a factor 2^8 in P, so P <=
-/// 2^8 and most tiles leave O unscaled; the sum and O share it, so O / l
-/// is unchanged. Without it the max is the running max.
+/// the end).
+///
+/// update() takes each row's max over the tile (the running max). Where
+/// the caller can take the tile again, updateWithinBound() skips the max:
+/// it takes P against the max as it stands, a reference that a row's
+/// scores may outgrow, as long as every P stays at most kMaxProbability
+/// (its thread's sum of the tile's P shows it). O and l share the
+/// reference, so O / l is the same softmax. A tile past the bound, or a
+/// row with no reference yet, goes through update() instead.
 class FragmentSoftmax {
 public:
   static constexpr int64_t kAccPerTile = 4;
+  /// The largest P updateWithinBound() lets through: 2^8, far inside bf16,
+  /// f16 and the f32 sums.
+  static constexpr float kMaxProbability = 256.0f;
 
   /// With `sumsByProduct` the caller computes the row sums (wgmma's l +=
   /// P 1, rescaled with O): update() leaves the sums as given and finish()
   /// takes each as the whole row's.
   FragmentSoftmax(KernelIR &ir, int64_t mTiles, int64_t nTiles,
-                  bool lazyRescale = false, bool sumsByProduct = false)
-      : ir(ir), mTiles(mTiles), nTiles(nTiles), lazyRescale(lazyRescale),
-        sumsByProduct(sumsByProduct) {}
+                  bool sumsByProduct = false)
+      : ir(ir), mTiles(mTiles), nTiles(nTiles), sumsByProduct(sumsByProduct) {}
 
   int64_t rowStates() const { return mTiles * 2; }
   int64_t scoreAt(int64_t mt, int64_t nt) const {
@@ -49,10 +56,13 @@ public:
             llvm::function_ref<mlir::Value(int64_t, int64_t)> rowOf);
 
   struct Update {
-    /// New (reference) max and running sum per row half, the factor alpha
-    /// = 2^(old max - new max) (scaled; exactly 1 while a reference stays)
-    /// that the old sum and O take, and P in f32, in the scores' layout.
+    /// New max and running sum per row half, the factor alpha = 2^(old max
+    /// - new max) (scaled) that the old sum and O take, and P in f32, in
+    /// the scores' layout.
     llvm::SmallVector<mlir::Value> max, sum, alpha, probs;
+    /// updateWithinBound(): whether some row of this thread outgrew the
+    /// bound (i1); the step is then void.
+    mlir::Value outgrown;
   };
   /// One tile's online-softmax step: p = 2^(s c - m c) with c = scale *
   /// log2(e) > 0 folded into one multiply-add per score. The row max is
@@ -60,6 +70,12 @@ public:
   /// differs from a left fold only in rounding).
   Update update(mlir::ValueRange s, mlir::ValueRange max,
                 mlir::ValueRange sum, mlir::Value scaleLog2);
+  /// The step against `max` as it stands, with no row max: max unchanged,
+  /// alpha 1, and `outgrown` set where one of the thread's rows summed to
+  /// more than kMaxProbability (or to NaN: the reference is -inf) in this
+  /// tile. Not with sumsByProduct: the sums are the bound's test.
+  Update updateWithinBound(mlir::ValueRange s, mlir::ValueRange max,
+                           mlir::ValueRange sum, mlir::Value scaleLog2);
   /// P rounded to the element type and packed in pairs, the A operand of
   /// the next product: packed[(mt * nTiles + nt) * 2 + h]. Apart from
   /// update() so that a pipelined kernel can round P once the registers of
@@ -67,8 +83,8 @@ public:
   llvm::SmallVector<mlir::Value> pack(mlir::ValueRange probs);
 
   /// O accumulators (mTiles x dTiles n8 tiles, same layout) times alpha,
-  /// computed only when some row of the warp moved its reference max (one
-  /// vote, a warp-uniform branch); after the first tiles that is rare.
+  /// computed only when some row of the warp moved its max (one vote, a
+  /// warp-uniform branch); after the first tiles that is rare.
   llvm::SmallVector<mlir::Value> rescale(mlir::ValueRange acc,
                                          mlir::ValueRange alpha);
 
@@ -91,7 +107,13 @@ public:
 private:
   KernelIR &ir;
   const int64_t mTiles, nTiles;
-  const bool lazyRescale, sumsByProduct;
+  const bool sumsByProduct;
+  /// P = 2^(s c - m c) for the scores of row state `row` (mt * 2 + h) into
+  /// `probs`, with c = `scaleLog2` and `negShift` = -m c; unless
+  /// sumsByProduct, the P summed in a few chains, which it returns.
+  llvm::SmallVector<mlir::Value>
+  exponentiate(mlir::ValueRange s, int64_t row, mlir::Value scaleLog2,
+               mlir::Value negShift, llvm::SmallVector<mlir::Value> &probs);
 };
 
 } // namespace flashjit

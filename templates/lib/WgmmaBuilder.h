@@ -118,8 +118,8 @@ private:
 
   /// The mbarriers after the tiles: per consumer Q full, then per consumer
   /// Q empty, then per slot K full, V full, K empty, V empty (`stages`
-  /// each). K and V slots are released apart: K_j once S_j has landed, V_j
-  /// after P_j V_j, a tile later.
+  /// each). K and V slots are released apart: K_j once the softmax of S_j
+  /// no longer needs it, V_j after P_j V_j, a tile later.
   Value slotBarrier(int64_t first, Value slot);
   Value qFull(Value consumer) { return slotBarrier(0, consumer); }
   Value qEmpty(Value consumer) { return slotBarrier(consumers, consumer); }
@@ -227,6 +227,15 @@ private:
   /// Waits until at most `pending` wgmma groups are in flight; `values`
   /// (registers of the completed groups) come back usable.
   SmallVector<Value> waitGroups(int64_t pending, ValueRange values);
+  /// Whether `flag` (i1) is set in any thread of this consumer's
+  /// warpgroup (bar.red.or on its named barrier voteBarrier), as an i1
+  /// ptxas knows to be warp-uniform: a branch on it may hold a wgmma.
+  Value warpgroupAny(Value flag, Value consumer);
+  /// Named barriers: 1 + c for consumer c's turn (ping-pong), 1 + C + c
+  /// for its epilogue's stores, 1 + 2 C + c for its votes (C consumers).
+  Value voteBarrier(Value consumer) {
+    return add(c32(1 + 2 * consumers), consumer);
+  }
   /// bar.sync / bar.arrive on named barrier `id` (i32) for `threads`.
   void namedBarrierSync(Value id, int64_t threads);
   void namedBarrierArrive(Value id, int64_t threads);

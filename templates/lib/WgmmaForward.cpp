@@ -29,7 +29,12 @@
 // (wgmma, both operands in shared memory) and O += P_{j-1} V_{j-1} (wgmma,
 // P from registers) back to back, waits for S_j only, runs the softmax of
 // S_j while P V is still on the tensor cores, then waits for P V, rescales
-// O and rounds P_j. Two consumers take turns issuing (named barriers,
+// O and rounds P_j. After a row's first tile the softmax takes no row max:
+// P against the max as it stands, unless the row sums show a P past 2^8
+// somewhere in the warpgroup, and then S_j again with the max
+// (FragmentSoftmax::updateWithinBound). The row max was 84 of the loop's
+// 370 instructions per 80 scores and thread: without it head dim 128
+// measured 1.07-1.10x at sustained clocks. Two consumers take turns issuing (named barriers,
 // ping-pong), so one warpgroup's softmax and epilogue also run under the
 // other's products. Three consumers (head dim 64) have 160 registers each
 // and sum P's rows on the tensor cores (l += P 1 with each P V,
@@ -46,8 +51,9 @@
 // back as soon as its last S has landed, and waits for its last store only
 // before it next writes the buffer.
 //
-// K_j's slot is released (one arrive per warp) once S_j has landed, V_j's
-// once P_j V_j has, so the producer refills K a tile ahead of V.
+// K_j's slot is released (one arrive per warp) once the softmax of S_j no
+// longer needs it, V_j's once P_j V_j has landed, so the producer refills K
+// a tile ahead of V.
 //
 // Shared layout (WgmmaForward::sharedLayout), from a 1024-byte aligned base
 // (the 128-byte swizzle pattern repeats every 1024 bytes): the Q tile,
@@ -247,16 +253,13 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
   const int64_t nTiles = cfg.blockN / 8;
   // O's accumulators, then l's (issueAccumulate).
   const int64_t outs = d / 2 + (sumsByProduct ? kSumAccumulators : 0);
-  // A lazy rescale (FragmentSoftmax.h) skips most of O's 64+ multiplies
-  // per tile from head dim 128 on; at head dim 64 its extra compare and
-  // selects on the softmax's path cost more than the 32 multiplies it
-  // saves. H100, bf16, seqlen 2k-8k, against the running max: head dim
-  // 128 0.99-1.03x, head dim 64 0.96-0.99x.
   // With sumsByProduct the row sums come from the tensor cores
   // (issueAccumulate's l += P 1, with P as rounded for P V): one FADD per
-  // score less on the consumers' path.
-  FragmentSoftmax softmax(*this, /*mTiles=*/1, nTiles,
-                          /*lazyRescale=*/d >= 128, sumsByProduct);
+  // score less on the consumers' path. Otherwise the loop takes P against
+  // the max as it stands, with no row max (FragmentSoftmax::
+  // updateWithinBound), and takes S again with the max only for a tile
+  // that outgrew it.
+  FragmentSoftmax softmax(*this, /*mTiles=*/1, nTiles, sumsByProduct);
   Value qDesc =
       descriptor(add(alignedAddress, consumerRows(consumer, 0)), Major::K, 0);
   auto kDesc = [&](Value s) {
@@ -367,6 +370,48 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
                    consumerRow0, quadCol, p.seqlenK, myRow);
       return softmax.update(s, max, sum, p.scaleLog2);
     };
+    // Tile j's step against the max as it stands (K_j still in `slot`;
+    // not with sumsByProduct, which has no sums to test).
+    // Where a row of the warpgroup outgrew the bound the tile goes through
+    // the max after all: S_j again (a wgmma, hence the warpgroup's vote),
+    // which also waits for the P V in flight. With random scores only the
+    // first tile of a row needs the max, and it takes it (softmaxStep).
+    auto boundedStep = [&](SmallVector<Value> &s, Value j, Value slot,
+                           ValueRange max, ValueRange sum) {
+      softmax.mask(s, mul(toI64(j), c64(cfg.blockN)), cfg.blockN,
+                   consumerRow0, quadCol, p.seqlenK, myRow);
+      FragmentSoftmax::Update fast =
+          softmax.updateWithinBound(s, max, sum, p.scaleLog2);
+      const int64_t rows = softmax.rowStates();
+      SmallVector<Type> types(s.size() + 3 * rows, f32);
+      auto step = scf::IfOp::create(b, loc, types,
+                                    warpgroupAny(fast.outgrown, consumer),
+                                    /*withElseRegion=*/true);
+      auto yield = [&](const FragmentSoftmax::Update &u) {
+        SmallVector<Value> values(u.probs);
+        llvm::append_range(values, u.max);
+        llvm::append_range(values, u.sum);
+        llvm::append_range(values, u.alpha);
+        scf::YieldOp::create(b, loc, values);
+      };
+      {
+        OpBuilder::InsertionGuard g(b);
+        b.setInsertionPointToStart(step.thenBlock());
+        SmallVector<Value> again =
+            waitGroups(0, issueScores(qDesc, kDesc(slot)));
+        yield(softmaxStep(again, j, max, sum));
+        b.setInsertionPointToStart(step.elseBlock());
+        yield(fast);
+      }
+      ValueRange r = step.getResults();
+      FragmentSoftmax::Update u;
+      u.probs.assign(r.begin(), r.begin() + s.size());
+      u.max.assign(r.begin() + s.size(), r.begin() + s.size() + rows);
+      u.sum.assign(r.begin() + s.size() + rows,
+                   r.begin() + s.size() + 2 * rows);
+      u.alpha.assign(r.begin() + s.size() + 2 * rows, r.end());
+      return u;
+    };
     auto at_ = [&](Value j) { return add(iteration, j); };
 
     // Software pipeline, one K/V tile apart: iteration j issues S_j = Q
@@ -407,9 +452,15 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
               SmallVector<Value>(state.slice(pAt, pCount)), vDesc(prevSlot));
           endProducts(Value());
           scores = waitGroups(1, scores);
-          release(kEmpty(slot));
-          FragmentSoftmax::Update u =
-              softmaxStep(scores, j, state.slice(0, 2), state.slice(2, 2));
+          FragmentSoftmax::Update u;
+          if (sumsByProduct) {
+            release(kEmpty(slot));
+            u = softmaxStep(scores, j, state.slice(0, 2), state.slice(2, 2));
+          } else {
+            u = boundedStep(scores, j, slot, state.slice(0, 2),
+                            state.slice(2, 2));
+            release(kEmpty(slot));
+          }
           o = waitGroups(0, o);
           release(vEmpty(prevSlot));
           o = softmax.rescale(o, u.alpha);

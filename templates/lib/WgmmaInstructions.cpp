@@ -345,6 +345,30 @@ void Builder::asmVoid(StringRef text, StringRef constraints,
       /*operand_attrs=*/ArrayAttr());
 }
 
+Value Builder::warpgroupAny(Value flag, Value consumer) {
+  Value any = LLVM::InlineAsmOp::create(
+                  b, loc, i32,
+                  ValueRange{arith::ExtUIOp::create(b, loc, i32, flag),
+                             voteBarrier(consumer)},
+                  llvm::formatv("{\n\t.reg .pred p;\n\t"
+                                "setp.ne.b32 p, $1, 0;\n\t"
+                                "bar.red.or.pred p, $2, {0}, p;\n\t"
+                                "selp.b32 $0, 1, 0, p;\n\t}",
+                                kWarpgroupThreads)
+                      .str(),
+                  "=r,r,r", /*has_side_effects=*/true,
+                  /*is_align_stack=*/false,
+                  LLVM::tailcallkind::TailCallKind::None,
+                  LLVM::AsmDialectAttr::get(b.getContext(),
+                                            LLVM::AsmDialect::AD_ATT),
+                  /*operand_attrs=*/ArrayAttr())
+                  .getResult(0);
+  // Every thread holds the same value; read from lane 0, ptxas knows it.
+  any = gpu::ShuffleOp::create(b, loc, any, 0, 32, gpu::ShuffleMode::IDX)
+            .getShuffleResult();
+  return cmp(Pred::ne, any, c32(0));
+}
+
 void Builder::namedBarrierSync(Value id, int64_t threads) {
   asmVoid(llvm::formatv("bar.sync $0, {0};", threads).str(), "r", {id});
 }

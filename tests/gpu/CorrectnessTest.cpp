@@ -10,7 +10,8 @@ using namespace flashjit::test;
 namespace {
 void checkCase(AttentionSpec spec, int64_t batch, int64_t seqlenQ,
                int64_t seqlenK, Layout layout = Layout::BHSD,
-               int64_t rowsPerHead = 48) {
+               int64_t rowsPerHead = 48,
+               std::optional<double> scale = std::nullopt) {
   CheckOptions o;
   o.batch = batch;
   o.seqlenQ = seqlenQ;
@@ -18,7 +19,8 @@ void checkCase(AttentionSpec spec, int64_t batch, int64_t seqlenQ,
   o.layout = layout;
   o.seed = freshSeed();
   o.rowsPerHead = rowsPerHead;
-  INFO(describe(spec, o));
+  o.scale = scale;
+  INFO(describe(spec, o) << " scale " << scale.value_or(0.0));
   auto kernel = gpuContext().compile(spec);
   REQUIRE_MESSAGE(bool(kernel), llvm::toString(kernel.takeError()));
   auto report = runAndCheck(**kernel, o);
@@ -92,6 +94,25 @@ TEST_CASE("other head dims: 32, 96 and 256") {
       spec.numKVHeads = 2;
       checkCase(spec, 2, 1000, 1000);
     }
+}
+
+// A row's later tiles outgrow the max of its first ones: the kernels that
+// take P against the max as it stands must go back to the max for those
+// tiles (P past 2^8), and keep P above 1 exact for the others. Scale 0.5
+// (scores' spread about 8 in log2 at head dim 128) gives both; scale 4 makes
+// nearly every row one-hot and new maxima far above the old.
+TEST_CASE("scores far apart: softmax scales 0.5 and 4") {
+  for (double scale : {0.5, 4.0})
+    for (int64_t d : {64, 128, 256})
+      for (bool causal : {false, true})
+        for (int64_t s : {1000, 4097}) {
+          AttentionSpec spec;
+          spec.headDim = d;
+          spec.causal = causal;
+          spec.numHeads = 2;
+          spec.numKVHeads = 2;
+          checkCase(spec, 2, s, s, Layout::BHSD, 48, scale);
+        }
 }
 
 TEST_CASE("long context: one head of seqlen 131072 in O(N) memory") {

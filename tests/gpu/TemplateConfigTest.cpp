@@ -12,14 +12,17 @@ using namespace flashjit::test;
 namespace {
 
 void checkConfig(const AttentionSpec &spec, const TileConfig &config,
-                 int64_t seqlen, int64_t batch = 1) {
+                 int64_t seqlen, int64_t batch = 1,
+                 std::optional<double> scale = std::nullopt) {
   CheckOptions o;
   o.batch = batch;
   o.seqlenQ = seqlen;
   o.seqlenK = seqlen;
   o.seed = freshSeed();
   o.rowsPerHead = 32;
-  INFO(describe(spec, o) << " config " << config.canonical());
+  o.scale = scale;
+  INFO(describe(spec, o) << " config " << config.canonical() << " scale "
+                         << scale.value_or(0.0));
   auto kernel = gpuContext().compile(spec, config);
   REQUIRE_MESSAGE(bool(kernel), llvm::toString(kernel.takeError()));
   CHECK((*kernel)->info().config == config);
@@ -53,6 +56,9 @@ TEST_CASE("every candidate config of every template is exact") {
           if (tmpl->resources(spec, config).registersPerThread > 255)
             continue;
           checkConfig(spec, config, causal ? 333 : 200);
+          // Scores whose later tiles outgrow the first tile's max
+          // (CorrectnessTest's "scores far apart").
+          checkConfig(spec, config, causal ? 333 : 200, 1, /*scale=*/0.5);
           // A persistent grid with more tiles than blocks: each block
           // takes several, with the ring and the Q rows reused across them
           // (4 x 2 x 33 or more tiles against 132 blocks on an H100).

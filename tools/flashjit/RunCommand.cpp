@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <optional>
 #include <random>
 
@@ -43,6 +44,11 @@ static cl::opt<int64_t> rows("check-rows",
 static cl::opt<uint64_t> seed("seed", cl::desc("Input seed (default: random)"),
                               cl::init(0), cl::sub(runCommand),
                               cl::cat(category));
+static cl::opt<double> scale("scale",
+                            cl::desc("Softmax scale (default: 1/sqrt(head "
+                                     "dim)); a large one spreads the scores"),
+                            cl::init(0), cl::sub(runCommand),
+                            cl::cat(category));
 static cl::opt<bool> json("json", cl::desc("Print JSON"), cl::sub(runCommand),
                           cl::cat(category));
 static cl::opt<std::string>
@@ -65,6 +71,9 @@ int runRun() {
     return reportError("run", llvm::createStringError(
                                   "batch and seqlen must be at least 1, "
                                   "iters and warmup at least 0"));
+  if (scale.getNumOccurrences() && !(std::isfinite(scale) && scale > 0))
+    return reportError("run", llvm::createStringError(
+                                  "--scale must be a positive finite number"));
   auto request = ConfigRequest::parse(configText);
   if (!request)
     return reportError("run", request.takeError());
@@ -95,6 +104,8 @@ int runRun() {
   options.layout = layout == "bshd" ? Layout::BSHD : Layout::BHSD;
   options.seed = seed ? uint64_t(seed) : std::random_device()();
   options.rowsPerHead = rows;
+  if (scale.getNumOccurrences())
+    options.scale = double(scale);
   options.warmup = warmup;
   options.iterations = iterations;
   auto report = runAndCheck(**kernel, options);
@@ -120,6 +131,7 @@ int runRun() {
         {"causal", spec->causal},
         {"layout", std::string(layout)},
         {"seed", options.seed},
+        {"scale", options.scale.value_or(spec->defaultScale())},
         {"compile_ms", compileMs},
         {"cache", toJson(stats)},
         {"rel_error", report->relError},
