@@ -102,8 +102,6 @@ SmallVector<Value> FragmentSoftmax::exponentiate(ValueRange s, int64_t row,
       int64_t i = scoreAt(mt, nt) + 2 * h + e;
       probs[i] =
           ir.exp2(LLVM::FMAOp::create(b, loc, s[i], scaleLog2, negShift));
-      if (sumsByProduct)
-        continue;
       if (k < kPartialSums)
         partial.push_back(probs[i]);
       else
@@ -146,10 +144,6 @@ FragmentSoftmax::Update FragmentSoftmax::update(ValueRange s, ValueRange max,
       SmallVector<Value> partial =
           exponentiate(s, row, scaleLog2,
                        arith::NegFOp::create(b, loc, shift), u.probs);
-      if (sumsByProduct) {
-        u.sum[row] = sum[row];
-        continue;
-      }
       partial.push_back(
           arith::MulFOp::create(b, loc, sum[row], u.alpha[row]));
       u.sum[row] = treeReduce(partial, [&](Value x, Value y) -> Value {
@@ -163,7 +157,6 @@ FragmentSoftmax::Update FragmentSoftmax::updateWithinBound(ValueRange s,
                                                            ValueRange max,
                                                            ValueRange sum,
                                                            Value scaleLog2) {
-  assert(!sumsByProduct && "the bound is tested on the row sums");
   OpBuilder &b = ir.b;
   Location loc = ir.loc;
   Update u;
@@ -249,9 +242,8 @@ FragmentSoftmax::finish(const ForwardParams &p, const BlockCoordinates &at,
     for (int64_t h = 0; h < 2; ++h) {
       int64_t rowState = mt * 2 + h;
       Value rowMax = arith::MulFOp::create(b, loc, max[rowState], p.scaleLog2);
-      Value rowSum = sumsByProduct ? sum[rowState]
-                                   : ir.shuffleXorReduce(sum[rowState], 4,
-                                                         /*isMax=*/false);
+      Value rowSum =
+          ir.shuffleXorReduce(sum[rowState], 4, /*isMax=*/false);
       Value inverse = arith::DivFOp::create(b, loc, ir.cF32(1.0f), rowSum);
       for (int64_t dt = 0; dt < dTiles; ++dt) {
         int64_t i = (mt * dTiles + dt) * kAccPerTile + 2 * h;

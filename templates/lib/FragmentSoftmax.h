@@ -32,12 +32,8 @@ public:
   /// f16 and the f32 sums.
   static constexpr float kMaxProbability = 256.0f;
 
-  /// With `sumsByProduct` the caller computes the row sums (wgmma's l +=
-  /// P 1, rescaled with O): update() leaves the sums as given and finish()
-  /// takes each as the whole row's.
-  FragmentSoftmax(KernelIR &ir, int64_t mTiles, int64_t nTiles,
-                  bool sumsByProduct = false)
-      : ir(ir), mTiles(mTiles), nTiles(nTiles), sumsByProduct(sumsByProduct) {}
+  FragmentSoftmax(KernelIR &ir, int64_t mTiles, int64_t nTiles)
+      : ir(ir), mTiles(mTiles), nTiles(nTiles) {}
 
   int64_t rowStates() const { return mTiles * 2; }
   int64_t scoreAt(int64_t mt, int64_t nt) const {
@@ -73,7 +69,7 @@ public:
   /// The step against `max` as it stands, with no row max: max unchanged,
   /// alpha 1, and `outgrown` set where one of the thread's rows summed to
   /// more than kMaxProbability (or to NaN: the reference is -inf) in this
-  /// tile. Not with sumsByProduct: the sums are the bound's test.
+  /// tile.
   Update updateWithinBound(mlir::ValueRange s, mlir::ValueRange max,
                            mlir::ValueRange sum, mlir::Value scaleLog2);
   /// P rounded to the element type and packed in pairs, the A operand of
@@ -107,10 +103,9 @@ public:
 private:
   KernelIR &ir;
   const int64_t mTiles, nTiles;
-  const bool sumsByProduct;
   /// P = 2^(s c - m c) for the scores of row state `row` (mt * 2 + h) into
-  /// `probs`, with c = `scaleLog2` and `negShift` = -m c; unless
-  /// sumsByProduct, the P summed in a few chains, which it returns.
+  /// `probs`, with c = `scaleLog2` and `negShift` = -m c; returns the P
+  /// summed in a few chains.
   llvm::SmallVector<mlir::Value>
   exponentiate(mlir::ValueRange s, int64_t row, mlir::Value scaleLog2,
                mlir::Value negShift, llvm::SmallVector<mlir::Value> &probs);

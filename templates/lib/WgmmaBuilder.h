@@ -208,19 +208,9 @@ private:
   SmallVector<Value> issueScores(Value qDesc, Value kDesc);
   /// Issues O += P V: fence, per k step of block_n / 16 one wgmma m64nDk16
   /// with P from registers (four packed i32 per k step) and V from shared
-  /// memory, commit (one group). `acc` is O (D / 2 f32), with
-  /// sumsByProduct then l (kSumAccumulators f32 in the same layout, each
-  /// column holding its row's sum: l[0] and l[2] are the sums of the
-  /// thread's two rows), to which each k step adds P 1 (wgmma m64n8k16,
-  /// the same P, the ones block).
-  SmallVector<Value> issueAccumulate(ValueRange acc, ArrayRef<Value> pPacked,
+  /// memory, commit (one group). `o` is O (D / 2 f32).
+  SmallVector<Value> issueAccumulate(ValueRange o, ArrayRef<Value> pPacked,
                                      Value vDesc);
-  /// The row sums on the tensor cores: 4 f32 per thread (m64n8).
-  static constexpr int64_t kSumAccumulators = 4;
-  /// The shared-memory matrix descriptor of the ones block.
-  Value onesDescriptor();
-  /// The first threads fill the ones block (before the block barrier).
-  void writeOnes(Value tid);
   /// This thread's generic-proxy writes to shared memory become visible to
   /// the async proxy (TMA stores, wgmma operand reads).
   void fenceToAsyncProxy();
@@ -254,8 +244,6 @@ private:
   const WgmmaForward::SharedLayout layout;
   /// O is staged apart from Q (WgmmaForward::stagesOutputApart).
   const bool outputApart;
-  /// The row sums come from the tensor cores (WgmmaForward::sumsRowsByProduct).
-  const bool sumsByProduct;
   const int64_t d, consumers, threads, stages;
   const int64_t qBytes, kvTileBytes;
   /// The 1024-aligned shared base, as a pointer and as a 32-bit address.

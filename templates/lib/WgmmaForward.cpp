@@ -33,12 +33,10 @@
 // P against the max as it stands, unless the row sums show a P past 2^8
 // somewhere in the warpgroup, and then S_j again with the max
 // (FragmentSoftmax::updateWithinBound). The row max was 84 of the loop's
-// 370 instructions per 80 scores and thread: without it head dim 128
-// measured 1.07-1.10x at sustained clocks. Two consumers take turns issuing (named barriers,
-// ping-pong), so one warpgroup's softmax and epilogue also run under the
-// other's products. Three consumers (head dim 64) have 160 registers each
-// and sum P's rows on the tensor cores (l += P 1 with each P V,
-// WgmmaForward::sumsRowsByProduct) instead of one add per score.
+// 370 instructions per 80 scores and thread (head dim 128). Two consumers
+// take turns issuing (named barriers, ping-pong), so one warpgroup's
+// softmax and epilogue also run under the other's products. Three
+// consumers (head dim 64) have 160 registers each.
 //
 // Epilogue (WgmmaEpilogue.cpp): each consumer writes O / l into its own
 // rows of the Q tile (its last product has read them) in the 128-byte
@@ -83,7 +81,6 @@ Builder::Builder(OpBuilder &b, Location loc, const AttentionSpec &spec,
       multicast(multicast),
       layout(WgmmaForward::sharedLayout(spec, config, persistent)),
       outputApart(layout.outputApart),
-      sumsByProduct(WgmmaForward::sumsRowsByProduct(config)),
       d(spec.headDim),
       consumers(config.blockM / WgmmaForward::kRowsPerWarpgroup),
       threads(config.warps * 32), stages(config.stages),
@@ -127,8 +124,6 @@ void Builder::build(StringRef name) {
   // thread (with multicast: of the cluster) before any use. A K/V slot is
   // free once the consumers of every block that receives it released it.
   const int64_t blocksSharingKV = multicast ? WgmmaForward::kClusterSize : 1;
-  if (sumsByProduct)
-    writeOnes(tid);
   {
     OpBuilder::InsertionGuard g(b);
     auto first = scf::IfOp::create(b, loc, cmp(Pred::eq, tid, c32(0)),
@@ -234,9 +229,7 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
   // dim 256 m128 n64 632 / 681 / 680, head dim 64 m192 n128 474 / 475 / -,
   // m128 n128 401 / - / 396. At sustained clocks (power_profile.py, 3 s per
   // kernel, two rounds) three pipelined consumers gained 1.01-1.02x at 2k
-  // and 4k without a mask; causal (m192 n96) they lost 0.98x until they
-  // summed P's rows on the tensor cores (sumsByProduct), then gained
-  // 1.01x at 2k-8k.
+  // and 4k without a mask.
   const bool pingPong = consumers == 2;
   auto beginProducts = [&] {
     if (pingPong)
@@ -251,15 +244,17 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
            [&] { namedBarrierArrive(c32(1), turnThreads); });
 
   const int64_t nTiles = cfg.blockN / 8;
-  // O's accumulators, then l's (issueAccumulate).
-  const int64_t outs = d / 2 + (sumsByProduct ? kSumAccumulators : 0);
-  // With sumsByProduct the row sums come from the tensor cores
-  // (issueAccumulate's l += P 1, with P as rounded for P V): one FADD per
-  // score less on the consumers' path. Otherwise the loop takes P against
-  // the max as it stands, with no row max (FragmentSoftmax::
-  // updateWithinBound), and takes S again with the max only for a tile
-  // that outgrew it.
-  FragmentSoftmax softmax(*this, /*mTiles=*/1, nTiles, sumsByProduct);
+  // O's accumulators.
+  const int64_t outs = d / 2;
+  // The loop takes P against the max as it stands, with no row max
+  // (FragmentSoftmax::updateWithinBound), and takes S again with the max
+  // only for a tile that outgrew it. H100, power_profile.py, one process,
+  // against the row max every tile: head dim 128 1.07x (causal) and 1.09x
+  // at 2k and 8k, 1.10x at 16k; head dim 64 (three consumers, against row
+  // sums on the tensor cores, wgmma m64n8k16 of P and a block of ones
+  // beside each P V) 1.07x without a mask at 2k and 8k, causal 1.03x and
+  // 1.06x.
+  FragmentSoftmax softmax(*this, /*mTiles=*/1, nTiles);
   Value qDesc =
       descriptor(add(alignedAddress, consumerRows(consumer, 0)), Major::K, 0);
   auto kDesc = [&](Value s) {
@@ -338,18 +333,12 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
     barrierArrive(qEmpty(consumer));
     return t;
   };
-  // `acc` is O, then with sumsByProduct l: each thread's l[0] and l[2]
-  // are its rows' sums.
   auto epilogue = [&](const BlockCoordinates &at,
                       const std::optional<Target> &early, ValueRange max,
-                      ValueRange sum, ValueRange acc) {
+                      ValueRange sum, ValueRange o) {
     Target t = early ? *early : target(at);
-    const int64_t oCount = d / 2;
-    SmallVector<Value> sums(sum.begin(), sum.end());
-    if (sumsByProduct)
-      sums = {acc[oCount], acc[oCount + 2]};
     storeOutput(p, softmax, consumer, quadRow, quadCol, warpInGroup, tid,
-                t.at, t.rows, max, sums, acc.take_front(oCount));
+                t.at, t.rows, max, sum, o);
   };
   // One tile at `at`, ring position `iteration` (i32); returns its K/V
   // tile count.
@@ -370,8 +359,7 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
                    consumerRow0, quadCol, p.seqlenK, myRow);
       return softmax.update(s, max, sum, p.scaleLog2);
     };
-    // Tile j's step against the max as it stands (K_j still in `slot`;
-    // not with sumsByProduct, which has no sums to test).
+    // Tile j's step against the max as it stands (K_j still in `slot`).
     // Where a row of the warpgroup outgrew the bound the tile goes through
     // the max after all: S_j again (a wgmma, hence the warpgroup's vote),
     // which also waits for the P V in flight. With random scores only the
@@ -452,15 +440,9 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
               SmallVector<Value>(state.slice(pAt, pCount)), vDesc(prevSlot));
           endProducts(Value());
           scores = waitGroups(1, scores);
-          FragmentSoftmax::Update u;
-          if (sumsByProduct) {
-            release(kEmpty(slot));
-            u = softmaxStep(scores, j, state.slice(0, 2), state.slice(2, 2));
-          } else {
-            u = boundedStep(scores, j, slot, state.slice(0, 2),
-                            state.slice(2, 2));
-            release(kEmpty(slot));
-          }
+          FragmentSoftmax::Update u = boundedStep(
+              scores, j, slot, state.slice(0, 2), state.slice(2, 2));
+          release(kEmpty(slot));
           o = waitGroups(0, o);
           release(vEmpty(prevSlot));
           o = softmax.rescale(o, u.alpha);

@@ -37,11 +37,18 @@ int64_t entryRegisters(int64_t threads) {
   return std::min<int64_t>(255, (65536 / threads) & ~int64_t(7));
 }
 
+/// What a persistent causal consumer keeps beyond kConsumerOverhead: its
+/// tile's rows and K/V tile count. Fitted as kConsumerOverhead is: head dim
+/// 64 m192 n128 (an estimate of 160, 160 available) spilled 108 bytes.
+constexpr int64_t kPersistentCausalOverhead = 4;
+
 /// Per consumer thread: S (block_n/2 f32), O (D/2 f32) and the previous
 /// tile's P, packed (block_n/4), are live together in the pipeline.
-int64_t consumerEstimate(const AttentionSpec &spec, const TileConfig &config) {
+int64_t consumerEstimate(const AttentionSpec &spec, const TileConfig &config,
+                         bool persistent) {
   return config.blockN / 2 + spec.headDim / 2 + config.blockN / 4 +
-         kConsumerOverhead;
+         kConsumerOverhead +
+         (persistent && spec.causal ? kPersistentCausalOverhead : 0);
 }
 
 } // namespace
@@ -82,41 +89,25 @@ WgmmaForward::sharedLayout(const AttentionSpec &spec, const TileConfig &config,
   const int64_t barrierBytes =
       (2 * consumers + 4 * config.stages) * kBarrierBytes;
   const int64_t recordBytes = consumers * WgmmaForward::kRecordBytes;
-  // The ones block after the records, 128-aligned: at most 120 bytes of
-  // padding.
-  const bool ones = sumsRowsByProduct(config);
-  const int64_t onesBytes = ones ? 120 + kOnesBytes : 0;
   SharedLayout l;
   l.k = qBytes;
   l.v = l.k + kvBytes;
   l.o = l.v + kvBytes;
   l.outputApart = persistent && kAlignSlack + l.o + qBytes + barrierBytes +
-                                        recordBytes + onesBytes <=
+                                        recordBytes <=
                                     kMaxSharedBytes;
   l.barriers = l.o + (l.outputApart ? qBytes : 0);
   l.records = l.barriers + barrierBytes;
-  l.ones = (l.records + recordBytes + 127) & ~int64_t(127);
-  l.bytes = kAlignSlack +
-            (ones ? l.ones + kOnesBytes : l.records + recordBytes);
+  l.bytes = kAlignSlack + l.records + recordBytes;
   return l;
 }
 
-// Three consumers sum P's rows on the tensor cores and run the pipeline
-// causal too; there block_n 128, straddling the diagonal of block_m 192,
-// beat the aligned 96 (H100, power_profile.py, wgmma_persistent m192,
-// causal, one process): 0.98x at 1k, 1.01x at 2k and 4k, 1.02x at 8k,
-// 1.03x at 16k.
+// Three consumers once took block_n 128 (straddling the diagonal of
+// block_m 192) over the aligned 96, while they summed P's rows on the
+// tensor cores; the persistent grid no longer fits it (checkConfig).
 bool WgmmaForward::prefersAlignedCausalTiles(const TileConfig &config) const {
-  return consumersOf(config) != 3;
-}
-
-// Measured on an H100 (power_profile.py, bf16, 3 s per kernel, two
-// rounds, against the adds): head dim 64 without a mask 1.02x at 1k,
-// 1.04x at 2k and 4k, 1.06x at 8k and 16k; causal 1.01x at 2k-8k (and the
-// pipeline instead of a plain loop per tile); head dim 128 (two
-// consumers) 0.98x at 2k-16k.
-bool WgmmaForward::sumsRowsByProduct(const TileConfig &config) {
-  return consumersOf(config) == 3;
+  (void)config;
+  return true;
 }
 
 bool WgmmaForward::stagesOutputApart(const AttentionSpec &spec,
@@ -189,7 +180,7 @@ llvm::Error WgmmaForward::checkConfig(const AttentionSpec &spec,
                       config.blockM, config.blockN, config.stages,
                       spec.headDim, shared, kMaxSharedBytes)
             .str());
-  int64_t estimate = consumerEstimate(spec, config);
+  int64_t estimate = consumerEstimate(spec, config, persistent());
   unsigned available = consumerRegisters(consumers, persistent(), spec.causal);
   if (estimate > available)
     return configError(

@@ -245,14 +245,13 @@ SmallVector<Value> Builder::issueScores(Value qDesc, Value kDesc) {
   return asmFloats(text, "l,l", ValueRange{qDesc, kDesc}, outs);
 }
 
-SmallVector<Value> Builder::issueAccumulate(ValueRange acc,
+SmallVector<Value> Builder::issueAccumulate(ValueRange o,
                                             ArrayRef<Value> pPacked,
                                             Value vDesc) {
-  const int64_t outs = d / 2, accs = acc.size(), steps = cfg.blockN / 16;
-  // Operands: $0..$accs-1 O and l out; $accs..$2accs-1 the same in (tied);
-  // then the packed P (4 per k step); then the V and ones descriptors.
-  const int64_t pOp = 2 * accs, vOp = 2 * accs + pPacked.size();
-  const int64_t onesOp = vOp + 1;
+  const int64_t outs = d / 2, steps = cfg.blockN / 16;
+  // Operands: $0..$outs-1 O out; $outs..$2outs-1 O in (tied); then the
+  // packed P (4 per k step); then the V descriptor.
+  const int64_t pOp = 2 * outs, vOp = 2 * outs + pPacked.size();
   std::string text = llvm::formatv("{\n.reg .pred fj_one;\n.reg .b64 fj_db<{0}>;\n",
                                    steps)
                          .str();
@@ -270,51 +269,18 @@ SmallVector<Value> Builder::issueAccumulate(ValueRange acc,
                           d, ptxType(), operandList(0, outs),
                           operandList(pOp + 4 * kk, 4), kk)
                 .str();
-    // l += P 1: every column of the 8 holds the row sums.
-    if (accs > outs)
-      text += llvm::formatv("wgmma.mma_async.sync.aligned.m64n8k16.f32.{0}.{0} "
-                          "{1}, {2}, ${3}, fj_one, 1, 1, 0;\n",
-                          ptxType(), operandList(outs, kSumAccumulators),
-                          operandList(pOp + 4 * kk, 4), onesOp)
-                .str();
   }
   text += "wgmma.commit_group.sync.aligned;\n}";
   std::string inputs;
-  for (int64_t i = 0; i < accs; ++i)
-    inputs += std::to_string(i) + ","; // in, tied to out
+  for (int64_t i = 0; i < outs; ++i)
+    inputs += std::to_string(i) + ","; // O in, tied to O out
   for (size_t i = 0; i < pPacked.size(); ++i)
     inputs += "r,";
   inputs += "l";
-  SmallVector<Value> operands(acc.begin(), acc.end());
+  SmallVector<Value> operands(o.begin(), o.end());
   operands.append(pPacked.begin(), pPacked.end());
   operands.push_back(vDesc);
-  if (accs > outs) {
-    inputs += ",l";
-    operands.push_back(onesDescriptor());
-  }
-  return asmFloats(text, inputs, operands, accs);
-}
-
-Value Builder::onesDescriptor() {
-  // No swizzle: 8 x 16-byte core matrices, the second k half 128 bytes
-  // on (leading offset), the next 8 columns 256 (stride offset; m64n8 has
-  // none). Every byte it reaches is a one.
-  return descriptorAt(add(alignedAddress, c32(layout.ones)),
-                      (uint64_t(128 >> 4) << 16) |
-                          (uint64_t(256 >> 4) << 32));
-}
-
-void Builder::writeOnes(Value tid) {
-  // One pair of ones per thread of the first kOnesBytes / 4, made visible
-  // to the tensor cores' reads (the async proxy); the block barrier after
-  // it orders them before any product.
-  const int32_t pair = spec.dtype == DType::BF16 ? 0x3F803F80 : 0x3C003C00;
-  ifThen(cmp(Pred::ult, tid, c32(WgmmaForward::kOnesBytes / 4)), [&] {
-    LLVM::StoreOp::create(b, loc, c32(pair),
-                          shared(add(c32(layout.ones), mul(tid, c32(4)))),
-                          /*alignment=*/4);
-    fenceToAsyncProxy();
-  });
+  return asmFloats(text, inputs, operands, outs);
 }
 
 void Builder::fenceToAsyncProxy() {

@@ -56,13 +56,6 @@ public:
   /// Bytes of one consumer's tile record in shared memory (four i32:
   /// WgmmaPersistent.cpp).
   static constexpr int64_t kRecordBytes = 16;
-  /// Bytes of ones in shared memory: the 16 x 8 B operand of wgmma
-  /// m64n8k16 that sums each row of P on the tensor cores.
-  static constexpr int64_t kOnesBytes = 256;
-  /// Whether the consumers sum P's rows on the tensor cores (l += P 1
-  /// beside O += P V) rather than with one FADD per score: three consumers
-  /// (head dim 64), where the adds weigh most against the products.
-  static bool sumsRowsByProduct(const TileConfig &config);
   /// Elements of one 128-byte swizzled shared row: tiles are stored as
   /// panels of this many columns.
   static constexpr int64_t kPanelCols = 64;
@@ -76,13 +69,9 @@ public:
   /// Where the kernel's shared memory goes, in bytes from its 1024-aligned
   /// base: the Q tile, `stages` K tiles, `stages` V tiles, the O buffer
   /// when O is staged apart, the mbarriers, each consumer's tile record
-  /// (kRecordBytes), then (sumsRowsByProduct) the ones of the row sums.
-  /// The IR builder lays it out so and resources() reports `bytes`.
+  /// (kRecordBytes). The IR builder lays it out so and resources() reports `bytes`.
   struct SharedLayout {
     int64_t k = 0, v = 0, o = 0, barriers = 0, records = 0;
-    /// kOnesBytes of ones (the B operand of the row sums), 128-aligned,
-    /// when sumsRowsByProduct.
-    int64_t ones = 0;
     /// The whole block's bytes, the alignment slack included.
     int64_t bytes = 0;
     /// See stagesOutputApart.
@@ -119,8 +108,7 @@ public:
   bool takesTilesFromCounter() const override {
     return Kind == Grid::Persistent;
   }
-  /// Two consumers: yes. Three (block_m 192, head dim 64) take the wider
-  /// block_n 128 over 96 (WgmmaForwardConfig.cpp).
+  /// Yes (WgmmaForwardConfig.cpp).
   bool prefersAlignedCausalTiles(const TileConfig &config) const override;
   std::vector<int64_t> headDims() const override { return {64, 128, 256}; }
   std::optional<TensorMapBoxes>
