@@ -15,13 +15,16 @@ hits all alike.
 A shape is HEAD_DIM:{n,c}:SEQLEN[:HEADS] (c: causal), at batch x seqlen = 16k
 tokens and hidden 2048 (the benchmark's convention) unless HEADS is given:
 128:n:8k:33 runs 33 heads, which change how many rounds of tiles the grid
-takes. The libraries' libMLIR/libLLVM must be on LD_LIBRARY_PATH before
-Python starts.
+takes. --q-scale 4 multiplies Q by 4: the scores then spread as real
+models' logits do (N(0,1) inputs give scores of spread 1), which decides
+how often a row outgrows its first tile's max. The libraries'
+libMLIR/libLLVM must be on LD_LIBRARY_PATH before Python starts.
 """
 
 import argparse
 import datetime
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -66,11 +69,16 @@ def parse_args(argv):
                    help="LABEL=LIB[@CONFIG], repeatable (default flashjit=$FLASHJIT_LIB)")
     p.add_argument("--peers", default="sdpa-cudnn",
                    help="comma-separated SDPA backends: sdpa-cudnn, sdpa-flash (default sdpa-cudnn)")
+    p.add_argument("--q-scale", type=float, default=1.0,
+                   help="multiply Q by this: the scores spread that much wider than with "
+                        "N(0,1) inputs, as real models' do (default 1)")
     p.add_argument("--sample-ms", type=int, default=50, help="nvidia-smi sampling period")
     p.add_argument("--json", default=None, help="write every phase and its samples here")
     args = p.parse_args(argv)
     if args.seconds <= 0.5 or args.rounds < 1:
         p.error("--seconds must be above 0.5 and --rounds at least 1")
+    if not (args.q_scale > 0 and math.isfinite(args.q_scale)):
+        p.error("--q-scale must be a positive finite number")
     if not args.flashjit:
         args.flashjit = [f"flashjit={os.environ.get('FLASHJIT_LIB', '')}"]
     return args
@@ -192,6 +200,7 @@ def main(argv=None):
             b = max(1, 16384 // s)
             flops = bench_report.forward_flops(b, h, s, d, causal)
             q, k, v, o = attention_bench.make_inputs(torch, b, h, s, d, "bhsd")
+            q.mul_(args.q_scale)
             lse = torch.empty(b, h, s, dtype=torch.float32, device="cuda")
             kernels = kernels_for(torch, args, shape, fjs, q, k, v, o, lse)
             for r in range(args.rounds):

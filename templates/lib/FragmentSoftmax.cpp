@@ -85,6 +85,10 @@ Value treeReduce(SmallVector<Value> values,
 }
 } // namespace
 
+float FragmentSoftmax::maxProbability() const {
+  return ir.spec.dtype == DType::F16 ? 0x1p15f : 0x1p64f;
+}
+
 SmallVector<Value> FragmentSoftmax::exponentiate(ValueRange s, int64_t row,
                                                  Value scaleLog2,
                                                  Value negShift,
@@ -178,7 +182,7 @@ FragmentSoftmax::Update FragmentSoftmax::updateWithinBound(ValueRange s,
     // greater fails.
     Value outgrown =
         arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UGT, tileSum,
-                              ir.cF32(kMaxProbability));
+                              ir.cF32(maxProbability()));
     u.outgrown = u.outgrown
                      ? arith::OrIOp::create(b, loc, u.outgrown, outgrown)
                      : outgrown;

@@ -21,16 +21,20 @@ namespace flashjit {
 /// update() takes each row's max over the tile (the running max). Where
 /// the caller can take the tile again, updateWithinBound() skips the max:
 /// it takes P against the max as it stands, a reference that a row's
-/// scores may outgrow, as long as every P stays at most kMaxProbability
+/// scores may outgrow, as long as every P stays at most maxProbability()
 /// (its thread's sum of the tile's P shows it). O and l share the
 /// reference, so O / l is the same softmax. A tile past the bound, or a
 /// row with no reference yet, goes through update() instead.
 class FragmentSoftmax {
 public:
   static constexpr int64_t kAccPerTile = 4;
-  /// The largest P updateWithinBound() lets through: 2^8, far inside bf16,
-  /// f16 and the f32 sums.
-  static constexpr float kMaxProbability = 256.0f;
+  /// The largest P updateWithinBound() lets through: 2^15 for f16 (P is
+  /// rounded to f16 for P V, whose largest value is 65504), 2^64 for bf16
+  /// (the sums and O stay far inside f32 for any length). Rows of real
+  /// models' scores rarely outgrow their first tile's max by that much
+  /// (15 or 64 in log2, after the scale), so the max is taken on about
+  /// one tile per row.
+  float maxProbability() const;
 
   FragmentSoftmax(KernelIR &ir, int64_t mTiles, int64_t nTiles)
       : ir(ir), mTiles(mTiles), nTiles(nTiles) {}
@@ -68,7 +72,7 @@ public:
                 mlir::ValueRange sum, mlir::Value scaleLog2);
   /// The step against `max` as it stands, with no row max: max unchanged,
   /// alpha 1, and `outgrown` set where one of the thread's rows summed to
-  /// more than kMaxProbability (or to NaN: the reference is -inf) in this
+  /// more than maxProbability() (or to NaN: the reference is -inf) in this
   /// tile.
   Update updateWithinBound(mlir::ValueRange s, mlir::ValueRange max,
                            mlir::ValueRange sum, mlir::Value scaleLog2);

@@ -30,8 +30,9 @@
 // P from registers) back to back, waits for S_j only, runs the softmax of
 // S_j while P V is still on the tensor cores, then waits for P V, rescales
 // O and rounds P_j. After a row's first tile the softmax takes no row max:
-// P against the max as it stands, unless the row sums show a P past 2^8
-// somewhere in the warpgroup, and then S_j again with the max
+// P against the max as it stands, unless the row sums show a P past the
+// bound (2^15 for f16, 2^64 for bf16) somewhere in the warpgroup, and then
+// S_j again with the max
 // (FragmentSoftmax::updateWithinBound). The row max was 84 of the loop's
 // 370 instructions per 80 scores and thread (head dim 128). Two consumers
 // take turns issuing (named barriers, ping-pong), so one warpgroup's

@@ -97,10 +97,11 @@ TEST_CASE("other head dims: 32, 96 and 256") {
 }
 
 // A row's later tiles outgrow the max of its first ones: the kernels that
-// take P against the max as it stands must go back to the max for those
-// tiles (P past 2^8), and keep P above 1 exact for the others. Scale 0.5
-// (scores' spread about 8 in log2 at head dim 128) gives both; scale 4 makes
-// nearly every row one-hot and new maxima far above the old.
+// take P against the max as it stands must keep P above 1 exact, and go
+// back to the max for a tile with a P past their bound (2^15 for f16, 2^64
+// for bf16). Scale 0.5 spreads the scores about 8 in log2 (head dim 128),
+// scale 4 about 65: nearly every row one-hot, and new maxima far above the
+// old, past either bound.
 TEST_CASE("scores far apart: softmax scales 0.5 and 4") {
   for (double scale : {0.5, 4.0})
     for (int64_t d : {64, 128, 256})
