@@ -32,12 +32,11 @@
 // O and rounds P_j. After a row's first tile the softmax takes no row max:
 // P against the max as it stands, unless the row sums show a P past the
 // bound (2^15 for f16, 2^64 for bf16) somewhere in the warpgroup, and then
-// S_j again with the max
-// (FragmentSoftmax::updateWithinBound). The row max was 84 of the loop's
-// 370 instructions per 80 scores and thread (head dim 128). Two consumers
-// take turns issuing (named barriers, ping-pong), so one warpgroup's
-// softmax and epilogue also run under the other's products. Three
-// consumers (head dim 64) have 160 registers each.
+// S_j again with the max (FragmentSoftmax::updateWithinBound). The row max
+// was 84 of the loop's 370 instructions per 80 scores and thread (head dim
+// 128). Two consumers take turns issuing (named barriers, ping-pong), so
+// one warpgroup's softmax and epilogue also run under the other's
+// products. Three consumers (head dim 64) have 160 registers each.
 //
 // Epilogue (WgmmaEpilogue.cpp): each consumer writes O / l into its own
 // rows of the Q tile (its last product has read them) in the 128-byte
@@ -249,12 +248,13 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
   const int64_t outs = d / 2;
   // The loop takes P against the max as it stands, with no row max
   // (FragmentSoftmax::updateWithinBound), and takes S again with the max
-  // only for a tile that outgrew it. H100, power_profile.py, one process,
-  // against the row max every tile: head dim 128 1.07x (causal) and 1.09x
-  // at 2k and 8k, 1.10x at 16k; head dim 64 (three consumers, against row
-  // sums on the tensor cores, wgmma m64n8k16 of P and a block of ones
-  // beside each P V) 1.07x without a mask at 2k and 8k, causal 1.03x and
-  // 1.06x.
+  // only for a tile that outgrew it. H100, bf16, power_profile.py, one
+  // process, against the row max every tile: head dim 128 1.09x at 8k,
+  // 1.10x at 16k, causal 1.07x at 2k and 1.10x at 8k; head dim 64 (against
+  // row sums on the tensor cores, wgmma m64n8k16 of P and a block of ones
+  // beside each P V) 1.08x at 2k and 1.06x at 16k, causal 1.05x. With
+  // scores spread 8 times wider (--q-scale 8) still 1.10x at head dim 128
+  // 8k, where a bound of 2^8 lost (0.83x). f16 (bound 2^15): 1.00x.
   FragmentSoftmax softmax(*this, /*mTiles=*/1, nTiles);
   Value qDesc =
       descriptor(add(alignedAddress, consumerRows(consumer, 0)), Major::K, 0);
