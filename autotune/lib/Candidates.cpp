@@ -196,7 +196,7 @@ evaluateConfig(const KernelTemplate &tmpl, const AttentionSpec &spec,
   report.config = config;
   report.templateRank = templateRank;
   report.diagonalAligned =
-      !spec.causal || !tmpl.prefersAlignedCausalTiles(config) ||
+      !spec.causal || !tmpl.prefersAlignedCausalTiles() ||
       (config.blockN > 0 && config.blockM % config.blockN == 0);
   if (auto err = device.validate()) {
     report.rejection = llvm::toString(std::move(err));

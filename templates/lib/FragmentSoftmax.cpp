@@ -83,6 +83,13 @@ Value treeReduce(SmallVector<Value> values,
   }
   return values.front();
 }
+
+/// The sum of `values` as a tree (treeReduce).
+Value sumTree(OpBuilder &b, Location loc, SmallVector<Value> values) {
+  return treeReduce(std::move(values), [&](Value x, Value y) -> Value {
+    return arith::AddFOp::create(b, loc, x, y);
+  });
+}
 } // namespace
 
 float FragmentSoftmax::maxProbability() const {
@@ -150,9 +157,7 @@ FragmentSoftmax::Update FragmentSoftmax::update(ValueRange s, ValueRange max,
                        arith::NegFOp::create(b, loc, shift), u.probs);
       partial.push_back(
           arith::MulFOp::create(b, loc, sum[row], u.alpha[row]));
-      u.sum[row] = treeReduce(partial, [&](Value x, Value y) -> Value {
-        return arith::AddFOp::create(b, loc, x, y);
-      });
+      u.sum[row] = sumTree(b, loc, std::move(partial));
     }
   return u;
 }
@@ -168,16 +173,13 @@ FragmentSoftmax::Update FragmentSoftmax::updateWithinBound(ValueRange s,
   u.sum.resize(rowStates());
   u.alpha.assign(rowStates(), ir.cF32(1.0f));
   u.probs.resize(s.size());
-  auto add = [&](Value x, Value y) -> Value {
-    return arith::AddFOp::create(b, loc, x, y);
-  };
   for (int64_t row = 0; row < rowStates(); ++row) {
     // -m c: +inf with no reference yet (m = -inf), so that P is inf or NaN
     // and the tile goes back to update().
     Value negShift = arith::MulFOp::create(
         b, loc, max[row], arith::NegFOp::create(b, loc, scaleLog2));
     Value tileSum =
-        treeReduce(exponentiate(s, row, scaleLog2, negShift, u.probs), add);
+        sumTree(b, loc, exponentiate(s, row, scaleLog2, negShift, u.probs));
     // Every P is at most the thread's sum of the row; unordered (NaN) or
     // greater fails.
     Value outgrown =
@@ -186,7 +188,7 @@ FragmentSoftmax::Update FragmentSoftmax::updateWithinBound(ValueRange s,
     u.outgrown = u.outgrown
                      ? arith::OrIOp::create(b, loc, u.outgrown, outgrown)
                      : outgrown;
-    u.sum[row] = add(sum[row], tileSum);
+    u.sum[row] = arith::AddFOp::create(b, loc, sum[row], tileSum);
   }
   return u;
 }

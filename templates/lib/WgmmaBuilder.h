@@ -198,9 +198,6 @@ private:
   /// 8-row groups are 1024 bytes apart; for MN-major also, and the 64-wide
   /// panels `panelBytes` apart.
   Value descriptor(Value address, Major major, int64_t panelBytes);
-  /// A descriptor of the operand at byte address `address` (i32): its start
-  /// address (bits 0-13) or'ed with `fields` (offsets, swizzle mode).
-  Value descriptorAt(Value address, uint64_t fields);
   /// Issues S = Q K^T for one warpgroup: fence, head_dim / 16 wgmma
   /// m64nNk16 with both operands in shared memory, commit (one group). The
   /// block_n / 2 f32 per thread (FragmentSoftmax's layout) are valid only
@@ -211,9 +208,6 @@ private:
   /// memory, commit (one group). `o` is O (D / 2 f32).
   SmallVector<Value> issueAccumulate(ValueRange o, ArrayRef<Value> pPacked,
                                      Value vDesc);
-  /// This thread's generic-proxy writes to shared memory become visible to
-  /// the async proxy (TMA stores, wgmma operand reads).
-  void fenceToAsyncProxy();
   /// Waits until at most `pending` wgmma groups are in flight; `values`
   /// (registers of the completed groups) come back usable.
   SmallVector<Value> waitGroups(int64_t pending, ValueRange values);
@@ -223,6 +217,9 @@ private:
   Value warpgroupAny(Value flag, Value consumer);
   /// Named barriers: 1 + c for consumer c's turn (ping-pong), 1 + C + c
   /// for its epilogue's stores, 1 + 2 C + c for its votes (C consumers).
+  Value storeBarrier(Value consumer) {
+    return add(c32(1 + consumers), consumer);
+  }
   Value voteBarrier(Value consumer) {
     return add(c32(1 + 2 * consumers), consumer);
   }

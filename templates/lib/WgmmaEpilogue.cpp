@@ -36,12 +36,11 @@ void Builder::storeOutput(const ForwardParams &p, FragmentSoftmax &softmax,
   };
   SmallVector<Value> packed =
       softmax.finish(p, at, max, sum, o, quadCol, myRow);
-  auto storeBarrier = [&] { return add(c32(1 + consumers), consumer); };
   // Staged apart, the rows may still be read by the last tile's store: its
   // issuer waits for that, then the warpgroup meets before writing them.
   if (outputApart) {
     waitForStores(tid);
-    namedBarrierSync(storeBarrier(), kWarpgroupThreads);
+    namedBarrierSync(storeBarrier(consumer), kWarpgroupThreads);
   }
   const int64_t dTiles = d / 8;
   Value rowBase = add(mul(warpInGroup, c32(16 * kRowBytes)),
@@ -62,8 +61,11 @@ void Builder::storeOutput(const ForwardParams &p, FragmentSoftmax &softmax,
   }
   // The generic-proxy writes become visible to the copy engine, then the
   // warpgroup's threads meet before one of them issues the stores.
-  fenceToAsyncProxy();
-  namedBarrierSync(storeBarrier(), kWarpgroupThreads);
+  NVVM::FenceProxyOp::create(
+      b, loc, NVVM::ProxyKind::async_shared,
+      NVVM::SharedSpaceAttr::get(b.getContext(),
+                                 NVVM::SharedSpace::shared_cta));
+  namedBarrierSync(storeBarrier(consumer), kWarpgroupThreads);
   ifThen(isStoreIssuer(tid), [&] {
     for (int64_t panel = 0; panel < d / WgmmaForward::kPanelCols; ++panel)
       tmaStore(p.tensorMaps[3],

@@ -354,10 +354,13 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
     };
     // The scores of tile j (local index, i32) through the mask and the
     // online softmax.
-    auto softmaxStep = [&](SmallVector<Value> &s, Value j, ValueRange max,
-                           ValueRange sum) {
+    auto maskTile = [&](SmallVector<Value> &s, Value j) {
       softmax.mask(s, mul(toI64(j), c64(cfg.blockN)), cfg.blockN,
                    consumerRow0, quadCol, p.seqlenK, myRow);
+    };
+    auto softmaxStep = [&](SmallVector<Value> &s, Value j, ValueRange max,
+                           ValueRange sum) {
+      maskTile(s, j);
       return softmax.update(s, max, sum, p.scaleLog2);
     };
     // Tile j's step against the max as it stands (K_j still in `slot`).
@@ -367,8 +370,7 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
     // first tile of a row needs the max, and it takes it (softmaxStep).
     auto boundedStep = [&](SmallVector<Value> &s, Value j, Value slot,
                            ValueRange max, ValueRange sum) {
-      softmax.mask(s, mul(toI64(j), c64(cfg.blockN)), cfg.blockN,
-                   consumerRow0, quadCol, p.seqlenK, myRow);
+      maskTile(s, j);
       FragmentSoftmax::Update fast =
           softmax.updateWithinBound(s, max, sum, p.scaleLog2);
       const int64_t rows = softmax.rowStates();

@@ -102,14 +102,6 @@ WgmmaForward::sharedLayout(const AttentionSpec &spec, const TileConfig &config,
   return l;
 }
 
-// Three consumers once took block_n 128 (straddling the diagonal of
-// block_m 192) over the aligned 96, while they summed P's rows on the
-// tensor cores; the persistent grid no longer fits it (checkConfig).
-bool WgmmaForward::prefersAlignedCausalTiles(const TileConfig &config) const {
-  (void)config;
-  return true;
-}
-
 bool WgmmaForward::stagesOutputApart(const AttentionSpec &spec,
                                      const TileConfig &config,
                                      bool persistent) {

@@ -167,19 +167,14 @@ Value Builder::descriptor(Value address, Major major, int64_t panelBytes) {
   // swizzled operands ignore the leading offset (1 by convention); MN-major
   // ones step by it from one 64-wide panel to the next.
   uint64_t leading = major == Major::K ? 1 : uint64_t(panelBytes) >> 4;
-  return descriptorAt(address, (leading << 16) |
-                                   (uint64_t(kRowGroupBytes >> 4) << 32) |
-                                   kSwizzle128);
-}
-
-Value Builder::descriptorAt(Value address, uint64_t fields) {
+  uint64_t fixed = (leading << 16) | (uint64_t(kRowGroupBytes >> 4) << 32) |
+                   kSwizzle128;
   Value start = arith::ExtUIOp::create(
       b, loc, i64,
       arith::AndIOp::create(b, loc, arith::ShRUIOp::create(b, loc, address,
                                                            c32(4)),
                             c32(0x3FFF)));
-  return arith::OrIOp::create(b, loc, start,
-                              c64(static_cast<int64_t>(fields)));
+  return arith::OrIOp::create(b, loc, start, c64(static_cast<int64_t>(fixed)));
 }
 
 SmallVector<Value> Builder::asmFloats(StringRef text, StringRef inputs,
@@ -281,13 +276,6 @@ SmallVector<Value> Builder::issueAccumulate(ValueRange o,
   operands.append(pPacked.begin(), pPacked.end());
   operands.push_back(vDesc);
   return asmFloats(text, inputs, operands, outs);
-}
-
-void Builder::fenceToAsyncProxy() {
-  NVVM::FenceProxyOp::create(
-      b, loc, NVVM::ProxyKind::async_shared,
-      NVVM::SharedSpaceAttr::get(b.getContext(),
-                                 NVVM::SharedSpace::shared_cta));
 }
 
 SmallVector<Value> Builder::waitGroups(int64_t pending, ValueRange values) {

@@ -40,8 +40,8 @@ struct CandidateReport {
   unsigned templateRank = 0;
   /// Causal: block_n divides block_m, so the diagonal of every query block
   /// crosses whole K/V tiles and no tile straddles it needlessly. Always
-  /// true without a mask, and for configs whose template does not ask for
-  /// it (KernelTemplate::prefersAlignedCausalTiles).
+  /// true without a mask, and for templates that do not ask for it
+  /// (KernelTemplate::prefersAlignedCausalTiles).
   bool diagonalAligned = true;
   /// Empty when the config fits the device; otherwise why not, every limit
   /// it breaks, e.g. "needs 80 KB of shared memory, the Tesla T4 allows 64 KB

@@ -68,14 +68,11 @@ public:
   /// (ForwardKernelArgs::tileCounter), which the runtime then keeps per
   /// stream: persistent kernels do unless they take a fixed order.
   virtual bool takesTilesFromCounter() const { return persistent(); }
-  /// Whether, for causal attention, `config` should have block_n divide
+  /// Whether, for causal attention, its configs should have block_n divide
   /// block_m, so the diagonal crosses whole K/V tiles (the heuristic's
   /// DiagonalTiles rule). Measured for wgmma; other templates keep their
   /// ranking.
-  virtual bool prefersAlignedCausalTiles(const TileConfig &config) const {
-    (void)config;
-    return false;
-  }
+  virtual bool prefersAlignedCausalTiles() const { return false; }
   /// Head dims the template builds, ascending.
   virtual std::vector<int64_t> headDims() const = 0;
   /// Whether the template can build this problem for this target (a valid

@@ -69,7 +69,8 @@ public:
   /// Where the kernel's shared memory goes, in bytes from its 1024-aligned
   /// base: the Q tile, `stages` K tiles, `stages` V tiles, the O buffer
   /// when O is staged apart, the mbarriers, each consumer's tile record
-  /// (kRecordBytes). The IR builder lays it out so and resources() reports `bytes`.
+  /// (kRecordBytes). The IR builder lays it out so and resources() reports
+  /// `bytes`.
   struct SharedLayout {
     int64_t k = 0, v = 0, o = 0, barriers = 0, records = 0;
     /// The whole block's bytes, the alignment slack included.
@@ -108,8 +109,7 @@ public:
   bool takesTilesFromCounter() const override {
     return Kind == Grid::Persistent;
   }
-  /// Yes (WgmmaForwardConfig.cpp).
-  bool prefersAlignedCausalTiles(const TileConfig &config) const override;
+  bool prefersAlignedCausalTiles() const override { return true; }
   std::vector<int64_t> headDims() const override { return {64, 128, 256}; }
   std::optional<TensorMapBoxes>
   tensorMapBoxes(const TileConfig &config) const override;
