@@ -15,9 +15,9 @@ hits all alike.
 A shape is HEAD_DIM:{n,c}:SEQLEN[:HEADS] (c: causal), at batch x seqlen = 16k
 tokens and hidden 2048 (the benchmark's convention) unless HEADS is given:
 128:n:8k:33 runs 33 heads, which change how many rounds of tiles the grid
-takes. --q-scale 4 multiplies Q by 4: the scores then spread as real
-models' logits do (N(0,1) inputs give scores of spread 1), which decides
-how often a row outgrows its first tile's max. The libraries'
+takes. --q-scale 4 multiplies Q by 4: the scores then spread 4 times
+wider than N(0,1) inputs give (spread 1), which decides how often a row
+outgrows its first tile's max. The libraries'
 libMLIR/libLLVM must be on LD_LIBRARY_PATH before Python starts.
 """
 
@@ -71,7 +71,7 @@ def parse_args(argv):
                    help="comma-separated SDPA backends: sdpa-cudnn, sdpa-flash (default sdpa-cudnn)")
     p.add_argument("--q-scale", type=float, default=1.0,
                    help="multiply Q by this: the scores spread that much wider than with "
-                        "N(0,1) inputs, as real models' do (default 1)")
+                        "N(0,1) inputs (default 1)")
     p.add_argument("--sample-ms", type=int, default=50, help="nvidia-smi sampling period")
     p.add_argument("--json", default=None, help="write every phase and its samples here")
     args = p.parse_args(argv)

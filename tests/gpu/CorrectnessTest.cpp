@@ -20,7 +20,7 @@ void checkCase(AttentionSpec spec, int64_t batch, int64_t seqlenQ,
   o.seed = freshSeed();
   o.rowsPerHead = rowsPerHead;
   o.scale = scale;
-  INFO(describe(spec, o) << " scale " << scale.value_or(0.0));
+  INFO(describe(spec, o));
   auto kernel = gpuContext().compile(spec);
   REQUIRE_MESSAGE(bool(kernel), llvm::toString(kernel.takeError()));
   auto report = runAndCheck(**kernel, o);

@@ -27,7 +27,8 @@ inline std::string describe(const AttentionSpec &spec,
          " sq=" + std::to_string(o.seqlenQ) +
          " sk=" + std::to_string(o.seqlenK) +
          (o.layout == Layout::BSHD ? " bshd" : " bhsd") +
-         " seed=" + std::to_string(o.seed);
+         " seed=" + std::to_string(o.seed) +
+         (o.scale ? " scale=" + std::to_string(*o.scale) : "");
 }
 
 } // namespace flashjit::test

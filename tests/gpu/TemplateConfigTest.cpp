@@ -21,8 +21,7 @@ void checkConfig(const AttentionSpec &spec, const TileConfig &config,
   o.seed = freshSeed();
   o.rowsPerHead = 32;
   o.scale = scale;
-  INFO(describe(spec, o) << " config " << config.canonical() << " scale "
-                         << scale.value_or(0.0));
+  INFO(describe(spec, o) << " config " << config.canonical());
   auto kernel = gpuContext().compile(spec, config);
   REQUIRE_MESSAGE(bool(kernel), llvm::toString(kernel.takeError()));
   CHECK((*kernel)->info().config == config);
