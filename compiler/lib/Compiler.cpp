@@ -182,9 +182,12 @@ llvm::Expected<CompiledKernel> compileAttention(const AttentionSpec &spec,
   SharedContext &shared = sharedContext();
   std::lock_guard<std::mutex> lock(shared.mutex);
   DiagnosticCollector diagnostics(shared.context);
-  OwningOpRef<ModuleOp> module =
-      buildDescription(shared.context, spec, config);
-  return runPipeline(shared.context, *module, spec, **tmpl, config, *target,
+  auto module = buildDescription(shared.context, spec, config);
+  if (!module)
+    return llvm::createStringError(llvm::toString(module.takeError()) +
+                                   (diagnostics.text.empty() ? "" : ":\n") +
+                                   diagnostics.text);
+  return runPipeline(shared.context, **module, spec, **tmpl, config, *target,
                      options, diagnostics.text, spec.kernelName());
 }
 

@@ -30,15 +30,44 @@ gpu::GPUModuleOp getOrCreateKernelModule(ModuleOp module) {
   return gpu::GPUModuleOp::create(b, module.getLoc(), kKernelModuleName);
 }
 
+/// A kernel is the whole function: its arguments are the launch's operands
+/// (q, k, v, scale, then the captured tensors, in the op's order) and its
+/// body is the attention and the return of its results. Anything else
+/// would be lost when the function becomes the kernel.
+LogicalResult checkKernelFunction(attn::AttentionOp op, func::FuncOp func) {
+  for (Operation &other : func.getBody().front()) {
+    if (&other == op.getOperation() || isa<func::ReturnOp>(other))
+      continue;
+    if (isa<attn::AttentionOp>(other))
+      return other.emitOpError(
+          "is the second attn.attention in @")
+             << func.getSymName()
+             << ": a function becomes one kernel, so it holds one "
+                "attention; put each in a function of its own";
+    return other.emitOpError("sits beside attn.attention in @")
+           << func.getSymName()
+           << ", which becomes a kernel whose operands come from the launch: "
+              "pass the value as an argument of the function instead";
+  }
+  if (!func.getBody().hasOneBlock())
+    return op.emitOpError("must be in a function of one block");
+  ValueRange args = func.getArguments();
+  if (args.size() != op->getNumOperands() ||
+      !llvm::equal(args, op->getOperands()))
+    return op.emitOpError("takes its operands from the launch: they must be "
+                          "the arguments of @")
+           << func.getSymName()
+           << " in order (query, key, value, scale, captures)";
+  return success();
+}
+
 LogicalResult lowerOne(attn::AttentionOp op, ModuleOp module) {
   auto func = dyn_cast<func::FuncOp>(op->getParentOp());
   if (!func)
     return op.emitOpError("must be directly inside a func.func whose name "
                           "becomes the kernel's name");
-  if (!op.getScoreMod().empty() || !op.getMaskMod().empty())
-    return op.emitOpError(
-        "score_mod and mask_mod regions are not lowered yet; only causal "
-        "masking is supported by the current kernel templates");
+  if (failed(checkKernelFunction(op, func)))
+    return failure();
   attn::TileConfigAttr configAttr = op.getConfigAttr();
   if (!configAttr)
     return op.emitOpError(
@@ -56,7 +85,12 @@ LogicalResult lowerOne(attn::AttentionOp op, ModuleOp module) {
     return op.emitOpError("a kernel named '") << name << "' already exists";
   OpBuilder b(kernels.getBodyRegion());
   b.setInsertionPointToEnd(kernels.getBody());
-  if (auto err = (*tmpl)->build(b, op.getLoc(), spec, config, name))
+  ModRegions mods;
+  if (!op.getScoreMod().empty())
+    mods.scoreMod = &op.getScoreMod();
+  if (!op.getMaskMod().empty())
+    mods.maskMod = &op.getMaskMod();
+  if (auto err = (*tmpl)->build(b, op.getLoc(), spec, config, name, mods))
     return op.emitOpError(llvm::toString(std::move(err)));
   // A template bug must be an error here, not a crash in the LLVM
   // translation later (the pipeline runs without per-pass verification).
@@ -72,8 +106,15 @@ struct LowerAttentionToKernelPass
     : impl::LowerAttentionToKernelBase<LowerAttentionToKernelPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    // Collected first: lowering erases the op's function.
     SmallVector<attn::AttentionOp> ops;
     module.walk([&](attn::AttentionOp op) { ops.push_back(op); });
+    // Every function is checked before any is erased, so a second
+    // attention in a function is reported rather than freed under the walk.
+    for (attn::AttentionOp op : ops)
+      if (auto func = dyn_cast<func::FuncOp>(op->getParentOp()))
+        if (failed(checkKernelFunction(op, func)))
+          return signalPassFailure();
     for (attn::AttentionOp op : ops)
       if (failed(lowerOne(op, module)))
         return signalPassFailure();

@@ -3,7 +3,10 @@
 // message a user can act on, never a verifier crash deep in the pipeline.
 #include "flashjit/Dialect/AttentionSpec.h"
 
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/xxhash.h"
+#include <algorithm>
 #include <cmath>
 
 namespace flashjit {
@@ -19,6 +22,49 @@ llvm::Expected<DType> parseDType(llvm::StringRef text) {
     return DType::BF16;
   return llvm::createStringError(
       llvm::formatv("unknown dtype '{0}': expected f16 or bf16", text).str());
+}
+
+const char *causalAlignName(CausalAlign align) {
+  return align == CausalAlign::TopLeft ? "top-left" : "bottom-right";
+}
+
+llvm::Expected<CausalAlign> parseCausalAlign(llvm::StringRef text) {
+  if (text == "top-left")
+    return CausalAlign::TopLeft;
+  if (text == "bottom-right")
+    return CausalAlign::BottomRight;
+  return llvm::createStringError(
+      llvm::formatv("unknown causal alignment '{0}': expected top-left or "
+                    "bottom-right",
+                    text)
+          .str());
+}
+
+const char *captureDTypeName(CaptureDType dtype) {
+  return dtype == CaptureDType::F32 ? "f32" : "i32";
+}
+
+std::string CapturedTensor::typeText() const {
+  std::string text = "tensor<";
+  for (int64_t d : shape)
+    text += (d < 0 ? std::string("?") : std::to_string(d)) + "x";
+  return text + captureDTypeName(dtype) + ">";
+}
+
+int64_t AttentionSpec::rightExtent() const {
+  if (!causal)
+    return windowRight;
+  return windowRight >= 0 ? std::min<int64_t>(windowRight, 0) : 0;
+}
+
+bool AttentionSpec::mayEmptyRows() const {
+  return !maskMod.empty() || windowLeft >= 0 || windowRight >= 0 ||
+         (causal && causalAlign == CausalAlign::BottomRight);
+}
+
+bool AttentionSpec::isPlain() const {
+  return causalAlign == CausalAlign::TopLeft && windowLeft < 0 &&
+         windowRight < 0 && !hasMods() && captures.empty();
 }
 
 llvm::Error AttentionSpec::validate() const {
@@ -39,20 +85,69 @@ llvm::Error AttentionSpec::validate() const {
                       "grouped-query attention",
                       numHeads, numKVHeads)
             .str());
+  if (windowLeft < -1 || windowRight < -1)
+    return llvm::createStringError(
+        llvm::formatv("window ({0}, {1}) has a negative extent: each side is "
+                      "the keys it reaches past the diagonal (0 or more), or "
+                      "-1 for no limit",
+                      windowLeft, windowRight)
+            .str());
+  if (!captures.empty() && !hasMods())
+    return llvm::createStringError(
+        "captured tensors are given but no score_mod or mask_mod reads them");
+  for (const CapturedTensor &c : captures) {
+    if (c.shape.empty() || c.shape.size() > 4)
+      return llvm::createStringError(
+          llvm::formatv("captured tensor '{0}' has rank {1}: expected 1 to 4",
+                        c.name, c.shape.size())
+              .str());
+    for (int64_t d : c.shape)
+      if (d == 0 || d < -1)
+        return llvm::createStringError(
+            llvm::formatv("captured tensor '{0}' has a dimension of {1}: "
+                          "expected a positive size, or -1 for any size",
+                          c.name, d)
+                .str());
+  }
   return llvm::Error::success();
 }
 
+namespace {
+/// The variant part of canonical(): empty for plain attention, so plain
+/// kernels keep their keys and names.
+std::string variantText(const AttentionSpec &s) {
+  if (s.isPlain())
+    return "";
+  std::string text = llvm::formatv(";align={0};window={1},{2}",
+                                   causalAlignName(s.causalAlign),
+                                   s.windowLeft, s.windowRight)
+                         .str();
+  for (const CapturedTensor &c : s.captures)
+    text += ";capture=" + c.name + ":" + c.typeText();
+  if (!s.scoreMod.empty())
+    text += ";score_mod=" + s.scoreMod;
+  if (!s.maskMod.empty())
+    text += ";mask_mod=" + s.maskMod;
+  return text;
+}
+} // namespace
+
 std::string AttentionSpec::canonical() const {
-  return llvm::formatv("fwd;d={0};dtype={1};causal={2};hq={3};hkv={4}",
+  return llvm::formatv("fwd;d={0};dtype={1};causal={2};hq={3};hkv={4}{5}",
                        headDim, dtypeName(dtype), causal ? 1 : 0, numHeads,
-                       numKVHeads)
+                       numKVHeads, variantText(*this))
       .str();
 }
 
 std::string AttentionSpec::kernelName() const {
-  return llvm::formatv("flashjit_fwd_d{0}_{1}{2}_h{3}_kv{4}", headDim,
+  std::string variant = variantText(*this);
+  std::string suffix =
+      variant.empty()
+          ? ""
+          : "_v" + llvm::utohexstr(llvm::xxh3_64bits(variant), /*LowerCase=*/true);
+  return llvm::formatv("flashjit_fwd_d{0}_{1}{2}_h{3}_kv{4}{5}", headDim,
                        dtypeName(dtype), causal ? "_causal" : "", numHeads,
-                       numKVHeads)
+                       numKVHeads, suffix)
       .str();
 }
 
@@ -65,6 +160,23 @@ double forwardFlops(const AttentionSpec &spec, int64_t batch, int64_t seqlenQ,
   double flops = 4.0 * batch * spec.numHeads * double(seqlenQ) *
                  double(seqlenK) * spec.headDim;
   return spec.causal ? flops / 2 : flops;
+}
+
+double visiblePairs(const AttentionSpec &spec, int64_t seqlenQ,
+                    int64_t seqlenK) {
+  const int64_t offset =
+      spec.causalAlign == CausalAlign::BottomRight ? seqlenK - seqlenQ : 0;
+  double pairs = 0;
+  for (int64_t i = 0; i < seqlenQ; ++i) {
+    int64_t lo = 0, hi = seqlenK - 1;
+    if (spec.hasLeftBound())
+      lo = std::max<int64_t>(lo, i + offset - spec.windowLeft);
+    if (spec.hasRightBound())
+      hi = std::min<int64_t>(hi, i + offset + spec.rightExtent());
+    if (hi >= lo)
+      pairs += double(hi - lo + 1);
+  }
+  return pairs;
 }
 
 } // namespace flashjit

@@ -3,6 +3,8 @@
 // that names the operand and the sizes that disagree.
 #include "flashjit/Dialect/AttnDialect.h"
 
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/OpImplementation.h"
 #include "mlir/IR/TypeUtilities.h"
 
@@ -46,6 +48,34 @@ flashjit::AttentionSpec AttentionOp::getSpec() {
   spec.causal = getCausal();
   spec.numHeads = getNumHeads();
   spec.numKVHeads = getNumKVHeads();
+  spec.causalAlign = getBottomRight() ? flashjit::CausalAlign::BottomRight
+                                      : flashjit::CausalAlign::TopLeft;
+  if (auto left = getWindowLeft())
+    spec.windowLeft = *left;
+  if (auto right = getWindowRight())
+    spec.windowRight = *right;
+  for (auto [i, value] : llvm::enumerate(getCaptures())) {
+    auto type = cast<RankedTensorType>(value.getType());
+    flashjit::CapturedTensor c;
+    c.name = "capture" + std::to_string(i);
+    c.dtype = type.getElementType().isF32() ? flashjit::CaptureDType::F32
+                                            : flashjit::CaptureDType::I32;
+    for (int64_t d : type.getShape())
+      c.shape.push_back(ShapedType::isDynamic(d) ? -1 : d);
+    spec.captures.push_back(c);
+  }
+  // The regions' printed text names them in the spec (canonical text,
+  // kernel name, and the checks that ask whether there are mods).
+  auto printed = [](Region &region) {
+    std::string text;
+    if (!region.empty()) {
+      llvm::raw_string_ostream os(text);
+      region.front().print(os);
+    }
+    return text;
+  };
+  spec.scoreMod = printed(getScoreMod());
+  spec.maskMod = printed(getMaskMod());
   return spec;
 }
 
@@ -100,6 +130,26 @@ LogicalResult AttentionOp::verify() {
       out.getRank() != 4 || failed(verifyCompatibleShape(out.getShape(), q)))
     return emitOpError() << "output type " << out
                          << " must match the query type " << types[0];
+  for (auto [i, value] : llvm::enumerate(getCaptures())) {
+    auto type = cast<RankedTensorType>(value.getType());
+    if (type.getRank() < 1 || type.getRank() > 4 ||
+        !(type.getElementType().isF32() ||
+          type.getElementType().isSignlessInteger(32)))
+      return emitOpError() << "captured tensor #" << i << " has type " << type
+                           << ": expected an f32 or i32 tensor of rank 1 to 4";
+  }
+  if (!getCaptures().empty() && getScoreMod().empty() && getMaskMod().empty())
+    return emitOpError()
+           << "has captured tensors but no score_mod or mask_mod reads them";
+  for (auto [name, extent] : {std::pair{"window_left", getWindowLeft()},
+                              std::pair{"window_right", getWindowRight()}})
+    if (extent && *extent < 0)
+      return emitOpError() << name << " is " << *extent
+                           << ": a window extent is 0 or more keys (leave "
+                              "the attribute out for no limit)";
+  if (getBottomRight() && !getCausal() && !getWindowLeft() && !getWindowRight())
+    return emitOpError() << "bottom_right aligns a causal mask or a window, "
+                            "and this attention has neither";
   RankedTensorType lse = getLse().getType();
   if (!lse.getElementType().isF32() || lse.getRank() != 3 ||
       failed(verifyCompatibleShape(lse.getShape(), q.take_front(3))))
@@ -109,7 +159,23 @@ LogicalResult AttentionOp::verify() {
   return success();
 }
 
-/// Checks a region's block arguments and the single value it yields.
+bool AttentionOp::isModOpSupported(Operation *op) {
+  if (isa<YieldOp>(op) || op->getDialect()->getNamespace() == "arith")
+    return true;
+  // Transcendentals become ex2.approx / lg2.approx, which are f32.
+  if (isa<math::ExpOp, math::Exp2Op, math::LogOp, math::Log2Op, math::TanhOp>(
+          op))
+    return op->getResult(0).getType().isF32();
+  if (isa<math::SqrtOp, math::RsqrtOp, math::AbsFOp, math::FmaOp,
+          math::FloorOp, math::CeilOp>(op))
+    return true;
+  if (auto extract = dyn_cast<tensor::ExtractOp>(op))
+    return isa<BlockArgument>(extract.getTensor());
+  return false;
+}
+
+/// Checks a region's block arguments, the single value it yields, and
+/// that every op in it is one the lowering can place.
 static LogicalResult verifyModRegion(AttentionOp op, Region &region,
                                      StringRef name, ArrayRef<Type> argTypes,
                                      Type yieldType) {
@@ -132,15 +198,34 @@ static LogicalResult verifyModRegion(AttentionOp op, Region &region,
       yield.getValues()[0].getType() != yieldType)
     return op.emitOpError() << name << " region must end in attn.yield of one "
                             << yieldType;
+  if (!region.hasOneBlock())
+    return op.emitOpError() << name << " region must have one block";
+  for (Operation &inner : block) {
+    if (!AttentionOp::isModOpSupported(&inner))
+      return op.emitOpError()
+             << name << " region uses '" << inner.getName()
+             << "', which the kernels cannot place: use arith ops, the math "
+                "ops exp, exp2, log, log2, tanh, sqrt, rsqrt, absf, fma, "
+                "floor and ceil, and tensor.extract of a captured tensor";
+    if (inner.getNumRegions() != 0)
+      return op.emitOpError() << name << " region uses '" << inner.getName()
+                              << "', an op with regions";
+  }
   return success();
 }
 
 LogicalResult AttentionOp::verifyRegions() {
   Builder b(getContext());
   Type idx = b.getIndexType(), f32 = b.getF32Type();
-  if (failed(verifyModRegion(*this, getScoreMod(), "score_mod",
-                             {f32, idx, idx, idx, idx}, f32)))
+  SmallVector<Type> scoreArgs = {f32, idx, idx, idx, idx};
+  SmallVector<Type> maskArgs = {idx, idx, idx, idx};
+  for (Value c : getCaptures()) {
+    scoreArgs.push_back(c.getType());
+    maskArgs.push_back(c.getType());
+  }
+  if (failed(verifyModRegion(*this, getScoreMod(), "score_mod", scoreArgs,
+                             f32)))
     return failure();
-  return verifyModRegion(*this, getMaskMod(), "mask_mod",
-                         {idx, idx, idx, idx}, b.getI1Type());
+  return verifyModRegion(*this, getMaskMod(), "mask_mod", maskArgs,
+                         b.getI1Type());
 }

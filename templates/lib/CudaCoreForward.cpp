@@ -19,6 +19,7 @@
 #include "flashjit/Templates/CudaCoreForward.h"
 
 #include "KernelIR.h"
+#include "ScoreMods.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -57,7 +58,7 @@ public:
                                     AffineMap(), workgroup);
   }
 
-  void build(StringRef name);
+  void build(StringRef name, const ModRegions &mods);
 
 private:
   Value splat(Value scalar) {
@@ -132,7 +133,7 @@ void Builder::emitTileLoad(Value kBase, Value vBase, ValueRange kStrides,
   }
 }
 
-void Builder::build(StringRef name) {
+void Builder::build(StringRef name, const ModRegions &modRegions) {
   OpBuilder::InsertionGuard guard(b);
   ForwardParams p = beginForwardKernel(name, threads);
   Value qBase = p.q, kBase = p.k, vBase = p.v, oBase = p.o, lseBase = p.lse;
@@ -170,13 +171,16 @@ void Builder::build(StringRef name) {
   Value vTile = memref::ViewOp::create(b, loc, tileType, shared,
                                        cIdx(tileBytes), ValueRange{});
 
-  // ---- KV loop bounds: causal blocks stop at their last row's diagonal --
-  Value kvEnd = seqlenK;
-  if (spec.causal)
-    kvEnd = arith::MinSIOp::create(
-        b, loc, seqlenK, mul(add(queryBlock, c64(1)), c64(cfg.blockM)));
-  Value numTiles = arith::DivUIOp::create(
-      b, loc, add(kvEnd, c64(cfg.blockN - 1)), c64(cfg.blockN));
+  // ---- KV loop bounds: the tiles the causal mask and window leave -------
+  KvTileRange range =
+      kvTileRange(p, mul(queryBlock, c64(cfg.blockM)), cfg.blockM, cfg.blockN);
+  Value numTiles = range.count;
+  // The mods take natural scores; these are in base 2 (Q was pre-scaled).
+  ScoreMods mods(*this, modRegions, p, cF32(0.6931471805599453f),
+                 cF32(1.4426950408889634f));
+  Value diagonal = add(row, diagonalOffset(p));
+  Value modRow = arith::MinSIOp::create(b, loc, row, lastQueryRow);
+  Value lastKey = sub(seqlenK, c64(1));
 
   const float negInf = -std::numeric_limits<float>::infinity();
   SmallVector<Value> init = {cF32(negInf), cF32(0.0f)};
@@ -188,7 +192,7 @@ void Builder::build(StringRef name) {
   auto loop = scf::ForOp::create(
       b, loc, cIdx(0), toIndex(numTiles), cIdx(1), init,
       [&](OpBuilder &, Location, Value tileIndex, ValueRange state) {
-        Value n0 = mul(toI64(tileIndex), c64(cfg.blockN));
+        Value n0 = mul(add(range.first, toI64(tileIndex)), c64(cfg.blockN));
         // Everyone is done reading the previous tile before it is replaced.
         gpu::BarrierOp::create(b, loc);
         emitTileLoad(kBase, vBase, kStrides, vStrides, batch, kvHead, n0,
@@ -219,13 +223,23 @@ void Builder::build(StringRef name) {
             s = arith::AddFOp::create(b, loc, s, other);
           }
           Value column = add(n0, c64(j));
+          Value modColumn = minS(column, lastKey);
+          s = mods.score(s, batch, head, modRow, modColumn);
           Value valid = arith::CmpIOp::create(
               b, loc, arith::CmpIPredicate::slt, column, seqlenK);
-          if (spec.causal)
+          if (spec.hasRightBound())
             valid = arith::AndIOp::create(
                 b, loc, valid,
-                arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sle,
-                                      column, row));
+                cmp(arith::CmpIPredicate::sle, column,
+                    add(diagonal, c64(spec.rightExtent()))));
+          if (spec.hasLeftBound())
+            valid = arith::AndIOp::create(
+                b, loc, valid,
+                cmp(arith::CmpIPredicate::sge, column,
+                    sub(diagonal, c64(spec.windowLeft))));
+          if (mods.hasMaskMod())
+            valid = arith::AndIOp::create(
+                b, loc, valid, mods.keep(batch, head, modRow, modColumn));
           s = arith::SelectOp::create(b, loc, valid, s, cF32(negInf));
           scores.push_back(s);
           rowMax = arith::MaxNumFOp::create(b, loc, rowMax, s);
@@ -265,7 +279,7 @@ void Builder::build(StringRef name) {
 
   // ---- epilogue: O = acc / l, LSE = ln(l) + m * ln 2 -----------------------
   Value rowMax = loop.getResult(0), rowSum = loop.getResult(1);
-  Value inverse = arith::DivFOp::create(b, loc, cF32(1.0f), rowSum);
+  Value inverse = inverseOfSum(rowSum);
   Value rowInRange = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt,
                                            row, seqlenQ);
   auto store = scf::IfOp::create(b, loc, rowInRange, /*withElse=*/false);
@@ -299,8 +313,8 @@ void Builder::build(StringRef name) {
 
 void CudaCoreForward::emit(OpBuilder &builder, Location loc,
                     const AttentionSpec &spec, const TileConfig &config,
-                    StringRef name) const {
-  Builder(builder, loc, spec, config).build(name);
+                    StringRef name, const ModRegions &mods) const {
+  Builder(builder, loc, spec, config).build(name, mods);
 }
 
 } // namespace flashjit

@@ -20,47 +20,105 @@ constexpr size_t kPartialSums = 4;
 } // namespace
 
 void FragmentSoftmax::mask(MutableArrayRef<Value> s, Value n0, int64_t blockN,
-                           Value firstRow, Value quadCol, Value seqlenK,
+                           Value firstRow, Value lastRow, Value quadCol,
+                           const ScoreRules &rules,
                            function_ref<Value(int64_t, int64_t)> rowOf) {
   OpBuilder &b = ir.b;
   Location loc = ir.loc;
-  Value needMask = ir.cmp(Pred::sgt, ir.add(n0, ir.c64(blockN)), seqlenK);
-  if (ir.spec.causal)
-    needMask = arith::OrIOp::create(
-        b, loc, needMask,
-        ir.cmp(Pred::sgt, ir.add(n0, ir.c64(blockN - 1)), firstRow));
+  const AttentionSpec &spec = ir.spec;
+  Value base = ir.add(n0, quadCol);
+  ScoreMods *mods = rules.mods;
+  // The mods read captured tensors at (row, column): rows and columns past
+  // the sequences (masked below) are clamped to the last ones.
+  auto modRow = [&](int64_t mt, int64_t h) {
+    return ir.minS(rowOf(mt, h), ir.sub(rules.seqlenQ, ir.c64(1)));
+  };
+  auto modColumn = [&](int64_t nt, int64_t r) {
+    return ir.minS(ir.add(base, ir.c64(nt * 8 + r % 2)),
+                   ir.sub(rules.seqlenK, ir.c64(1)));
+  };
+  if (mods && mods->hasScoreMod())
+    for (int64_t mt = 0; mt < mTiles; ++mt)
+      for (int64_t nt = 0; nt < nTiles; ++nt)
+        for (int64_t r = 0; r < kAccPerTile; ++r) {
+          Value &score = s[scoreAt(mt, nt) + r];
+          score = mods->score(score, rules.batch, rules.head,
+                              modRow(mt, r / 2), modColumn(nt, r));
+        }
+  const bool maskEveryTile = mods && mods->hasMaskMod();
+  Value needMask;
+  if (!maskEveryTile) {
+    needMask =
+        ir.cmp(Pred::sgt, ir.add(n0, ir.c64(blockN)), rules.seqlenK);
+    if (spec.hasRightBound())
+      needMask = arith::OrIOp::create(
+          b, loc, needMask,
+          ir.cmp(Pred::sgt, ir.add(n0, ir.c64(blockN - 1)),
+                 ir.add(firstRow, ir.add(rules.diagonal,
+                                         ir.c64(spec.rightExtent())))));
+    if (spec.hasLeftBound())
+      needMask = arith::OrIOp::create(
+          b, loc, needMask,
+          ir.cmp(Pred::slt, n0,
+                 ir.sub(ir.add(lastRow, rules.diagonal),
+                        ir.c64(spec.windowLeft))));
+  }
+  auto emitMasked = [&]() {
+    // Score (row, n0 + quadCol + c) stays iff first <= c <= last, with
+    // last = seqlenK - 1 - n0 - quadCol (and at most row + diagonal +
+    // right extent - n0 - quadCol), first = row + diagonal - left extent -
+    // n0 - quadCol, clamped to [-1, blockN] and made 32-bit once per row
+    // half: then one compare with a constant per score and bound, no
+    // 64-bit column arithmetic.
+    Value lastByLength = ir.sub(ir.sub(rules.seqlenK, ir.c64(1)), base);
+    auto clamp32 = [&](Value bound) {
+      return ir.toI32(
+          ir.maxS(ir.minS(bound, ir.c64(blockN)), ir.c64(-1)));
+    };
+    SmallVector<Value> out;
+    for (int64_t mt = 0; mt < mTiles; ++mt) {
+      Value last[2], first[2];
+      for (int64_t h = 0; h < 2; ++h) {
+        Value diagonal = ir.sub(ir.add(rowOf(mt, h), rules.diagonal), base);
+        Value bound = lastByLength;
+        if (spec.hasRightBound())
+          bound = ir.minS(bound,
+                          ir.add(diagonal, ir.c64(spec.rightExtent())));
+        last[h] = clamp32(bound);
+        if (spec.hasLeftBound())
+          first[h] = clamp32(ir.sub(diagonal, ir.c64(spec.windowLeft)));
+      }
+      for (int64_t nt = 0; nt < nTiles; ++nt)
+        for (int64_t r = 0; r < kAccPerTile; ++r) {
+          Value column = ir.c32(nt * 8 + r % 2);
+          Value valid = ir.cmp(Pred::sle, column, last[r / 2]);
+          if (spec.hasLeftBound())
+            valid = arith::AndIOp::create(
+                b, loc, valid, ir.cmp(Pred::sge, column, first[r / 2]));
+          if (maskEveryTile)
+            valid = arith::AndIOp::create(
+                b, loc, valid,
+                mods->keep(rules.batch, rules.head, modRow(mt, r / 2),
+                           modColumn(nt, r)));
+          out.push_back(arith::SelectOp::create(
+              b, loc, valid, s[scoreAt(mt, nt) + r], ir.cF32(kNegInf)));
+        }
+    }
+    return out;
+  };
+  if (maskEveryTile) {
+    SmallVector<Value> out = emitMasked();
+    for (size_t i = 0; i < s.size(); ++i)
+      s[i] = out[i];
+    return;
+  }
   SmallVector<Type> types(s.size(), ir.f32);
   auto masked = scf::IfOp::create(b, loc, types, needMask,
                                   /*withElseRegion=*/true);
   {
     OpBuilder::InsertionGuard g(b);
     b.setInsertionPointToStart(masked.thenBlock());
-    // Score (row, n0 + quadCol + c) stays iff c <= last, with last =
-    // seqlenK - 1 - n0 - quadCol (and, causal, at most row - n0 - quadCol)
-    // clamped to [-1, blockN] and made 32-bit once per row half: then one
-    // compare with a constant per score, no 64-bit column arithmetic.
-    Value base = ir.add(n0, quadCol);
-    Value lastByLength = ir.sub(ir.sub(seqlenK, ir.c64(1)), base);
-    SmallVector<Value> out;
-    for (int64_t mt = 0; mt < mTiles; ++mt) {
-      Value last[2];
-      for (int64_t h = 0; h < 2; ++h) {
-        Value bound = lastByLength;
-        if (ir.spec.causal)
-          bound = ir.minS(bound, ir.sub(rowOf(mt, h), base));
-        bound = arith::MaxSIOp::create(
-            b, loc, ir.minS(bound, ir.c64(blockN)), ir.c64(-1));
-        last[h] = ir.toI32(bound);
-      }
-      for (int64_t nt = 0; nt < nTiles; ++nt)
-        for (int64_t r = 0; r < kAccPerTile; ++r) {
-          Value valid =
-              ir.cmp(Pred::sle, ir.c32(nt * 8 + r % 2), last[r / 2]);
-          out.push_back(arith::SelectOp::create(
-              b, loc, valid, s[scoreAt(mt, nt) + r], ir.cF32(kNegInf)));
-        }
-    }
-    scf::YieldOp::create(b, loc, out);
+    scf::YieldOp::create(b, loc, emitMasked());
     b.setInsertionPointToStart(masked.elseBlock());
     scf::YieldOp::create(b, loc, ValueRange(s));
   }
@@ -250,7 +308,7 @@ FragmentSoftmax::finish(const ForwardParams &p, const BlockCoordinates &at,
       Value rowMax = arith::MulFOp::create(b, loc, max[rowState], p.scaleLog2);
       Value rowSum =
           ir.shuffleXorReduce(sum[rowState], 4, /*isMax=*/false);
-      Value inverse = arith::DivFOp::create(b, loc, ir.cF32(1.0f), rowSum);
+      Value inverse = ir.inverseOfSum(rowSum);
       for (int64_t dt = 0; dt < dTiles; ++dt) {
         int64_t i = (mt * dTiles + dt) * kAccPerTile + 2 * h;
         packed[(mt * dTiles + dt) * 2 + h] =

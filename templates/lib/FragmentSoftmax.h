@@ -7,6 +7,7 @@
 #define FLASHJIT_TEMPLATES_FRAGMENTSOFTMAX_H
 
 #include "KernelIR.h"
+#include "ScoreMods.h"
 
 namespace flashjit {
 
@@ -45,15 +46,17 @@ public:
     return (mt * nTiles + nt) * kAccPerTile;
   }
 
-  /// Scores at or past seqlenK, or (causal) right of their row's diagonal,
-  /// become -inf. The selects run only on a tile that needs them: one that
-  /// crosses the sequence end, or (causal) whose last column lies right of
-  /// `firstRow`, the first query row of the thread's rows. n0 is the tile's
-  /// first column, blockN its width, quadCol 2 (lane % 4), rowOf(mt, h) the
-  /// query row of a row half.
+  /// The score_mod (on every tile), then the masks: scores at or past
+  /// seqlenK, right of their row's causal or window bound, left of its
+  /// window, or dropped by the mask_mod become -inf. The selects run only
+  /// on a tile that needs them: one that crosses the sequence end or a
+  /// bound of some row in [firstRow, lastRow] (the rows of the threads that
+  /// branch together), or any tile with a mask_mod. n0 is the tile's first
+  /// column, blockN its width, quadCol 2 (lane % 4), rowOf(mt, h) the query
+  /// row of a row half.
   void mask(llvm::MutableArrayRef<mlir::Value> s, mlir::Value n0,
-            int64_t blockN, mlir::Value firstRow, mlir::Value quadCol,
-            mlir::Value seqlenK,
+            int64_t blockN, mlir::Value firstRow, mlir::Value lastRow,
+            mlir::Value quadCol, const ScoreRules &rules,
             llvm::function_ref<mlir::Value(int64_t, int64_t)> rowOf);
 
   struct Update {

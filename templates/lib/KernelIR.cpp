@@ -31,6 +31,11 @@ ForwardParams KernelIR::beginForwardKernel(StringRef name, int64_t threads,
   if (withTensorMaps)
     argTypes.append(kNumTensorMaps,
                     LLVM::LLVMPointerType::get(b.getContext()));
+  const unsigned capturesAt = argTypes.size();
+  for (const CapturedTensor &c : spec.captures) {
+    argTypes.push_back(globalPtr);
+    argTypes.append(c.shape.size(), i64);
+  }
   auto func = gpu::GPUFuncOp::create(b, loc, name,
                                      b.getFunctionType(argTypes, {}));
   if (withTensorMaps) {
@@ -64,7 +69,16 @@ ForwardParams KernelIR::beginForwardKernel(StringRef name, int64_t threads,
   p.batch = args[23];
   p.tileCounter = args[24];
   if (withTensorMaps)
-    p.tensorMaps.assign(args.begin() + numAbiParams, args.end());
+    p.tensorMaps.assign(args.begin() + numAbiParams,
+                        args.begin() + numAbiParams + kNumTensorMaps);
+  unsigned at = capturesAt;
+  for (const CapturedTensor &c : spec.captures) {
+    ForwardParams::Capture capture;
+    capture.data = args[at++];
+    for (size_t d = 0; d < c.shape.size(); ++d)
+      capture.strides.push_back(args[at++]);
+    p.captures.push_back(capture);
+  }
   return p;
 }
 
@@ -113,6 +127,9 @@ Value KernelIR::remU(Value x, int64_t d) {
 }
 Value KernelIR::minS(Value x, Value y) {
   return arith::MinSIOp::create(b, loc, x, y);
+}
+Value KernelIR::maxS(Value x, Value y) {
+  return arith::MaxSIOp::create(b, loc, x, y);
 }
 Value KernelIR::cmp(arith::CmpIPredicate p, Value x, Value y) {
   return arith::CmpIOp::create(b, loc, p, x, y);
@@ -179,6 +196,51 @@ Value KernelIR::rowOffset(ValueRange strides, Value batch, Value head,
 Value KernelIR::globalAddress(Value base, Type type, Value offset) {
   return LLVM::GEPOp::create(b, loc, globalPtr, type, base,
                              ValueRange{offset});
+}
+
+Value KernelIR::diagonalOffset(const ForwardParams &p) {
+  if (spec.causalAlign == CausalAlign::BottomRight)
+    return sub(p.seqlenK, p.seqlenQ);
+  return c64(0);
+}
+
+KvTileRange KernelIR::kvTileRange(const ForwardParams &p, Value m0,
+                                  int64_t blockM, int64_t blockN) {
+  KvTileRange r;
+  if (spec.isPlain()) {
+    // Plain attention: from tile 0 up to the sequence end, or (causal) to
+    // the block's last row's diagonal. Never empty.
+    Value kvEnd = p.seqlenK;
+    if (spec.causal)
+      kvEnd = minS(p.seqlenK, add(m0, c64(blockM)));
+    r.first = c64(0);
+    r.count = divU(add(kvEnd, c64(blockN - 1)), blockN);
+    return r;
+  }
+  Value diagonal = diagonalOffset(p);
+  // Keys [lo, hi) are visible to some row of [m0, m0 + blockM).
+  Value lo = c64(0), hi = p.seqlenK;
+  if (spec.hasLeftBound())
+    lo = maxS(lo, sub(add(m0, diagonal), c64(spec.windowLeft)));
+  if (spec.hasRightBound())
+    hi = minS(hi, add(add(m0, diagonal),
+                      c64(blockM + spec.rightExtent())));
+  Value lastTile = divU(sub(p.seqlenK, c64(1)), blockN);
+  r.first = minS(divU(lo, blockN), lastTile);
+  // hi <= 0 (no key for any row): end at the first tile; the max below
+  // keeps one tile.
+  Value end = divU(add(maxS(hi, c64(0)), c64(blockN - 1)), blockN);
+  r.count = maxS(sub(end, r.first), c64(1));
+  return r;
+}
+
+Value KernelIR::inverseOfSum(Value rowSum) {
+  Value inverse = arith::DivFOp::create(b, loc, cF32(1.0f), rowSum);
+  if (!spec.mayEmptyRows())
+    return inverse;
+  Value empty = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ,
+                                      rowSum, cF32(0.0f));
+  return arith::SelectOp::create(b, loc, empty, cF32(0.0f), inverse);
 }
 
 Value KernelIR::lseFromBase2(Value maxBase2, Value sum) {

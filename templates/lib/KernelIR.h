@@ -28,6 +28,21 @@ struct ForwardParams {
   /// Generic pointers to the by-value tensor maps of Q, K, V and O, when the
   /// kernel takes them (KernelABI.h).
   llvm::SmallVector<mlir::Value, 4> tensorMaps;
+  /// The captured tensors of the spec's mods (KernelABI.h): a global
+  /// pointer and one stride (i64, elements) per dimension each.
+  struct Capture {
+    mlir::Value data;
+    llvm::SmallVector<mlir::Value, 4> strides;
+  };
+  llvm::SmallVector<Capture> captures;
+};
+
+/// The K/V tiles one query block visits: `count` tiles from `first` (i64),
+/// the tiles the causal mask and the window leave visible to some row of
+/// the block (at least one: a block whose rows see no key visits one tile
+/// that its mask empties, so every row ends with O = 0 and LSE = -inf).
+struct KvTileRange {
+  mlir::Value first, count;
 };
 
 /// Where a thread block sits in the grid (KernelABI.h: x query block,
@@ -66,6 +81,15 @@ public:
   /// The coordinates (i64) of tile `tile` (i32) of `tiles`.
   BlockCoordinates tileCoordinates(const PersistentTiles &tiles,
                                    mlir::Value tile);
+  /// The key column of query row 0's diagonal (i64): 0, or seqlenK -
+  /// seqlenQ for bottom-right alignment (AttentionSpec::causalAlign).
+  mlir::Value diagonalOffset(const ForwardParams &p);
+  /// The K/V tiles of block_n keys that query rows [m0, m0 + blockM) visit.
+  KvTileRange kvTileRange(const ForwardParams &p, mlir::Value m0,
+                          int64_t blockM, int64_t blockN);
+  /// 1 / rowSum, or 0 where the row kept no key (rowSum 0) and the spec
+  /// allows such rows (AttentionSpec::mayEmptyRows): their O is then 0.
+  mlir::Value inverseOfSum(mlir::Value rowSum);
 
   // Constants and integer arithmetic.
   mlir::Value c64(int64_t v);
@@ -78,6 +102,7 @@ public:
   mlir::Value divU(mlir::Value x, int64_t d);
   mlir::Value remU(mlir::Value x, int64_t d);
   mlir::Value minS(mlir::Value x, mlir::Value y);
+  mlir::Value maxS(mlir::Value x, mlir::Value y);
   mlir::Value cmp(mlir::arith::CmpIPredicate p, mlir::Value x, mlir::Value y);
   mlir::Value toI64(mlir::Value v);
   mlir::Value toI32(mlir::Value v);

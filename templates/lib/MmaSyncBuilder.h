@@ -49,7 +49,7 @@ public:
     frag4Type = LLVM::LLVMStructType::getLiteral(ctx, {i32, i32, i32, i32});
   }
 
-  void build(StringRef name);
+  void build(StringRef name, const ModRegions &mods);
 
 private:
   /// Copies rows [firstRow, firstRow + rows) of one (batch, head) into the

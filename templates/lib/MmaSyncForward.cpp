@@ -43,7 +43,7 @@ using namespace mlir;
 
 namespace flashjit::mma_sync {
 
-void Builder::build(StringRef name) {
+void Builder::build(StringRef name, const ModRegions &mods) {
   // Dynamic shared memory: one external array per kernel.
   std::string smemName = (name + "_smem").str();
   LLVM::GlobalOp::create(b, loc,
@@ -91,19 +91,19 @@ void Builder::build(StringRef name) {
     return add(add(m0, warpRow0), add(quadRow, c64(16 * mt + 8 * h)));
   };
 
-  // KV tiles to visit: causal blocks stop at their last row's diagonal.
-  Value kvEnd = p.seqlenK;
-  if (spec.causal)
-    kvEnd = minS(p.seqlenK, add(m0, c64(cfg.blockM)));
-  Value numTiles = divU(add(kvEnd, c64(cfg.blockN - 1)), cfg.blockN);
+  // KV tiles to visit: those the causal mask and the window leave
+  // visible to some row of the block.
+  KvTileRange range = kvTileRange(p, m0, cfg.blockM, cfg.blockN);
+  Value numTiles = range.count;
+  Value firstKey = mul(range.first, c64(cfg.blockN));
 
   // ---- prologue: Q and K[0] into shared ------------------------------------
   copyTile(p.q, p.qStrides, at.batch, at.head, m0, p.seqlenQ, cfg.blockM,
            c64(qTileOffset));
-  copyTile(p.k, p.kStrides, at.batch, at.kvHead, c64(0), p.seqlenK,
+  copyTile(p.k, p.kStrides, at.batch, at.kvHead, firstKey, p.seqlenK,
            cfg.blockN, c64(kTileOffset));
   if (doubleBuffered)
-    copyTile(p.v, p.vStrides, at.batch, at.kvHead, c64(0), p.seqlenK,
+    copyTile(p.v, p.vStrides, at.batch, at.kvHead, firstKey, p.seqlenK,
              cfg.blockN, c64(vTileOffset));
   NVVM::CpAsyncCommitGroupOp::create(b, loc);
   NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
@@ -153,12 +153,19 @@ void Builder::build(StringRef name) {
   init.append(mTiles * dTiles * kAccPerTile, cF32(0.0f));
   const int64_t accBase = 2 * rowsState;
   FragmentSoftmax softmax(*this, mTiles, nTiles);
+  // The mods take scale * q . k; the warps keep q . k.
+  Value scale =
+      arith::MulFOp::create(b, loc, p.scaleLog2, cF32(0.6931471805599453f));
+  ScoreMods scoreMods(*this, mods, p, scale,
+                      arith::DivFOp::create(b, loc, cF32(1.0f), scale));
+  ScoreRules rules{p.seqlenQ, p.seqlenK, diagonalOffset(p),
+                   spec.hasMods() ? &scoreMods : nullptr, at.batch, at.head};
 
   auto loop = scf::ForOp::create(
       b, loc, cIdx(0), toIndex(numTiles), cIdx(1), init,
       [&](OpBuilder &, Location, Value tileIndex, ValueRange state) {
         Value j = toI64(tileIndex);
-        Value n0 = mul(j, c64(cfg.blockN));
+        Value n0 = add(firstKey, mul(j, c64(cfg.blockN)));
         Value kTile = kLane, vTile = vLane;
         auto copyNextK = [&](Value offset) {
           OpBuilder::InsertionGuard g(b);
@@ -217,8 +224,9 @@ void Builder::build(StringRef name) {
           packed = softmax.pack(s);
           acc.assign(state.begin() + accBase, state.end());
         } else {
-          // Masks, only on tiles that cross the end or the diagonal.
-          softmax.mask(s, n0, cfg.blockN, m0, quadCol, p.seqlenK, myRow);
+          // Mods, and masks only on tiles that cross the end or a bound.
+          softmax.mask(s, n0, cfg.blockN, m0, add(m0, c64(cfg.blockM - 1)),
+                       quadCol, rules, myRow);
           FragmentSoftmax::Update u = softmax.update(
               s, state.slice(0, rowsState), state.slice(rowsState, rowsState),
               p.scaleLog2);
@@ -278,8 +286,8 @@ namespace flashjit {
 
 void MmaSyncForward::emit(OpBuilder &builder, Location loc,
                           const AttentionSpec &spec, const TileConfig &config,
-                          StringRef name) const {
-  mma_sync::Builder(builder, loc, spec, config, WithSoftmax).build(name);
+                          StringRef name, const ModRegions &mods) const {
+  mma_sync::Builder(builder, loc, spec, config, WithSoftmax).build(name, mods);
 }
 
 } // namespace flashjit

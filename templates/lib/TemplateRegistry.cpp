@@ -66,10 +66,15 @@ llvm::Error KernelTemplate::supports(const AttentionSpec &spec,
 llvm::Error KernelTemplate::build(mlir::OpBuilder &builder, mlir::Location loc,
                                   const AttentionSpec &spec,
                                   const TileConfig &config,
-                                  llvm::StringRef name) const {
+                                  llvm::StringRef name,
+                                  const ModRegions &mods) const {
   if (auto err = checkConfig(spec, config))
     return err;
-  emit(builder, loc, spec, config, name);
+  if (spec.hasMods() != (mods.scoreMod || mods.maskMod))
+    return llvm::createStringError(
+        "the spec's score_mod/mask_mod and the regions given to the template "
+        "disagree (a flashjit bug: please report it)");
+  emit(builder, loc, spec, config, name, mods);
   return llvm::Error::success();
 }
 

@@ -54,7 +54,7 @@ public:
   Builder(OpBuilder &b, Location loc, const AttentionSpec &spec,
           const TileConfig &config, bool persistent, bool multicast);
 
-  void build(StringRef name);
+  void build(StringRef name, const ModRegions &mods);
 
 private:
   // ---- the two roles (WgmmaProducer.cpp, WgmmaForward.cpp) --------------
@@ -76,9 +76,9 @@ private:
   /// The store issuer of `tid`'s warpgroup waits until its TMA stores have
   /// read their shared rows.
   void waitForStores(Value tid);
-  /// K/V tiles of the query block starting at row m0 (i64): all of them,
-  /// or up to the diagonal (causal).
-  Value kvTiles(const ForwardParams &p, Value m0);
+  /// K/V tiles of the query block starting at row m0 (i64): those the
+  /// causal mask and the window leave visible (KernelIR::kvTileRange).
+  KvTileRange kvTiles(const ForwardParams &p, Value m0);
   void ifThen(Value condition, function_ref<void()> body);
 
   // ---- the persistent tile loop (WgmmaPersistent.cpp) ---------------------
@@ -236,6 +236,8 @@ private:
 
   const TileConfig &cfg;
   const bool persistent, multicast;
+  /// The description's score_mod and mask_mod (ScoreMods.h).
+  ModRegions mods;
   /// Byte offsets of the K and V rings, the O buffer, the barriers and the
   /// tile records (WgmmaForward::sharedLayout, which resources() counts).
   const WgmmaForward::SharedLayout layout;

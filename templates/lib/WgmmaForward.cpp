@@ -64,6 +64,7 @@
 #include "WgmmaBuilder.h"
 
 #include "FragmentSoftmax.h"
+#include "ScoreMods.h"
 
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -89,7 +90,8 @@ Builder::Builder(OpBuilder &b, Location loc, const AttentionSpec &spec,
   sharedPtr = LLVM::LLVMPointerType::get(b.getContext(), /*addressSpace=*/3);
 }
 
-void Builder::build(StringRef name) {
+void Builder::build(StringRef name, const ModRegions &modRegions) {
+  mods = modRegions;
   std::string smemName = (name + "_smem").str();
   LLVM::GlobalOp::create(b, loc, LLVM::LLVMArrayType::get(b.getI8Type(), 0),
                          /*isConstant=*/false, LLVM::Linkage::External,
@@ -182,11 +184,8 @@ Value Builder::slotBarrier(int64_t first, Value slot) {
       add(c32(layout.barriers + 8 * first), mul(slot, c32(8))));
 }
 
-Value Builder::kvTiles(const ForwardParams &p, Value m0) {
-  Value kvEnd = p.seqlenK;
-  if (spec.causal)
-    kvEnd = minS(p.seqlenK, add(m0, c64(cfg.blockM)));
-  return divU(add(kvEnd, c64(cfg.blockN - 1)), cfg.blockN);
+KvTileRange Builder::kvTiles(const ForwardParams &p, Value m0) {
+  return kvTileRange(p, m0, cfg.blockM, cfg.blockN);
 }
 
 void Builder::ifThen(Value condition, function_ref<void()> body) {
@@ -201,7 +200,7 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
                            Value warpgroup) {
   NVVM::SetMaxRegisterOp::create(b, loc,
                                  WgmmaForward::consumerRegisters(
-                                     consumers, persistent, spec.causal),
+                                     consumers, persistent, spec.hasStructuralMask()),
                                  NVVM::SetMaxRegisterAction::increase);
   Value consumer = sub(warpgroup, c32(1));
   Value lane = remU(tid, 32);
@@ -256,6 +255,12 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
   // scores spread 8 times wider (--q-scale 8) still 1.10x at head dim 128
   // 8k, where a bound of 2^8 lost (0.83x). f16 (bound 2^15): 1.00x.
   FragmentSoftmax softmax(*this, /*mTiles=*/1, nTiles);
+  // The mods take scale * q . k; the consumers keep q . k.
+  Value scale = arith::MulFOp::create(b, loc, p.scaleLog2,
+                                      cF32(0.6931471805599453f));
+  ScoreMods scoreMods(*this, mods, p, scale,
+                      arith::DivFOp::create(b, loc, cF32(1.0f), scale));
+  Value diagonal = diagonalOffset(p);
   Value qDesc =
       descriptor(add(alignedAddress, consumerRows(consumer, 0)), Major::K, 0);
   auto kDesc = [&](Value s) {
@@ -345,7 +350,8 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
   // tile count.
   auto consumeTile = [&](const BlockCoordinates &at, Value iteration) {
     Value m0 = mul(at.queryBlock, c64(cfg.blockM));
-    Value numTiles = toI32(kvTiles(p, m0));
+    KvTileRange range = kvTiles(p, m0);
+    Value numTiles = toI32(range.count);
     Value consumerRow0 = add(
         m0, toI64(mul(consumer, c32(WgmmaForward::kRowsPerWarpgroup))));
     Value warpRow0 = add(consumerRow0, toI64(mul(warpInGroup, c32(16))));
@@ -354,9 +360,15 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
     };
     // The scores of tile j (local index, i32) through the mask and the
     // online softmax.
+    ScoreRules rules{p.seqlenQ, p.seqlenK, diagonal,
+                     spec.hasMods() ? &scoreMods : nullptr, at.batch,
+                     at.head};
     auto maskTile = [&](SmallVector<Value> &s, Value j) {
-      softmax.mask(s, mul(toI64(j), c64(cfg.blockN)), cfg.blockN,
-                   consumerRow0, quadCol, p.seqlenK, myRow);
+      softmax.mask(s, mul(add(range.first, toI64(j)), c64(cfg.blockN)),
+                   cfg.blockN, consumerRow0,
+                   add(consumerRow0,
+                       c64(WgmmaForward::kRowsPerWarpgroup - 1)),
+                   quadCol, rules, myRow);
     };
     auto softmaxStep = [&](SmallVector<Value> &s, Value j, ValueRange max,
                            ValueRange sum) {
@@ -496,10 +508,10 @@ namespace flashjit {
 
 void WgmmaForward::emit(OpBuilder &builder, Location loc,
                         const AttentionSpec &spec, const TileConfig &config,
-                        StringRef name) const {
+                        StringRef name, const ModRegions &mods) const {
   wgmma::Builder(builder, loc, spec, config, persistent(),
                  Kind == Grid::Cluster)
-      .build(name);
+      .build(name, mods);
 }
 
 } // namespace flashjit

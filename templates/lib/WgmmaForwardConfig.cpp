@@ -48,7 +48,7 @@ int64_t consumerEstimate(const AttentionSpec &spec, const TileConfig &config,
                          bool persistent) {
   return config.blockN / 2 + spec.headDim / 2 + config.blockN / 4 +
          kConsumerOverhead +
-         (persistent && spec.causal ? kPersistentCausalOverhead : 0);
+         (persistent && spec.hasStructuralMask() ? kPersistentCausalOverhead : 0);
 }
 
 } // namespace
@@ -151,11 +151,11 @@ llvm::Error WgmmaForward::checkConfig(const AttentionSpec &spec,
                       "{1}",
                       kMaxBlockN, config.blockN)
             .str());
-  if (Kind == Grid::Cluster && spec.causal)
+  if (Kind == Grid::Cluster && spec.hasStructuralMask())
     return configError(
         "a cluster's blocks share every K/V tile, so both need the same "
         "K/V tiles, which causal query blocks do not: use wgmma_persistent "
-        "for causal attention");
+        "for causal attention and windows");
   if (config.stages < 1 || config.stages > 4)
     return configError(
         llvm::formatv("stages (K/V buffers in the ring) must be 1 to 4, got "
@@ -173,7 +173,8 @@ llvm::Error WgmmaForward::checkConfig(const AttentionSpec &spec,
                       spec.headDim, shared, kMaxSharedBytes)
             .str());
   int64_t estimate = consumerEstimate(spec, config, persistent());
-  unsigned available = consumerRegisters(consumers, persistent(), spec.causal);
+  unsigned available =
+      consumerRegisters(consumers, persistent(), spec.hasStructuralMask());
   if (estimate > available)
     return configError(
         llvm::formatv("block_n {0} with head dim {1} needs about {2} "
@@ -217,9 +218,9 @@ WgmmaForward::candidates(const AttentionSpec &spec) const {
   // and 16k and 1.02x at 2k against the persistent kernel at head dim 128,
   // 1.01x at head dim 64.
   std::vector<TileConfig> out;
-  if (persistent() && !spec.causal && spec.headDim < 128)
+  if (persistent() && !spec.hasStructuralMask() && spec.headDim < 128)
     return out;
-  if (Kind == Grid::Cluster && spec.causal)
+  if (Kind == Grid::Cluster && spec.hasStructuralMask())
     return out;
   for (int64_t consumers : {2, 3}) {
     if (consumers == 3 && spec.headDim != 64)
@@ -231,7 +232,7 @@ WgmmaForward::candidates(const AttentionSpec &spec) const {
         llvm::consumeError(std::move(err));
         continue;
       }
-      if (persistent() && !spec.causal &&
+      if (persistent() && !spec.hasStructuralMask() &&
           !stagesOutputApart(spec, config, persistent()))
         continue;
       out.push_back(config);

@@ -20,7 +20,7 @@ namespace flashjit::wgmma {
 void Builder::emitProducer(const ForwardParams &p, Value tid) {
   NVVM::SetMaxRegisterOp::create(
       b, loc, WgmmaForward::producerRegisters(consumers, persistent,
-                                                spec.causal),
+                                                spec.hasStructuralMask()),
       NVVM::SetMaxRegisterAction::decrease);
   auto issuer = scf::IfOp::create(b, loc, cmp(Pred::eq, tid, c32(0)),
                                   /*withElse=*/false);
@@ -68,12 +68,13 @@ void Builder::emitProducer(const ForwardParams &p, Value tid) {
   // (i32; persistent only); returns its K/V tile count.
   auto loadTile = [&](const BlockCoordinates &at, Value iteration,
                       Value done) {
-    Value numTiles = kvTiles(p, mul(at.queryBlock, c64(cfg.blockM)));
+    KvTileRange range = kvTiles(p, mul(at.queryBlock, c64(cfg.blockM)));
+    Value numTiles = range.count;
+    Value first = toI32(range.first);
     // Q after the first K: K_0 fills a slot freed early in the last tile,
     // Q waits until each consumer frees its rows (after its last S with O
     // staged apart, else once its O, staged there, is stored).
-    Value zero = c32(0);
-    loadKV(at, zero, iteration, /*isK=*/true);
+    loadKV(at, first, iteration, /*isK=*/true);
     for (int64_t c = 0; c < consumers; ++c) {
       if (persistent)
         writeTileInfo(at, c32(c), done);
@@ -83,7 +84,7 @@ void Builder::emitProducer(const ForwardParams &p, Value tid) {
         tmaLoad(qMap, dst, qFull(c32(c)), coords);
       });
     }
-    loadKV(at, zero, iteration, /*isK=*/false);
+    loadKV(at, first, iteration, /*isK=*/false);
     scf::ForOp::create(
         b, loc, c32(1), toI32(numTiles), c32(1), ValueRange{},
         [&](OpBuilder &, Location, Value j, ValueRange) {
@@ -91,7 +92,7 @@ void Builder::emitProducer(const ForwardParams &p, Value tid) {
           freshBase([&] {
             // Persistent: j * block_n from an opaque j, so that LLVM keeps
             // no second induction variable for it.
-            Value row = persistent ? opaque(j) : j;
+            Value row = add(persistent ? opaque(j) : j, first);
             loadKV(at, row, g, /*isK=*/true);
             loadKV(at, row, g, /*isK=*/false);
           });

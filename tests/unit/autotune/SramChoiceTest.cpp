@@ -54,7 +54,8 @@ public:
 
 protected:
   void emit(mlir::OpBuilder &, mlir::Location, const AttentionSpec &,
-            const TileConfig &, llvm::StringRef) const override {}
+            const TileConfig &, llvm::StringRef,
+            const ModRegions &) const override {}
 };
 
 const PipelinedTestTemplate kPipelined;

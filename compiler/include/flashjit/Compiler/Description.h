@@ -13,10 +13,13 @@
 
 namespace flashjit {
 
-/// A module holding `func.func @<spec.kernelName()>(q, k, v, scale)` whose
-/// body is one attn.attention (batch and seqlens dynamic), with `config`
-/// attached when given.
-mlir::OwningOpRef<mlir::ModuleOp>
+/// A module holding `func.func @<spec.kernelName()>(q, k, v, scale,
+/// captures...)` whose body is one attn.attention (batch and seqlens
+/// dynamic), with `config` attached when given and the spec's score_mod and
+/// mask_mod functions parsed into its regions. Malformed mod text, or a
+/// function whose signature does not match, is an error (the parser's
+/// diagnostics go to the context's handler).
+llvm::Expected<mlir::OwningOpRef<mlir::ModuleOp>>
 buildDescription(mlir::MLIRContext &ctx, const AttentionSpec &spec,
                  const std::optional<TileConfig> &config);
 

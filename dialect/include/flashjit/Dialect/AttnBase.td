@@ -19,7 +19,9 @@ def Attn_Dialect : Dialect {
     then to PTX.
   }];
   let useDefaultAttributePrinterParser = 1;
-  let dependentDialects = ["::mlir::arith::ArithDialect"];
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::math::MathDialect",
+                           "::mlir::tensor::TensorDialect"];
 }
 
 class Attn_Op<string mnemonic, list<Trait> traits = []>

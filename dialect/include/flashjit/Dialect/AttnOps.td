@@ -24,13 +24,24 @@ def Attn_AttentionOp : Attn_Op<"attention", [
     batch and sequence lengths may be dynamic, heads and head dim are static.
 
     `causal` masks key positions after the query position (top-left
-    alignment, `kv_idx <= q_idx`, as PyTorch's `is_causal`). The optional
-    `score_mod` region rewrites each score: its block arguments are
-    `(score: f32, b: index, h: index, q_idx: index, kv_idx: index)` and it
+    alignment, `kv_idx <= q_idx`, as PyTorch's `is_causal`; with
+    `bottom_right`, `kv_idx <= q_idx + Sk - Sq`). `window_left` and
+    `window_right` bound the keys a query sees to
+    `[q_idx + offset - window_left, q_idx + offset + window_right]` (the
+    same diagonal offset). These structural masks become loop bounds.
+
+    The optional `score_mod` region rewrites each score: its block
+    arguments are `(score: f32, b: index, h: index, q_idx: index,
+    kv_idx: index)` followed by one argument per captured tensor, and it
     yields an `f32`. The optional `mask_mod` region takes
-    `(b, h, q_idx, kv_idx: index)` and yields an `i1` that keeps the score
-    when true. The optional `config` attribute is the tile configuration
-    that the autotuner attaches.
+    `(b, h, q_idx, kv_idx: index)` and the captured tensors, and yields an
+    `i1` that keeps the score when true. Captured tensors are the op's
+    `captures` operands (f32 or i32 tensors of rank 1 to 4); the regions
+    read them with `tensor.extract`. The regions may use `arith` ops,
+    the `math` ops exp, exp2, log, log2, tanh, sqrt, rsqrt, absf, fma,
+    floor and ceil, and `tensor.extract` of a captured tensor. The optional
+    `config` attribute is the tile configuration that the autotuner
+    attaches.
 
     Example:
     ```mlir
@@ -39,6 +50,21 @@ def Attn_AttentionOp : Attn_Op<"attention", [
                                     block_n = 32, stages = 1, warps = 8>}
         : tensor<?x32x?x128xbf16>, tensor<?x8x?x128xbf16>,
           tensor<?x8x?x128xbf16> -> tensor<?x32x?x128xbf16>, tensor<?x32x?xf32>
+
+    // ALiBi: a per-head slope times the distance, added to each score.
+    %o2, %lse2 = attn.attention %q, %k, %v scale %s causal
+        captures(%slopes : tensor<32xf32>) score_mod {
+    ^bb0(%score: f32, %b: index, %h: index, %qi: index, %kv: index,
+         %sl: tensor<32xf32>):
+      %slope = tensor.extract %sl[%h] : tensor<32xf32>
+      %d = arith.subi %kv, %qi : index
+      %di = arith.index_cast %d : index to i64
+      %df = arith.sitofp %di : i64 to f32
+      %bias = arith.mulf %slope, %df : f32
+      %r = arith.addf %score, %bias : f32
+      attn.yield %r : f32
+    } : tensor<?x32x?x128xbf16>, tensor<?x8x?x128xbf16>,
+        tensor<?x8x?x128xbf16> -> tensor<?x32x?x128xbf16>, tensor<?x32x?xf32>
     ```
   }];
   let arguments = (ins
@@ -46,13 +72,18 @@ def Attn_AttentionOp : Attn_Op<"attention", [
     AnyRankedTensor:$key,
     AnyRankedTensor:$value,
     F32:$scale,
+    Variadic<AnyRankedTensor>:$captures,
     UnitAttr:$causal,
+    UnitAttr:$bottom_right,
+    OptionalAttr<I64Attr>:$window_left,
+    OptionalAttr<I64Attr>:$window_right,
     OptionalAttr<Attn_TileConfigAttr>:$config);
   let results = (outs AnyRankedTensor:$output, AnyRankedTensor:$lse);
   let regions = (region MaxSizedRegion<1>:$score_mod,
                         MaxSizedRegion<1>:$mask_mod);
   let assemblyFormat = [{
     $query `,` $key `,` $value `scale` $scale (`causal` $causal^)?
+    (`captures` `(` $captures^ `:` type($captures) `)`)?
     attr-dict (`score_mod` $score_mod^)? (`mask_mod` $mask_mod^)?
     `:` type($query) `,` type($key) `,` type($value) `->`
     type($output) `,` type($lse)
@@ -65,8 +96,12 @@ def Attn_AttentionOp : Attn_Op<"attention", [
     int64_t getNumHeads();
     int64_t getNumKVHeads();
     ::mlir::Type getElementType();
-    /// The C++ description of this attention (shapes, dtype, causal, GQA).
+    /// The C++ description of this attention (shapes, dtype, causal, GQA,
+    /// window and alignment; the mods' text is left empty: the regions
+    /// are the op's).
     ::flashjit::AttentionSpec getSpec();
+    /// Whether a mod region may hold `op` (the lowering can place it).
+    static bool isModOpSupported(::mlir::Operation *op);
   }];
 }
 

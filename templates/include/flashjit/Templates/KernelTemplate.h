@@ -19,9 +19,18 @@
 namespace mlir {
 class OpBuilder;
 class Location;
+class Region;
 } // namespace mlir
 
 namespace flashjit {
+
+/// The IR part of a variant: the attn op's score_mod and mask_mod regions
+/// (null: none). Their trailing block arguments are the captured tensors
+/// of AttentionSpec::captures, in order.
+struct ModRegions {
+  mlir::Region *scoreMod = nullptr;
+  mlir::Region *maskMod = nullptr;
+};
 
 /// Resources one thread block of a config needs.
 struct TemplateResources {
@@ -88,17 +97,17 @@ public:
   /// Every config the template can build for the spec (autotuner input).
   virtual std::vector<TileConfig>
   candidates(const AttentionSpec &spec) const = 0;
-  /// Checks the config, then emits `gpu.func @name` for the spec and config
-  /// at the builder's insertion point (inside a gpu.module).
+  /// Checks the config, then emits `gpu.func @name` for the spec, config
+  /// and mods at the builder's insertion point (inside a gpu.module).
   llvm::Error build(mlir::OpBuilder &builder, mlir::Location loc,
                     const AttentionSpec &spec, const TileConfig &config,
-                    llvm::StringRef name) const;
+                    llvm::StringRef name, const ModRegions &mods = {}) const;
 
 protected:
   /// The template's IR builder; the config has passed checkConfig.
   virtual void emit(mlir::OpBuilder &builder, mlir::Location loc,
                     const AttentionSpec &spec, const TileConfig &config,
-                    llvm::StringRef name) const = 0;
+                    llvm::StringRef name, const ModRegions &mods) const = 0;
 };
 
 /// All templates, most capable first.

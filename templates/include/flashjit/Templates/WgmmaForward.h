@@ -123,7 +123,7 @@ public:
 protected:
   void emit(mlir::OpBuilder &builder, mlir::Location loc,
             const AttentionSpec &spec, const TileConfig &config,
-            llvm::StringRef name) const override;
+            llvm::StringRef name, const ModRegions &mods) const override;
 
 private:
   Grid Kind;

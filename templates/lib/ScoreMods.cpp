@@ -1,0 +1,164 @@
+//===- ScoreMods.cpp - score_mod and mask_mod placed in a kernel ----------===//
+// Why: see ScoreMods.h.
+#include "ScoreMods.h"
+
+#include "flashjit/Dialect/AttnDialect.h"
+
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/IRMapping.h"
+
+#include <cmath>
+
+using namespace mlir;
+
+namespace flashjit {
+
+namespace {
+constexpr float kLog2E = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+} // namespace
+
+ScoreMods::ScoreMods(KernelIR &ir, const ModRegions &mods,
+                     const ForwardParams &p, Value toNatural,
+                     Value fromNatural)
+    : ir(ir), mods(mods), p(p), toNatural(toNatural),
+      fromNatural(fromNatural) {}
+
+Value ScoreMods::score(Value s, Value batch, Value head, Value row,
+                       Value column) {
+  if (!hasScoreMod())
+    return s;
+  OpBuilder &b = ir.b;
+  Value natural = arith::MulFOp::create(b, ir.loc, s, toNatural);
+  Value modded =
+      inlineRegion(*mods.scoreMod, {natural, batch, head, row, column});
+  return arith::MulFOp::create(b, ir.loc, modded, fromNatural);
+}
+
+Value ScoreMods::keep(Value batch, Value head, Value row, Value column) {
+  if (!hasMaskMod())
+    return arith::ConstantOp::create(ir.b, ir.loc, ir.b.getBoolAttr(true));
+  return inlineRegion(*mods.maskMod, {batch, head, row, column});
+}
+
+Value ScoreMods::inlineRegion(Region &region, ArrayRef<Value> fixed) {
+  OpBuilder &b = ir.b;
+  Location loc = ir.loc;
+  Block &block = region.front();
+  IRMapping map;
+  for (auto [arg, value] : llvm::zip(block.getArguments(), fixed)) {
+    Value bound = value;
+    if (arg.getType().isIndex())
+      bound = arith::IndexCastOp::create(b, loc, b.getIndexType(), value);
+    map.map(arg, bound);
+  }
+  // LLVM intrinsics by name: the NVPTX back end gives them one instruction
+  // each (abs, sqrt.rn, cvt.rmi, ...), where the llvm.intr ops would go to
+  // libdevice in the GPU-to-NVVM conversion.
+  auto intrinsic = [&](StringRef name, ValueRange args) -> Value {
+    Type type = args.front().getType();
+    std::string full = (name + (type.isF64() ? ".f64" : ".f32")).str();
+    return LLVM::CallIntrinsicOp::create(b, loc, type,
+                                         b.getStringAttr(full), args)
+        .getResult(0);
+  };
+  auto f32Unary = [&](Operation &op, function_ref<Value(Value)> f) {
+    map.map(op.getResult(0), f(map.lookup(op.getOperand(0))));
+  };
+  for (Operation &op : block) {
+    if (auto yield = dyn_cast<attn::YieldOp>(op))
+      return map.lookup(yield.getValues()[0]);
+    if (auto extract = dyn_cast<tensor::ExtractOp>(op)) {
+      // A captured tensor: its argument's position past the fixed ones.
+      auto arg = cast<BlockArgument>(extract.getTensor());
+      const ForwardParams::Capture &c =
+          p.captures[arg.getArgNumber() - fixed.size()];
+      Value offset = ir.c64(0);
+      for (auto [index, stride] : llvm::zip(extract.getIndices(), c.strides))
+        offset = ir.add(offset,
+                        ir.mul(arith::IndexCastOp::create(
+                                   b, loc, ir.i64, map.lookup(index)),
+                               stride));
+      Type type = extract.getType();
+      Value address = ir.globalAddress(c.data, type, offset);
+      map.map(extract.getResult(),
+              LLVM::LoadOp::create(b, loc, type, address, /*alignment=*/4));
+      continue;
+    }
+    if (isa<math::ExpOp>(op)) {
+      f32Unary(op, [&](Value x) {
+        return ir.exp2(arith::MulFOp::create(b, loc, x, ir.cF32(kLog2E)));
+      });
+      continue;
+    }
+    if (isa<math::Exp2Op>(op)) {
+      f32Unary(op, [&](Value x) { return ir.exp2(x); });
+      continue;
+    }
+    if (isa<math::LogOp>(op)) {
+      f32Unary(op, [&](Value x) {
+        return arith::MulFOp::create(b, loc, ir.log2(x), ir.cF32(kLn2));
+      });
+      continue;
+    }
+    if (isa<math::Log2Op>(op)) {
+      f32Unary(op, [&](Value x) { return ir.log2(x); });
+      continue;
+    }
+    if (isa<math::TanhOp>(op)) {
+      // tanh x = sign(x) (1 - t) / (1 + t), t = 2^(-2 |x| log2 e): no
+      // overflow for any x, and relative error near 2^-21 (tanh.approx is
+      // only good to 2^-11).
+      f32Unary(op, [&](Value x) {
+        Value ax = intrinsic("llvm.fabs", x);
+        Value t = ir.exp2(
+            arith::MulFOp::create(b, loc, ax, ir.cF32(-2.0f * kLog2E)));
+        Value one = ir.cF32(1.0f);
+        Value r = arith::DivFOp::create(
+            b, loc, arith::SubFOp::create(b, loc, one, t),
+            arith::AddFOp::create(b, loc, one, t));
+        return intrinsic("llvm.copysign", ValueRange{r, x});
+      });
+      continue;
+    }
+    if (isa<math::SqrtOp>(op)) {
+      f32Unary(op, [&](Value x) { return intrinsic("llvm.sqrt", x); });
+      continue;
+    }
+    if (isa<math::RsqrtOp>(op)) {
+      f32Unary(op, [&](Value x) {
+        return arith::DivFOp::create(
+            b, loc, arith::ConstantOp::create(
+                        b, loc, b.getFloatAttr(x.getType(), 1.0)),
+            intrinsic("llvm.sqrt", x));
+      });
+      continue;
+    }
+    if (isa<math::AbsFOp>(op)) {
+      f32Unary(op, [&](Value x) { return intrinsic("llvm.fabs", x); });
+      continue;
+    }
+    if (isa<math::FloorOp>(op)) {
+      f32Unary(op, [&](Value x) { return intrinsic("llvm.floor", x); });
+      continue;
+    }
+    if (isa<math::CeilOp>(op)) {
+      f32Unary(op, [&](Value x) { return intrinsic("llvm.ceil", x); });
+      continue;
+    }
+    if (auto fma = dyn_cast<math::FmaOp>(op)) {
+      map.map(fma.getResult(),
+              intrinsic("llvm.fma", ValueRange{map.lookup(fma.getA()),
+                                               map.lookup(fma.getB()),
+                                               map.lookup(fma.getC())}));
+      continue;
+    }
+    // arith ops (the verifier admits nothing else).
+    b.clone(op, map);
+  }
+  llvm_unreachable("a verified mod region ends in attn.yield");
+}
+
+} // namespace flashjit

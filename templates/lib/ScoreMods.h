@@ -1,0 +1,64 @@
+//===- ScoreMods.h - score_mod and mask_mod placed in a kernel ----*- C++ -*-===//
+// Why: every kernel family has one place where a score exists in a
+// register with its (batch, head, query row, key column). The mods of the
+// description are cloned there from the attn op's regions, so every family
+// gets every mod from this one building block: arith ops are cloned as
+// they are, math ops become the fast NVVM forms the softmax uses
+// (ex2.approx, lg2.approx; the CUDA toolkit's libdevice is not linked at
+// run time), and tensor.extract of a captured tensor becomes a global load
+// through the pointer and strides the launch passes (KernelABI.h).
+#ifndef FLASHJIT_TEMPLATES_SCOREMODS_H
+#define FLASHJIT_TEMPLATES_SCOREMODS_H
+
+#include "KernelIR.h"
+#include "flashjit/Templates/KernelTemplate.h"
+
+namespace flashjit {
+
+class ScoreMods;
+
+/// What masks and modifies one tile's scores beyond their values: the
+/// sequences (i64), the diagonal offset of the causal mask and the window
+/// (KernelIR::diagonalOffset), the mods (null: none) and the tile's batch
+/// and head (i64).
+struct ScoreRules {
+  mlir::Value seqlenQ, seqlenK, diagonal;
+  ScoreMods *mods = nullptr;
+  mlir::Value batch, head;
+};
+
+class ScoreMods {
+public:
+  /// `toNatural` and `fromNatural` (f32) convert the family's scores to
+  /// the natural scaled score a score_mod takes (scale * q . k) and back:
+  /// a family that keeps q . k passes scale and 1 / scale.
+  ScoreMods(KernelIR &ir, const ModRegions &mods, const ForwardParams &p,
+            mlir::Value toNatural, mlir::Value fromNatural);
+
+  bool hasScoreMod() const { return mods.scoreMod != nullptr; }
+  bool hasMaskMod() const { return mods.maskMod != nullptr; }
+
+  /// The score_mod of a score in the family's units; indices are i64 and
+  /// clamped by the caller to the sequences (a captured tensor is read at
+  /// them).
+  mlir::Value score(mlir::Value s, mlir::Value batch, mlir::Value head,
+                    mlir::Value row, mlir::Value column);
+  /// The mask_mod: i1, true where the score is kept.
+  mlir::Value keep(mlir::Value batch, mlir::Value head, mlir::Value row,
+                   mlir::Value column);
+
+private:
+  /// Clones `region`'s ops with its leading block arguments bound to
+  /// `fixed` (index arguments given as i64) and returns the yielded value.
+  mlir::Value inlineRegion(mlir::Region &region,
+                           llvm::ArrayRef<mlir::Value> fixed);
+
+  KernelIR &ir;
+  ModRegions mods;
+  const ForwardParams &p;
+  mlir::Value toNatural, fromNatural;
+};
+
+} // namespace flashjit
+
+#endif
