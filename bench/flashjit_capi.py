@@ -26,9 +26,11 @@ STATUS_NAMES = {
     7: "internal error",
 }
 OK, INVALID_ARGUMENT, UNSUPPORTED, NO_DEVICE = 0, 1, 2, 3
-C_API_VERSION = 1
+C_API_VERSION = 2
 
 DTYPE_CODES = {"f16": 1, "bf16": 2}  # flashjit_dtype_t
+CAPTURE_DTYPES = {"f32": 1, "i32": 2}  # flashjit_capture_dtype_t
+MAX_CAPTURES = 8
 
 # DLPack (dlpack.h v0.6 and later): device types and type codes.
 KDL_CPU, KDL_CUDA = 1, 2
@@ -39,6 +41,7 @@ DL_DTYPES = {
     "f16": (KDL_FLOAT, 16),
     "f32": (KDL_FLOAT, 32),
     "int8": (KDL_INT, 8),
+    "i32": (KDL_INT, 32),
 }
 
 
@@ -64,7 +67,8 @@ class DLTensor(ctypes.Structure):
 
 
 class AttentionSpec(ctypes.Structure):
-    """flashjit_attention_spec_t (version 1: 40 bytes)."""
+    """flashjit_attention_spec_t (version 2: 400 bytes; version 1 was its
+    first 40, up to num_kv_heads)."""
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
         ("head_dim", ctypes.c_int64),
@@ -72,7 +76,27 @@ class AttentionSpec(ctypes.Structure):
         ("causal", ctypes.c_int32),
         ("num_heads", ctypes.c_int64),
         ("num_kv_heads", ctypes.c_int64),
+        # API version 2: variants.
+        ("causal_align", ctypes.c_int32),
+        ("num_captures", ctypes.c_int32),
+        ("window_left", ctypes.c_int64),
+        ("window_right", ctypes.c_int64),
+        ("score_mod", ctypes.c_char_p),
+        ("mask_mod", ctypes.c_char_p),
+        ("capture_dtype", ctypes.c_int32 * MAX_CAPTURES),
+        ("capture_rank", ctypes.c_int32 * MAX_CAPTURES),
+        ("capture_shape", (ctypes.c_int64 * 4) * MAX_CAPTURES),
     ]
+
+
+# The size of a version-1 spec: a spec that sets no version-2 field says
+# this much, so libraries of either version read it the same.
+SPEC_V1_SIZE = 40
+# Byte offsets of flashjit.h's fields (as offsetof gives them on x86-64
+# and aarch64): self_test checks ctypes lays the struct out the same.
+SPEC_OFFSETS = {"num_kv_heads": 32, "causal_align": 40, "num_captures": 44,
+                "window_left": 48, "window_right": 56, "score_mod": 64, "mask_mod": 72,
+                "capture_dtype": 80, "capture_rank": 112, "capture_shape": 144}
 
 
 class TensorArg:
@@ -99,7 +123,8 @@ class TensorArg:
     def from_torch(cls, tensor):
         """Describes a CUDA torch tensor (no copy: the same memory)."""
         import torch  # only the benchmark needs torch
-        names = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
+        names = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32",
+                 torch.int32: "i32"}
         if tensor.dtype not in names:
             raise ValueError(f"no DLPack mapping here for {tensor.dtype}")
         if tensor.device.type != "cuda":
@@ -159,6 +184,21 @@ class Library:
         for name, (restype, argtypes) in sigs.items():
             fn = getattr(L, name)
             fn.restype, fn.argtypes = restype, argtypes
+        # API version 2: bound where the library has it (has() says).
+        optional = {
+            "flashjit_kernel_forward_captures": (status, [ctypes.c_void_p] + [P(DLTensor)] * 5
+                                                 + [ctypes.c_double, P(DLTensor),
+                                                    ctypes.c_int32, ctypes.c_void_p]),
+        }
+        for name, (restype, argtypes) in optional.items():
+            if hasattr(L, name):
+                fn = getattr(L, name)
+                fn.restype, fn.argtypes = restype, argtypes
+
+    def has(self, name):
+        """Whether the library exports `name` (a function newer than some
+        libraries this module may load)."""
+        return hasattr(self.lib, name)
 
     def call(self, name, *args):
         """Calls `name`; raises FlashjitError unless it returns OK."""
@@ -211,6 +251,11 @@ class Context:
                          num_kv_heads if num_kv_heads is not None else num_heads)
         return Kernel(self.lib, self._compile_spec(spec, config, seqlen))
 
+    def compile_spec(self, spec, config=None, seqlen=None):
+        """The Kernel for an AttentionSpec built by make_spec or
+        make_variant_spec (config, seqlen: as compile)."""
+        return Kernel(self.lib, self._compile_spec(spec, config, seqlen))
+
     def _compile_spec(self, spec, config=None, seqlen=None):
         handle = ctypes.c_void_p()
         self.lib.call("flashjit_kernel_compile_for_seqlen", self.handle, ctypes.byref(spec),
@@ -220,8 +265,37 @@ class Context:
 
 
 def make_spec(head_dim, dtype, causal, num_heads, num_kv_heads):
-    return AttentionSpec(ctypes.sizeof(AttentionSpec), head_dim, DTYPE_CODES[dtype],
+    """A version-1 spec (no variant): struct_size says 40 bytes, so a
+    library of either C API version reads exactly these fields."""
+    spec = AttentionSpec(SPEC_V1_SIZE, head_dim, DTYPE_CODES[dtype],
                          1 if causal else 0, num_heads, num_kv_heads)
+    spec.window_left = spec.window_right = -1  # flashjit_attention_spec_init's defaults
+    return spec
+
+
+def make_variant_spec(head_dim, dtype, causal, num_heads, num_kv_heads=None,
+                      causal_align=0, window_left=-1, window_right=-1,
+                      score_mod=None, mask_mod=None, captures=()):
+    """A version-2 spec. score_mod, mask_mod: MLIR text of one func.func
+    (None: none). captures: (dtype, shape) per captured tensor, dtype
+    "f32" or "i32", shape of 1 to 4 dims (-1: any size)."""
+    if len(captures) > MAX_CAPTURES:
+        raise ValueError(f"{len(captures)} captured tensors: at most {MAX_CAPTURES}")
+    spec = make_spec(head_dim, dtype, causal, num_heads,
+                     num_kv_heads if num_kv_heads is not None else num_heads)
+    spec.struct_size = ctypes.sizeof(AttentionSpec)
+    spec.causal_align, spec.num_captures = causal_align, len(captures)
+    spec.window_left, spec.window_right = window_left, window_right
+    spec.score_mod = score_mod.encode() if score_mod else None
+    spec.mask_mod = mask_mod.encode() if mask_mod else None
+    for i, (dtype_name, shape) in enumerate(captures):
+        if not 1 <= len(shape) <= 4:
+            raise ValueError(f"captured tensor {i} has rank {len(shape)}: expected 1 to 4")
+        spec.capture_dtype[i] = CAPTURE_DTYPES[dtype_name]
+        spec.capture_rank[i] = len(shape)
+        for d, n in enumerate(shape):
+            spec.capture_shape[i][d] = n
+    return spec
 
 
 class Kernel:
@@ -256,6 +330,29 @@ class Kernel:
         launch.keep = keep
         return launch
 
+    def bind_captures(self, q, k, v, o, lse, captures, scale=None, stream=None):
+        """bind for flashjit_kernel_forward_captures: `captures` are the
+        spec's captured tensors (TensorArgs, f32 or i32) in its order."""
+        if not self.lib.has("flashjit_kernel_forward_captures"):
+            raise FlashjitError("flashjit_kernel_forward_captures", UNSUPPORTED,
+                                f"{self.lib.path} has no flashjit_kernel_forward_captures "
+                                "(C API version 1)")
+        fn, handle = self.lib.lib.flashjit_kernel_forward_captures, self.handle
+        args = [ctypes.byref(t.dl) for t in (q, k, v, o, lse)]
+        array = (DLTensor * max(1, len(captures)))(*[t.dl for t in captures])
+        count = ctypes.c_int32(len(captures))
+        scale = math.nan if scale is None else float(scale)
+        stream = ctypes.c_void_p(stream or 0)
+        keep = (q, k, v, o, lse, tuple(captures), array)  # outlive the closure
+
+        def launch():
+            status = fn(handle, *args, scale, array, count, stream)
+            if status != OK:
+                message = self.lib.lib.flashjit_last_error().decode(errors="replace")
+                raise FlashjitError("flashjit_kernel_forward_captures", status, message)
+        launch.keep = keep
+        return launch
+
 
 def fake_bhsd(address, b, h, s, d, dtype="bf16", strides=True):
     """A [B, H, S, D] TensorArg over an address nothing reads (for checks
@@ -278,8 +375,10 @@ def self_test(path=None, out=print):
 
     check("sizeof(DLTensor) is 48 bytes", ctypes.sizeof(DLTensor) == 48,
           str(ctypes.sizeof(DLTensor)))
-    check("sizeof(flashjit_attention_spec_t) is 40 bytes",
-          ctypes.sizeof(AttentionSpec) == 40, str(ctypes.sizeof(AttentionSpec)))
+    check("sizeof(flashjit_attention_spec_t) is 400 bytes",
+          ctypes.sizeof(AttentionSpec) == 400, str(ctypes.sizeof(AttentionSpec)))
+    offsets = {name: getattr(AttentionSpec, name).offset for name in SPEC_OFFSETS}
+    check("the spec's fields sit at flashjit.h's offsets", offsets == SPEC_OFFSETS, str(offsets))
     lib = Library(path)
     out(f"     library: {lib.path}")
     version, api = lib.version()
@@ -325,7 +424,9 @@ def self_test(path=None, out=print):
     longer = Longer(make_spec(d, "bf16", False, h, h), 7)
     longer.spec.struct_size = ctypes.sizeof(Longer)
     st, msg = status_of(lambda: ctx._compile_spec(longer))
-    check("a spec field past version 1 is refused", st == UNSUPPORTED and "byte 40" in msg,
+    past = ctypes.sizeof(AttentionSpec)
+    check(f"a spec field past version {C_API_VERSION} is refused",
+          st == UNSUPPORTED and f"byte {past}" in msg,
           f"{STATUS_NAMES.get(st)}: {msg}")
 
     def args(**change):

@@ -138,7 +138,11 @@ buildDescription(MLIRContext &ctx, const AttentionSpec &spec,
       return std::move(err);
   }
   func::ReturnOp::create(b, loc, op->getResults());
-  if (failed(verify(*module)))
+  // The op's own verifiers (signature and ops of the regions). Not
+  // mlir::verify of the module: inside libflashjit.so, whose symbols are
+  // hidden, the attn ops' trait ids differ from libMLIR's, and the generic
+  // verifier would not see attn.yield as a terminator.
+  if (failed(op.verify()) || failed(op.verifyRegions()))
     return llvm::createStringError(
         "the description of " + spec.kernelName() +
         " does not verify (the diagnostics above say why)");

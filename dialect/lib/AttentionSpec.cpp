@@ -92,6 +92,11 @@ llvm::Error AttentionSpec::validate() const {
                       "-1 for no limit",
                       windowLeft, windowRight)
             .str());
+  if (captures.size() > kMaxCapturedTensors)
+    return llvm::createStringError(
+        llvm::formatv("{0} captured tensors: at most {1}", captures.size(),
+                      kMaxCapturedTensors)
+            .str());
   if (!captures.empty() && !hasMods())
     return llvm::createStringError(
         "captured tensors are given but no score_mod or mask_mod reads them");

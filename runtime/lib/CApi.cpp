@@ -144,7 +144,90 @@ readSpec(const flashjit_attention_spec_t *given) {
   spec.causal = s.causal == 1;
   spec.numHeads = s.num_heads;
   spec.numKVHeads = s.num_kv_heads;
+  if (s.causal_align != 0 && s.causal_align != 1)
+    return invalid(llvm::formatv(
+        "spec causal_align is {0}: expected 0 (top-left) or 1 (bottom-right)",
+        s.causal_align));
+  spec.causalAlign = s.causal_align == 1 ? flashjit::CausalAlign::BottomRight
+                                         : flashjit::CausalAlign::TopLeft;
+  spec.windowLeft = s.window_left;
+  spec.windowRight = s.window_right;
+  if (s.score_mod)
+    spec.scoreMod = s.score_mod;
+  if (s.mask_mod)
+    spec.maskMod = s.mask_mod;
+  if (s.num_captures < 0 || s.num_captures > 8)
+    return invalid(llvm::formatv("spec num_captures is {0}: expected 0 to 8",
+                                 s.num_captures));
+  for (int i = 0; i < s.num_captures; ++i) {
+    flashjit::CapturedTensor c;
+    c.name = "capture" + std::to_string(i);
+    if (s.capture_dtype[i] == FLASHJIT_CAPTURE_F32)
+      c.dtype = flashjit::CaptureDType::F32;
+    else if (s.capture_dtype[i] == FLASHJIT_CAPTURE_I32)
+      c.dtype = flashjit::CaptureDType::I32;
+    else
+      return invalid(llvm::formatv(
+          "spec capture_dtype[{0}] is {1}: expected {2} "
+          "(FLASHJIT_CAPTURE_F32) or {3} (FLASHJIT_CAPTURE_I32)",
+          i, s.capture_dtype[i], int(FLASHJIT_CAPTURE_F32),
+          int(FLASHJIT_CAPTURE_I32)));
+    if (s.capture_rank[i] < 1 || s.capture_rank[i] > 4)
+      return invalid(llvm::formatv(
+          "spec capture_rank[{0}] is {1}: expected 1 to 4", i,
+          s.capture_rank[i]));
+    c.shape.assign(s.capture_shape[i], s.capture_shape[i] + s.capture_rank[i]);
+    spec.captures.push_back(c);
+  }
   return spec;
+}
+
+/// flashjit_kernel_forward(_captures) once inside guarded(): `fn` names
+/// the entry point in messages.
+flashjit_status_t forwardKernel(const char *fn, flashjit_kernel_t kernel,
+                                const DLTensor *q, const DLTensor *k,
+                                const DLTensor *v, DLTensor *o, DLTensor *lse,
+                                double scale, const DLTensor *captures,
+                                int32_t num_captures, void *stream) {
+  if (!kernel)
+    return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
+                "kernel is a null handle");
+  flashjit::ForwardArgs args;
+  const std::pair<const char *, const DLTensor *> tensors[] = {
+      {"q", q}, {"k", k}, {"v", v}, {"o", o}};
+  flashjit::TensorRef *refs[] = {&args.q, &args.k, &args.v, &args.o};
+  for (size_t i = 0; i < 4; ++i) {
+    auto ref = flashjit::toTensorRef(tensors[i].first, tensors[i].second,
+                                     kernel->device);
+    if (!ref)
+      return fail(fn, ref.takeError());
+    *refs[i] = *ref;
+  }
+  auto lseRef = flashjit::toLseRef("lse", lse, kernel->device);
+  if (!lseRef)
+    return fail(fn, lseRef.takeError());
+  args.lse = *lseRef;
+  if (num_captures < 0 || num_captures > 8 ||
+      (num_captures > 0 && !captures))
+    return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
+                llvm::formatv("num_captures is {0} with captures {1}: "
+                              "expected 0 to 8 DLTensors",
+                              num_captures, captures ? "given" : "null")
+                    .str());
+  for (int32_t i = 0; i < num_captures; ++i) {
+    std::string name = "captures[" + std::to_string(i) + "]";
+    auto ref = flashjit::toCapturedRef(name.c_str(), &captures[i],
+                                       kernel->device);
+    if (!ref)
+      return fail(fn, ref.takeError());
+    args.captures.push_back(*ref);
+  }
+  if (!std::isnan(scale))
+    args.scale = scale;
+  args.stream = static_cast<CUstream>(stream);
+  if (llvm::Error err = kernel->kernel->forward(args))
+    return fail(fn, std::move(err));
+  return succeed();
 }
 
 } // namespace
@@ -333,36 +416,24 @@ flashjit_status_t flashjit_kernel_describe(flashjit_kernel_t kernel,
   });
 }
 
+flashjit_status_t flashjit_kernel_forward_captures(
+    flashjit_kernel_t kernel, const DLTensor *q, const DLTensor *k,
+    const DLTensor *v, DLTensor *o, DLTensor *lse, double scale,
+    const DLTensor *captures, int32_t num_captures, void *stream) {
+  return guarded(__func__, [&](const char *fn) {
+    return forwardKernel(fn, kernel, q, k, v, o, lse, scale, captures,
+                         num_captures, stream);
+  });
+}
+
 flashjit_status_t flashjit_kernel_forward(flashjit_kernel_t kernel,
                                           const DLTensor *q, const DLTensor *k,
                                           const DLTensor *v, DLTensor *o,
                                           DLTensor *lse, double scale,
                                           void *stream) {
   return guarded(__func__, [&](const char *fn) {
-    if (!kernel)
-      return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
-                  "kernel is a null handle");
-    flashjit::ForwardArgs args;
-    const std::pair<const char *, const DLTensor *> tensors[] = {
-        {"q", q}, {"k", k}, {"v", v}, {"o", o}};
-    flashjit::TensorRef *refs[] = {&args.q, &args.k, &args.v, &args.o};
-    for (size_t i = 0; i < 4; ++i) {
-      auto ref = flashjit::toTensorRef(tensors[i].first, tensors[i].second,
-                                       kernel->device);
-      if (!ref)
-        return fail(fn, ref.takeError());
-      *refs[i] = *ref;
-    }
-    auto lseRef = flashjit::toLseRef("lse", lse, kernel->device);
-    if (!lseRef)
-      return fail(fn, lseRef.takeError());
-    args.lse = *lseRef;
-    if (!std::isnan(scale))
-      args.scale = scale;
-    args.stream = static_cast<CUstream>(stream);
-    if (llvm::Error err = kernel->kernel->forward(args))
-      return fail(fn, std::move(err));
-    return succeed();
+    return forwardKernel(fn, kernel, q, k, v, o, lse, scale, nullptr, 0,
+                         stream);
   });
 }
 

@@ -39,6 +39,21 @@ TensorRef TensorRef::bshd(void *data, DType dtype, int64_t b, int64_t h,
   return {data, dtype, {b, h, s, d}, {s * h * d, d, h * d, 1}};
 }
 
+CapturedRef CapturedRef::contiguous(const void *data, CaptureDType dtype,
+                                    llvm::ArrayRef<int64_t> shape) {
+  CapturedRef c;
+  c.data = data;
+  c.dtype = dtype;
+  c.rank = static_cast<int>(std::min<size_t>(shape.size(), 4));
+  int64_t stride = 1;
+  for (int d = c.rank - 1; d >= 0; --d) {
+    c.shape[d] = shape[d];
+    c.strides[d] = stride;
+    stride *= shape[d];
+  }
+  return c;
+}
+
 LseRef LseRef::contiguous(float *data, int64_t b, int64_t h, int64_t s) {
   return {data, {b, h, s}, {h * s, s, 1}};
 }
@@ -213,17 +228,22 @@ llvm::Error checkTunedConfig(const AttentionSpec &spec,
 }
 } // namespace
 
-/// Kernels already handed out, by the fields of the spec and the slot of
-/// the request (a tuned entry, the heuristic, or a named config): the hot
-/// path (no string formatting for the first two, one map lookup under a
-/// mutex).
+/// Kernels already handed out, by the fields of the spec, its variant
+/// (canonical text; empty for plain attention) and the slot of the request
+/// (a tuned entry, the heuristic, or a named config): the hot path (no
+/// string formatting for plain specs and the first two slots, one map
+/// lookup under a mutex).
 struct Context::KernelTable {
-  using Key =
-      std::tuple<int64_t, int, bool, int64_t, int64_t, int64_t, std::string>;
+  using Key = std::tuple<int64_t, int, bool, int64_t, int64_t, std::string,
+                         int64_t, std::string>;
   static Key keyOf(const AttentionSpec &s, int64_t slot, std::string config) {
-    return {s.headDim,        static_cast<int>(s.dtype),
-            s.causal,         s.numHeads,
-            s.numKVHeads,     slot,
+    return {s.headDim,
+            static_cast<int>(s.dtype),
+            s.causal,
+            s.numHeads,
+            s.numKVHeads,
+            s.isPlain() ? std::string() : s.canonical(),
+            slot,
             std::move(config)};
   }
   std::mutex mutex;

@@ -138,6 +138,40 @@ llvm::Expected<TensorRef> toTensorRef(const char *name, const DLTensor *tensor,
   return ref;
 }
 
+llvm::Expected<CapturedRef> toCapturedRef(const char *name,
+                                          const DLTensor *tensor,
+                                          int deviceOrdinal) {
+  if (!tensor)
+    return invalid(llvm::formatv("{0} is a null pointer", name));
+  if (tensor->ndim < 1 || tensor->ndim > 4)
+    return invalid(llvm::formatv("{0} has {1} dimensions: a captured tensor "
+                                 "has 1 to 4",
+                                 name, tensor->ndim));
+  if (auto err = checkCommon(name, tensor, tensor->ndim, "its spec's shape",
+                             deviceOrdinal))
+    return std::move(err);
+  const DLDataType dt = tensor->dtype;
+  CapturedRef ref;
+  if (dt.code == kDLFloat && dt.bits == 32 && dt.lanes == 1)
+    ref.dtype = CaptureDType::F32;
+  else if (dt.code == kDLInt && dt.bits == 32 && dt.lanes == 1)
+    ref.dtype = CaptureDType::I32;
+  else
+    return invalid(llvm::formatv("{0} has dtype {1}: a captured tensor is "
+                                 "f32 (kDLFloat, 32 bits) or i32 (kDLInt, 32 "
+                                 "bits), 1 lane",
+                                 name, dataTypeName(dt)));
+  ref.data = firstElement(tensor);
+  ref.rank = tensor->ndim;
+  int64_t stride = 1;
+  for (int d = ref.rank - 1; d >= 0; --d) {
+    ref.shape[d] = tensor->shape[d];
+    ref.strides[d] = tensor->strides ? tensor->strides[d] : stride;
+    stride *= tensor->shape[d];
+  }
+  return ref;
+}
+
 llvm::Expected<LseRef> toLseRef(const char *name, const DLTensor *tensor,
                                 int deviceOrdinal) {
   if (auto err =

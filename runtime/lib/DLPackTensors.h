@@ -23,6 +23,11 @@ llvm::Expected<TensorRef> toTensorRef(const char *name, const DLTensor *tensor,
 llvm::Expected<LseRef> toLseRef(const char *name, const DLTensor *tensor,
                                 int deviceOrdinal);
 
+/// `tensor` as a captured tensor (f32 or i32, rank 1 to 4) of a mod.
+llvm::Expected<CapturedRef> toCapturedRef(const char *name,
+                                          const DLTensor *tensor,
+                                          int deviceOrdinal);
+
 /// "kDLCUDA (2)", "kDLCPU (1)", ..., "device type 99" for codes it does
 /// not know.
 std::string deviceTypeName(int32_t deviceType);

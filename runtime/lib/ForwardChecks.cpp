@@ -164,6 +164,37 @@ llvm::Error checkForwardArgs(const AttentionSpec &spec,
                                 "the kernel would read what it writes",
                                 name));
   }
+  if (args.captures.size() != spec.captures.size())
+    return fail(llvm::formatv("the kernel's mods read {0} captured tensors, "
+                              "the call gives {1}",
+                              spec.captures.size(), args.captures.size()));
+  for (size_t i = 0; i < args.captures.size(); ++i) {
+    const CapturedRef &c = args.captures[i];
+    const CapturedTensor &want = spec.captures[i];
+    std::string name = "captured tensor '" + want.name + "'";
+    if (!c.data)
+      return fail(name + " is a null pointer");
+    if (reinterpret_cast<uintptr_t>(c.data) % 4 != 0)
+      return fail(name + " is not 4-byte aligned");
+    if (c.dtype != want.dtype)
+      return fail(llvm::formatv("{0} has dtype {1}, the mods read {2}", name,
+                                captureDTypeName(c.dtype),
+                                captureDTypeName(want.dtype)));
+    if (c.rank != static_cast<int>(want.shape.size()))
+      return fail(llvm::formatv("{0} has rank {1}, the mods read {2} ({3})",
+                                name, c.rank, want.shape.size(),
+                                want.typeText()));
+    for (int d = 0; d < c.rank; ++d) {
+      if (c.shape[d] < 1 || (want.shape[d] >= 0 && c.shape[d] != want.shape[d]))
+        return fail(llvm::formatv("{0} has size {1} in dimension {2}; the "
+                                  "mods read {3}",
+                                  name, c.shape[d], d, want.typeText()));
+      if (c.strides[d] < 0)
+        return fail(llvm::formatv("{0} has a negative stride in dimension "
+                                  "{1}",
+                                  name, d));
+    }
+  }
   // The kernels keep the running max of the unscaled scores and fold the
   // scale into one multiply-add per score, which needs scale > 0.
   if (args.scale && !(std::isfinite(*args.scale) && *args.scale > 0))

@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <memory>
 #include <random>
 
 namespace flashjit {
@@ -107,6 +109,21 @@ llvm::Expected<CheckReport> runAndCheck(const Kernel &kernel,
       makeRandomInput(host.k, spec.dtype, opt.layout, B, Hkv, Sk, D, rng);
   auto vBits =
       makeRandomInput(host.v, spec.dtype, opt.layout, B, Hkv, Sk, D, rng);
+  std::unique_ptr<ModInterpreter> mods;
+  if (spec.hasMods()) {
+    auto created = ModInterpreter::create(spec);
+    if (!created)
+      return created.takeError();
+    mods = std::move(*created);
+    host.mods = mods.get();
+  }
+  if (opt.captures.size() != spec.captures.size())
+    return llvm::createStringError(
+        llvm::formatv("the spec reads {0} captured tensors, the check gives "
+                      "{1}",
+                      spec.captures.size(), opt.captures.size())
+            .str());
+  host.captures = opt.captures;
 
   DeviceBuffer q(drv), k(drv), v(drv), o(drv), lse(drv);
   for (auto [buf, bytes] :
@@ -134,6 +151,29 @@ llvm::Expected<CheckReport> runAndCheck(const Kernel &kernel,
   args.o = tensorRef(opt.layout, o.data(), spec.dtype, B, H, Sq, D);
   args.lse = LseRef::contiguous(static_cast<float *>(lse.data()), B, H, Sq);
   args.scale = host.scale;
+  // The captured tensors, as the spec's dtypes.
+  std::vector<std::unique_ptr<DeviceBuffer>> captureBuffers;
+  for (size_t i = 0; i < opt.captures.size(); ++i) {
+    const HostCapture &c = opt.captures[i];
+    std::vector<uint32_t> words(c.values.size());
+    for (size_t e = 0; e < words.size(); ++e) {
+      if (spec.captures[i].dtype == CaptureDType::F32) {
+        float f = static_cast<float>(c.values[e]);
+        std::memcpy(&words[e], &f, 4);
+      } else {
+        words[e] = static_cast<uint32_t>(static_cast<int32_t>(c.values[e]));
+      }
+    }
+    auto buffer = std::make_unique<DeviceBuffer>(drv);
+    if (auto err = buffer->allocate(std::max<size_t>(words.size(), 1) * 4))
+      return std::move(err);
+    if (auto err = FLASHJIT_CU(drv, cuMemcpyHtoD, buffer->ptr(), words.data(),
+                               words.size() * 4))
+      return std::move(err);
+    args.captures.push_back(CapturedRef::contiguous(
+        buffer->data(), spec.captures[i].dtype, c.shape));
+    captureBuffers.push_back(std::move(buffer));
+  }
   if (auto err = kernel.forward(args))
     return std::move(err);
   if (auto err = FLASHJIT_CU(drv, cuCtxSynchronize))
@@ -153,7 +193,7 @@ llvm::Expected<CheckReport> runAndCheck(const Kernel &kernel,
     if (!std::isfinite(bitsToFloat(spec.dtype, bits)))
       ++report.nonFinite;
   for (float x : lseHost)
-    if (!std::isfinite(x))
+    if (!std::isfinite(x) && !(spec.mayEmptyRows() && x == -INFINITY))
       ++report.nonFinite;
 
   double errSq = 0, refSq = 0, lseErrSq = 0, lseRefSq = 0;
@@ -161,6 +201,8 @@ llvm::Expected<CheckReport> runAndCheck(const Kernel &kernel,
     for (int64_t h = 0; h < H; ++h)
       for (int64_t row : rowsToCheck(Sq, opt.rowsPerHead, rng)) {
         ReferenceRow ref = referenceRow(host, b, h, row);
+        if (!ref.error.empty())
+          return llvm::createStringError("the reference: " + ref.error);
         int64_t base = offsetOf(opt.layout, b, h, row, H, Sq, D);
         for (int64_t c = 0; c < D; ++c) {
           double got = bitsToFloat(spec.dtype, oBits[base + c]);
@@ -171,10 +213,20 @@ llvm::Expected<CheckReport> runAndCheck(const Kernel &kernel,
           if (std::isnan(diff))
             report.maxAbsError = NAN;
         }
-        double lseDiff = lseHost[(b * H + h) * Sq + row] - ref.lse;
+        float gotLse = lseHost[(b * H + h) * Sq + row];
+        ++report.checkedRows;
+        // An empty row: O must be 0 (compared above) and LSE -inf; a -inf
+        // where the reference has keys is counted as non-finite.
+        if (ref.lse == -INFINITY) {
+          if (gotLse != -INFINITY)
+            ++report.nonFinite;
+          continue;
+        }
+        if (gotLse == -INFINITY)
+          ++report.nonFinite;
+        double lseDiff = gotLse - ref.lse;
         lseErrSq += lseDiff * lseDiff;
         lseRefSq += ref.lse * ref.lse;
-        ++report.checkedRows;
       }
   report.relError = std::sqrt(errSq / std::max(refSq, 1e-300));
   report.lseRelError = std::sqrt(lseErrSq / std::max(lseRefSq, 1e-300));
@@ -192,8 +244,13 @@ llvm::Expected<CheckReport> runAndCheck(const Kernel &kernel,
     if (!timing)
       return timing.takeError();
     report.medianMs = timing->medianMs;
-    report.tflops =
-        forwardFlops(spec, B, Sq, Sk) / (report.medianMs * 1e-3) / 1e12;
+    // Plain attention counts by the FlashAttention convention; a variant
+    // counts the scores its causal mask and window leave (a mask_mod's
+    // own drops are not known here).
+    double flops = spec.isPlain()
+                       ? forwardFlops(spec, B, Sq, Sk)
+                       : 4.0 * B * H * D * visiblePairs(spec, Sq, Sk);
+    report.tflops = flops / (report.medianMs * 1e-3) / 1e12;
   }
   return report;
 }

@@ -13,12 +13,17 @@ ForwardLaunchParams::pointers() {
   std::array<void *, kMaxParams> p{};
   auto kernelParams = args.paramPointers();
   std::copy(kernelParams.begin(), kernelParams.end(), p.begin());
+  unsigned i = ForwardKernelArgs::kNumParams;
   if (hasTensorMaps) {
-    unsigned i = ForwardKernelArgs::kNumParams;
     p[i++] = &maps.q;
     p[i++] = &maps.k;
     p[i++] = &maps.v;
     p[i++] = &maps.o;
+  }
+  for (unsigned c = 0; c < numCaptures; ++c) {
+    p[i++] = &captures[c].data;
+    for (int d = 0; d < captures[c].rank; ++d)
+      p[i++] = &captures[c].strides[d];
   }
   return p;
 }
@@ -29,6 +34,10 @@ llvm::Error prepareForwardLaunch(const ForwardArgs &args, double scale,
                                  int deviceOrdinal) {
   params.args = toKernelArgs(args, scale);
   params.hasTensorMaps = false;
+  params.numCaptures = static_cast<unsigned>(args.captures.size());
+  for (unsigned c = 0; c < params.numCaptures; ++c)
+    params.captures[c] = {args.captures[c].data, args.captures[c].rank,
+                          args.captures[c].strides};
   if (!layouts)
     return llvm::Error::success();
   auto drv = CudaDriver::get();

@@ -15,21 +15,53 @@ ReferenceRow referenceRow(const HostProblem &p, int64_t b, int64_t h,
   const float *q = &p.q[((b * s.numHeads + h) * p.seqlenQ + row) * d];
   const float *kBase = &p.k[(b * s.numKVHeads + kvHead) * p.seqlenK * d];
   const float *vBase = &p.v[(b * s.numKVHeads + kvHead) * p.seqlenK * d];
-  // Causal is top-left aligned: key j is visible to query i when j <= i.
-  int64_t visible = s.causal ? std::min(p.seqlenK, row + 1) : p.seqlenK;
-  std::vector<double> scores(visible);
-  double maxScore = -std::numeric_limits<double>::infinity();
-  for (int64_t j = 0; j < visible; ++j) {
+  // Key j is visible to query i when j <= i + offset + right (causal:
+  // right 0) and j >= i + offset - left, offset 0 (top-left) or Sk - Sq.
+  const int64_t offset =
+      s.causalAlign == CausalAlign::BottomRight ? p.seqlenK - p.seqlenQ : 0;
+  int64_t lo = 0, hi = p.seqlenK - 1;
+  if (s.hasLeftBound())
+    lo = std::max<int64_t>(lo, row + offset - s.windowLeft);
+  if (s.hasRightBound())
+    hi = std::min<int64_t>(hi, row + offset + s.rightExtent());
+  const double negInf = -std::numeric_limits<double>::infinity();
+  ReferenceRow r;
+  r.out.assign(d, 0.0);
+  std::vector<double> scores;
+  double maxScore = negInf;
+  for (int64_t j = 0; j <= hi; ++j) {
+    if (j < lo) {
+      scores.push_back(negInf);
+      continue;
+    }
     double dot = 0;
     for (int64_t c = 0; c < d; ++c)
       dot += double(q[c]) * double(kBase[j * d + c]);
-    scores[j] = dot * p.scale;
-    maxScore = std::max(maxScore, scores[j]);
+    double score = dot * p.scale;
+    if (p.mods) {
+      auto modded = p.mods->score(score, b, h, row, j, p.captures);
+      if (!modded) {
+        r.error = llvm::toString(modded.takeError());
+        return r;
+      }
+      auto kept = p.mods->keep(b, h, row, j, p.captures);
+      if (!kept) {
+        r.error = llvm::toString(kept.takeError());
+        return r;
+      }
+      score = *kept ? *modded : negInf;
+    }
+    scores.push_back(score);
+    maxScore = std::max(maxScore, score);
   }
-  ReferenceRow r;
-  r.out.assign(d, 0.0);
+  if (maxScore == negInf) {
+    r.lse = negInf;
+    return r;
+  }
   double sum = 0;
-  for (int64_t j = 0; j < visible; ++j) {
+  for (int64_t j = 0; j < static_cast<int64_t>(scores.size()); ++j) {
+    if (scores[j] == negInf)
+      continue;
     double w = std::exp(scores[j] - maxScore);
     sum += w;
     for (int64_t c = 0; c < d; ++c)

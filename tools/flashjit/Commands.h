@@ -4,6 +4,7 @@
 #ifndef FLASHJIT_TOOLS_COMMANDS_H
 #define FLASHJIT_TOOLS_COMMANDS_H
 
+#include "flashjit/Compiler/ModInterpreter.h"
 #include "flashjit/Dialect/AttentionSpec.h"
 #include "flashjit/Templates/Target.h"
 
@@ -23,8 +24,16 @@ int runCache();
 int runAutotune();
 
 /// The attention described by --head-dim, --dtype, --causal, --heads,
-/// --kv-heads (shared by compile, run and autotune).
+/// --kv-heads and the variant options (--window, --causal-align, --alibi,
+/// --softcap, --documents, --prefix-lm, --score-mod, --mask-mod), shared by
+/// compile and run.
 llvm::Expected<AttentionSpec> specFromOptions();
+/// Host data for the spec's captured tensors of the preset variants
+/// (ALiBi slopes, document ids of --documents random lengths, prefix
+/// lengths), for a run of `batch` sequences of `seqlen` queries and keys.
+llvm::Expected<std::vector<HostCapture>>
+capturesFromOptions(const AttentionSpec &spec, int64_t batch, int64_t seqlenQ,
+                    int64_t seqlenK, uint64_t seed);
 /// --arch, or the local GPU's chip, or sm_90a when there is no GPU.
 llvm::Expected<Target> targetFromOptions(llvm::StringRef arch);
 /// Prints "flashjit <command>: error: <message>" and returns 1.

@@ -108,6 +108,11 @@ int runRun() {
     options.scale = double(scale);
   options.warmup = warmup;
   options.iterations = iterations;
+  auto captures = capturesFromOptions(*spec, options.batch, options.seqlenQ,
+                                      options.seqlenK, options.seed);
+  if (!captures)
+    return reportError("run", captures.takeError());
+  options.captures = std::move(*captures);
   auto report = runAndCheck(**kernel, options);
   if (!report)
     return reportError("run", report.takeError());

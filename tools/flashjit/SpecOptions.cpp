@@ -5,7 +5,13 @@
 #include "flashjit/Runtime/CudaDriver.h"
 #include "flashjit/Runtime/DeviceInfo.h"
 
+#include "flashjit/Compiler/Variants.h"
+
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <random>
 
 namespace cl = llvm::cl;
 
@@ -38,6 +44,138 @@ static cl::opt<int64_t> kvHeads("kv-heads",
                                 cl::init(0), cl::sub(compileCommand),
                                 cl::sub(runCommand), cl::cat(category));
 
+static cl::list<int64_t> window(
+    "window", cl::desc("Sliding window: keys left,right of the diagonal "
+                       "(-1: no limit), e.g. --window 1024,0"),
+    cl::CommaSeparated, cl::sub(compileCommand), cl::sub(runCommand),
+    cl::cat(category));
+static cl::opt<std::string> causalAlign(
+    "causal-align",
+    cl::desc("Diagonal of --causal and --window: top-left or bottom-right"),
+    cl::init("top-left"), cl::sub(compileCommand), cl::sub(runCommand),
+    cl::cat(category));
+static cl::opt<bool> alibi("alibi",
+                           cl::desc("ALiBi score_mod (slopes of the paper)"),
+                           cl::sub(compileCommand), cl::sub(runCommand),
+                           cl::cat(category));
+static cl::opt<double> softcapValue(
+    "softcap", cl::desc("Logit soft-capping score_mod: cap * tanh(s / cap)"),
+    cl::init(0), cl::sub(compileCommand), cl::sub(runCommand),
+    cl::cat(category));
+static cl::opt<int64_t> documents(
+    "documents",
+    cl::desc("Document mask_mod over this many packed documents of random "
+             "lengths per sequence"),
+    cl::init(0), cl::sub(compileCommand), cl::sub(runCommand),
+    cl::cat(category));
+static cl::opt<bool> prefixLM(
+    "prefix-lm",
+    cl::desc("Prefix-LM mask_mod (random prefix length per sequence)"),
+    cl::sub(compileCommand), cl::sub(runCommand), cl::cat(category));
+static cl::opt<std::string> scoreModFile(
+    "score-mod", cl::desc("File holding a score_mod func.func (no captures)"),
+    cl::sub(compileCommand), cl::sub(runCommand), cl::cat(category));
+static cl::opt<std::string> maskModFile(
+    "mask-mod", cl::desc("File holding a mask_mod func.func (no captures)"),
+    cl::sub(compileCommand), cl::sub(runCommand), cl::cat(category));
+
+static llvm::Expected<std::string> readText(llvm::StringRef path) {
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  if (!buffer)
+    return llvm::createStringError("cannot read '" + path.str() +
+                                   "': " + buffer.getError().message());
+  return (*buffer)->getBuffer().str();
+}
+
+/// The variant options applied to `spec`.
+static llvm::Error applyVariantOptions(AttentionSpec &spec) {
+  auto align = parseCausalAlign(causalAlign);
+  if (!align)
+    return align.takeError();
+  spec.causalAlign = *align;
+  if (!window.empty()) {
+    if (window.size() != 2)
+      return llvm::createStringError(
+          "--window takes two extents, left,right (-1: no limit)");
+    if (auto err = presets::slidingWindow(spec, window[0], window[1]))
+      return err;
+  }
+  int presetsGiven = int(alibi) + int(softcapValue != 0) +
+                     int(documents > 0) + int(prefixLM);
+  if (presetsGiven > 1 ||
+      (presetsGiven && (!scoreModFile.empty() || !maskModFile.empty())))
+    return llvm::createStringError(
+        "give one of --alibi, --softcap, --documents, --prefix-lm, or "
+        "--score-mod/--mask-mod files");
+  if (alibi)
+    return presets::alibi(spec);
+  if (softcapValue != 0)
+    return presets::softcap(spec, softcapValue);
+  if (documents < 0)
+    return llvm::createStringError("--documents must be at least 1");
+  if (documents > 0)
+    return presets::documentMask(spec);
+  if (prefixLM)
+    return presets::prefixLM(spec);
+  if (!scoreModFile.empty()) {
+    auto text = readText(scoreModFile);
+    if (!text)
+      return text.takeError();
+    spec.scoreMod = *text;
+  }
+  if (!maskModFile.empty()) {
+    auto text = readText(maskModFile);
+    if (!text)
+      return text.takeError();
+    spec.maskMod = *text;
+  }
+  return llvm::Error::success();
+}
+
+llvm::Expected<std::vector<HostCapture>>
+capturesFromOptions(const AttentionSpec &spec, int64_t batch, int64_t seqlenQ,
+                    int64_t seqlenK, uint64_t seed) {
+  std::mt19937_64 rng(seed ^ 0x5eed);
+  std::vector<HostCapture> out;
+  if (spec.captures.empty())
+    return out;
+  if (alibi) {
+    HostCapture c{{spec.numHeads}, {}};
+    for (float s : presets::alibiSlopes(spec.numHeads))
+      c.values.push_back(s);
+    out.push_back(c);
+  } else if (documents > 0) {
+    if (seqlenQ != seqlenK)
+      return llvm::createStringError(
+          "--documents packs one sequence for queries and keys: give "
+          "--seqlen-k equal to --seqlen");
+    // `documents` cuts at random places of each sequence.
+    HostCapture c{{batch, seqlenQ}, {}};
+    std::uniform_int_distribution<int64_t> cut(1, std::max<int64_t>(seqlenQ - 1, 1));
+    for (int64_t b = 0; b < batch; ++b) {
+      std::vector<int64_t> cuts;
+      for (int64_t i = 0; i + 1 < documents; ++i)
+        cuts.push_back(cut(rng));
+      std::sort(cuts.begin(), cuts.end());
+      for (int64_t s = 0; s < seqlenQ; ++s)
+        c.values.push_back(double(
+            std::upper_bound(cuts.begin(), cuts.end(), s) - cuts.begin()));
+    }
+    out.push_back(c);
+  } else if (prefixLM) {
+    HostCapture c{{batch}, {}};
+    std::uniform_int_distribution<int64_t> length(0, seqlenK);
+    for (int64_t b = 0; b < batch; ++b)
+      c.values.push_back(double(length(rng)));
+    out.push_back(c);
+  } else {
+    return llvm::createStringError(
+        "the mods read captured tensors, which the command line cannot "
+        "give: use the C++ or C API");
+  }
+  return out;
+}
+
 llvm::Expected<AttentionSpec> specFromOptions() {
   AttentionSpec spec;
   spec.headDim = headDim;
@@ -48,6 +186,8 @@ llvm::Expected<AttentionSpec> specFromOptions() {
   spec.causal = causal;
   spec.numHeads = heads;
   spec.numKVHeads = kvHeads > 0 ? int64_t(kvHeads) : int64_t(heads);
+  if (auto err = applyVariantOptions(spec))
+    return std::move(err);
   if (auto err = spec.validate())
     return std::move(err);
   return spec;

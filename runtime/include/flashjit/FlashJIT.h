@@ -31,6 +31,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <vector>
 
 namespace flashjit {
 
@@ -63,9 +64,28 @@ struct LseRef {
   static LseRef contiguous(float *data, int64_t b, int64_t h, int64_t s);
 };
 
+/// A captured tensor of the spec's mods (AttentionSpec::captures): device
+/// memory of `dtype`, `rank` dimensions with strides in elements.
+struct CapturedRef {
+  const void *data = nullptr;
+  CaptureDType dtype = CaptureDType::F32;
+  int rank = 1;
+  std::array<int64_t, 4> shape{};
+  std::array<int64_t, 4> strides{};
+  /// Row-major and contiguous.
+  static CapturedRef contiguous(const void *data, CaptureDType dtype,
+                                llvm::ArrayRef<int64_t> shape);
+};
+
+/// Captured tensors one launch takes at most.
+constexpr unsigned kMaxCaptures = kMaxCapturedTensors;
+
 struct ForwardArgs {
   TensorRef q, k, v, o;
   LseRef lse;
+  /// One per AttentionSpec::captures, in order (shapes checked against
+  /// the spec's; the mods' indices into them are the caller's contract).
+  std::vector<CapturedRef> captures;
   /// Softmax scale; none: 1/sqrt(head_dim).
   std::optional<double> scale;
   /// The caller's stream (null: the legacy default stream).

@@ -40,7 +40,7 @@ extern "C" {
 
 /* Raised when a function or a field is added (flashjit_get_version's
  * api_version tells what the loaded library implements). */
-#define FLASHJIT_C_API_VERSION 1
+#define FLASHJIT_C_API_VERSION 2
 
 typedef enum flashjit_status {
   FLASHJIT_STATUS_OK = 0,
@@ -82,7 +82,32 @@ typedef struct flashjit_attention_spec {
   int32_t causal;       /* 0 or 1 (top-left aligned, as PyTorch's is_causal) */
   int64_t num_heads;    /* query heads, default 1 */
   int64_t num_kv_heads; /* key/value heads, divides num_heads, default 1 */
+  /* ---- API version 2: variants (AttentionSpec in FlashJIT.h says more) */
+  /* 0: top-left diagonal (default), 1: bottom-right (query row i sits at
+   * key column i + seqlen_k - seqlen_q), for causal and the window. */
+  int32_t causal_align;
+  /* Number of captured tensors (0 to 8) and, for each, its element type
+   * (FLASHJIT_CAPTURE_F32 or _I32), rank (1 to 4) and dims (-1: any). */
+  int32_t num_captures;
+  /* Sliding window: keys the query reaches left and right of the
+   * diagonal, -1 for no limit (default -1, -1). */
+  int64_t window_left;
+  int64_t window_right;
+  /* MLIR text of one func.func each, NULL or "" for none:
+   * score_mod (f32 score, index b, h, q_idx, kv_idx, captures...) -> f32,
+   * mask_mod (index b, h, q_idx, kv_idx, captures...) -> i1. */
+  const char *score_mod;
+  const char *mask_mod;
+  int32_t capture_dtype[8];
+  int32_t capture_rank[8];
+  int64_t capture_shape[8][4];
 } flashjit_attention_spec_t;
+
+/* Element types of captured tensors. */
+typedef enum flashjit_capture_dtype {
+  FLASHJIT_CAPTURE_F32 = 1,
+  FLASHJIT_CAPTURE_I32 = 2
+} flashjit_capture_dtype_t;
 
 static inline void
 flashjit_attention_spec_init(flashjit_attention_spec_t *spec) {
@@ -92,6 +117,18 @@ flashjit_attention_spec_init(flashjit_attention_spec_t *spec) {
   spec->causal = 0;
   spec->num_heads = 1;
   spec->num_kv_heads = 1;
+  spec->causal_align = 0;
+  spec->num_captures = 0;
+  spec->window_left = -1;
+  spec->window_right = -1;
+  spec->score_mod = 0;
+  spec->mask_mod = 0;
+  for (int i = 0; i < 8; ++i) {
+    spec->capture_dtype[i] = 0;
+    spec->capture_rank[i] = 0;
+    for (int d = 0; d < 4; ++d)
+      spec->capture_shape[i][d] = 0;
+  }
 }
 
 /* The message of the last failed call on this thread ("" after a call that
@@ -185,6 +222,16 @@ FLASHJIT_API flashjit_status_t flashjit_kernel_describe(
 FLASHJIT_API flashjit_status_t flashjit_kernel_forward(
     flashjit_kernel_t kernel, const DLTensor *q, const DLTensor *k,
     const DLTensor *v, DLTensor *o, DLTensor *lse, double scale, void *stream);
+
+/* flashjit_kernel_forward with the spec's captured tensors: `captures`
+ * holds num_captures DLTensors (kDLFloat 32 or kDLInt 32 bits as the spec
+ * says, on the context's device, 4-byte aligned, strides in elements or
+ * NULL for row-major), in the spec's order. Their shapes are checked
+ * against the spec's; the indices the mods read are the caller's contract. */
+FLASHJIT_API flashjit_status_t flashjit_kernel_forward_captures(
+    flashjit_kernel_t kernel, const DLTensor *q, const DLTensor *k,
+    const DLTensor *v, DLTensor *o, DLTensor *lse, double scale,
+    const DLTensor *captures, int32_t num_captures, void *stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -41,6 +41,9 @@ const char *captureDTypeName(CaptureDType dtype);
 /// after Q, K, V. Row-major with any strides; a dimension of -1 takes any
 /// size at launch. The mods index it with tensor.extract; indices out of
 /// its bounds are the caller's contract (not checked on the GPU).
+/// Captured tensors one spec may have.
+constexpr unsigned kMaxCapturedTensors = 8;
+
 struct CapturedTensor {
   std::string name;
   CaptureDType dtype = CaptureDType::F32;

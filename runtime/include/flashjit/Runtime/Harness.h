@@ -5,6 +5,7 @@
 #ifndef FLASHJIT_RUNTIME_HARNESS_H
 #define FLASHJIT_RUNTIME_HARNESS_H
 
+#include "flashjit/Compiler/ModInterpreter.h"
 #include "flashjit/FlashJIT.h"
 
 #include <cstdint>
@@ -28,13 +29,19 @@ struct CheckOptions {
   std::optional<double> scale;
   /// Timed launches after `warmup` untimed ones (0: correctness only).
   int warmup = 0, iterations = 0;
+  /// The spec's captured tensors, row-major on the host; uploaded as f32
+  /// or i32 as the spec says, and read by the reference's mods too.
+  std::vector<HostCapture> captures;
 };
 
 struct CheckReport {
   double relError = 0;    ///< ||o - ref|| / ||ref|| over checked rows
   double lseRelError = 0; ///< same for the log-sum-exp
   double maxAbsError = 0;
-  int64_t nonFinite = 0;  ///< NaN/inf anywhere in O or LSE (poison left)
+  /// NaN/inf anywhere in O or LSE (poison left); an LSE of -inf counts
+  /// only where the spec cannot empty a row, or where the reference's
+  /// row is not empty.
+  int64_t nonFinite = 0;
   int64_t checkedRows = 0;
   double tolerance = 0;   ///< 1e-2 for bf16, 2e-3 for f16
   bool passed = false;

@@ -22,10 +22,19 @@ struct ForwardLaunchParams {
   ForwardKernelArgs args;
   ForwardTensorMaps maps;
   bool hasTensorMaps = false;
+  /// The captured tensors (KernelABI.h): a pointer and `rank` strides each.
+  struct Capture {
+    const void *data = nullptr;
+    int rank = 0;
+    std::array<int64_t, 4> strides{};
+  };
+  std::array<Capture, kMaxCaptures> captures{};
+  unsigned numCaptures = 0;
 
   static constexpr unsigned kMaxParams =
-      ForwardKernelArgs::kNumParams + kNumTensorMaps;
-  /// Pointers to args' parameters, then to the maps (null without them).
+      ForwardKernelArgs::kNumParams + kNumTensorMaps + kMaxCaptures * 5;
+  /// Pointers to args' parameters, then to the maps (none without them),
+  /// then to the captures; null after the last.
   /// The array points into *this: keep *this alive until the launch returns.
   std::array<void *, kMaxParams> pointers();
 };

@@ -4,6 +4,7 @@
 #ifndef FLASHJIT_RUNTIME_REFERENCE_H
 #define FLASHJIT_RUNTIME_REFERENCE_H
 
+#include "flashjit/Compiler/ModInterpreter.h"
 #include "flashjit/Dialect/AttentionSpec.h"
 #include <cstdint>
 #include <vector>
@@ -16,12 +17,20 @@ struct HostProblem {
   int64_t batch = 1, seqlenQ = 1, seqlenK = 1;
   double scale = 0;
   std::vector<float> q, k, v;
+  /// The spec's mods (null: none) and the tensors they read.
+  const ModInterpreter *mods = nullptr;
+  std::vector<HostCapture> captures;
 };
 
-/// O (row of head_dim) and LSE of query row `row` of (batch, head).
+/// O (row of head_dim) and LSE of query row `row` of (batch, head), with
+/// the spec's causal mask, window (either alignment) and mods. A row that
+/// keeps no key has O = 0 and LSE = -inf (the kernels' convention, as
+/// FlexAttention's). A mod that cannot be evaluated (a captured tensor read
+/// out of bounds) leaves `error` set.
 struct ReferenceRow {
   std::vector<double> out;
   double lse = 0;
+  std::string error;
 };
 ReferenceRow referenceRow(const HostProblem &p, int64_t batch, int64_t head,
                           int64_t row);
