@@ -51,13 +51,13 @@ LogicalResult checkKernelFunction(attn::AttentionOp op, func::FuncOp func) {
   }
   if (!func.getBody().hasOneBlock())
     return op.emitOpError("must be in a function of one block");
-  ValueRange args = func.getArguments();
-  if (args.size() != op->getNumOperands() ||
-      !llvm::equal(args, op->getOperands()))
-    return op.emitOpError("takes its operands from the launch: they must be "
-                          "the arguments of @")
-           << func.getSymName()
-           << " in order (query, key, value, scale, captures)";
+  for (Value operand : op->getOperands()) {
+    auto arg = dyn_cast<BlockArgument>(operand);
+    if (!arg || arg.getOwner() != &func.getBody().front())
+      return op.emitOpError("takes its operands from the launch: each must "
+                            "be an argument of @")
+             << func.getSymName();
+  }
   return success();
 }
 

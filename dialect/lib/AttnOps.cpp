@@ -50,10 +50,10 @@ flashjit::AttentionSpec AttentionOp::getSpec() {
   spec.numKVHeads = getNumKVHeads();
   spec.causalAlign = getBottomRight() ? flashjit::CausalAlign::BottomRight
                                       : flashjit::CausalAlign::TopLeft;
-  if (auto left = getWindowLeft())
-    spec.windowLeft = *left;
-  if (auto right = getWindowRight())
-    spec.windowRight = *right;
+  if (auto left = getWindowLeftAttr())
+    spec.windowLeft = left.getInt();
+  if (auto right = getWindowRightAttr())
+    spec.windowRight = right.getInt();
   for (auto [i, value] : llvm::enumerate(getCaptures())) {
     auto type = cast<RankedTensorType>(value.getType());
     flashjit::CapturedTensor c;
@@ -141,10 +141,12 @@ LogicalResult AttentionOp::verify() {
   if (!getCaptures().empty() && getScoreMod().empty() && getMaskMod().empty())
     return emitOpError()
            << "has captured tensors but no score_mod or mask_mod reads them";
-  for (auto [name, extent] : {std::pair{"window_left", getWindowLeft()},
-                              std::pair{"window_right", getWindowRight()}})
-    if (extent && *extent < 0)
-      return emitOpError() << name << " is " << *extent
+  // The extents as signed numbers (I64Attr's getters are unsigned).
+  for (auto [name, extent] :
+       {std::pair{"window_left", getWindowLeftAttr()},
+        std::pair{"window_right", getWindowRightAttr()}})
+    if (extent && extent.getInt() < 0)
+      return emitOpError() << name << " is " << extent.getInt()
                            << ": a window extent is 0 or more keys (leave "
                               "the attribute out for no limit)";
   if (getBottomRight() && !getCausal() && !getWindowLeft() && !getWindowRight())

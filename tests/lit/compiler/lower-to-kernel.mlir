@@ -101,13 +101,43 @@ func.func @unknown_family(%q: tensor<?x4x?x64xf16>, %s: f32) -> tensor<?x4x?x64x
 
 // -----
 
+// A mask_mod is cloned into the kernel: its compare keeps each score.
+// CHECK-LABEL: gpu.func @mods
+// CHECK: arith.cmpi ne
+// CHECK: gpu.return
 func.func @mods(%q: tensor<?x4x?x64xf16>, %s: f32) -> tensor<?x4x?x64xf16> {
-  // expected-error @+1 {{score_mod and mask_mod regions are not lowered yet}}
   %o, %lse = attn.attention %q, %q, %q scale %s {config = #attn.tile_config<family = "cuda_core", block_m = 32, block_n = 16, stages = 1, warps = 2>} mask_mod {
   ^bb0(%b: index, %h: index, %i: index, %j: index):
-    %t = arith.constant true
+    %t = arith.cmpi ne, %i, %j : index
     attn.yield %t : i1
   } : tensor<?x4x?x64xf16>, tensor<?x4x?x64xf16>, tensor<?x4x?x64xf16>
+      -> tensor<?x4x?x64xf16>, tensor<?x4x?xf32>
+  return %o : tensor<?x4x?x64xf16>
+}
+
+// -----
+
+// A function becomes one kernel: a second attention is refused before
+// anything is erased (it used to crash the pass).
+func.func @two(%q: tensor<?x4x?x64xf16>, %s: f32) -> tensor<?x4x?x64xf16> {
+  %o, %lse = attn.attention %q, %q, %q scale %s {config = #attn.tile_config<family = "cuda_core", block_m = 32, block_n = 16, stages = 1, warps = 2>}
+      : tensor<?x4x?x64xf16>, tensor<?x4x?x64xf16>, tensor<?x4x?x64xf16>
+      -> tensor<?x4x?x64xf16>, tensor<?x4x?xf32>
+  // expected-error @+1 {{is the second attn.attention in @two: a function becomes one kernel}}
+  %o2, %lse2 = attn.attention %o, %q, %q scale %s {config = #attn.tile_config<family = "cuda_core", block_m = 32, block_n = 16, stages = 1, warps = 2>}
+      : tensor<?x4x?x64xf16>, tensor<?x4x?x64xf16>, tensor<?x4x?x64xf16>
+      -> tensor<?x4x?x64xf16>, tensor<?x4x?xf32>
+  return %o2 : tensor<?x4x?x64xf16>
+}
+
+// -----
+
+// Ops beside the attention would be lost in the kernel: refused by name.
+func.func @beside(%q: tensor<?x4x?x64xf16>) -> tensor<?x4x?x64xf16> {
+  // expected-error @+1 {{'arith.constant' op sits beside attn.attention in @beside}}
+  %s = arith.constant 0.125 : f32
+  %o, %lse = attn.attention %q, %q, %q scale %s {config = #attn.tile_config<family = "cuda_core", block_m = 32, block_n = 16, stages = 1, warps = 2>}
+      : tensor<?x4x?x64xf16>, tensor<?x4x?x64xf16>, tensor<?x4x?x64xf16>
       -> tensor<?x4x?x64xf16>, tensor<?x4x?xf32>
   return %o : tensor<?x4x?x64xf16>
 }

@@ -188,3 +188,34 @@ func.func @f(%q: tensor<2x8x64x64xbf16>, %s: f32) {
   %o, %lse = attn.attention %q, %q, %q scale %s {config = #attn.tile_config<family = "cuda_core", block_m = 64, block_n = 40, stages = 1, warps = 8>} : tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16> -> tensor<2x8x64x64xbf16>, tensor<2x8x64xf32>
   return
 }
+
+// -----
+
+func.func @unsupported_mod_op(%q: tensor<2x8x64x64xbf16>, %s: f32) {
+  // expected-error @+1 {{'attn.attention' op score_mod region uses 'math.sin', which the kernels cannot place}}
+  %o, %lse = attn.attention %q, %q, %q scale %s score_mod {
+  ^bb0(%x: f32, %b: index, %h: index, %i: index, %j: index):
+    %y = math.sin %x : f32
+    attn.yield %y : f32
+  } : tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16> -> tensor<2x8x64x64xbf16>, tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @negative_window(%q: tensor<2x8x64x64xbf16>, %s: f32) {
+  // expected-error @+1 {{'attn.attention' op window_left is -3: a window extent is 0 or more keys}}
+  %o, %lse = attn.attention %q, %q, %q scale %s {window_left = -3 : i64} : tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16> -> tensor<2x8x64x64xbf16>, tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @capture_signature(%q: tensor<2x8x64x64xbf16>, %s: f32, %c: tensor<8xf32>) {
+  // expected-error @+1 {{'attn.attention' op score_mod region must take (f32, index, index, index, index, tensor<8xf32>) -> f32}}
+  %o, %lse = attn.attention %q, %q, %q scale %s captures(%c : tensor<8xf32>) score_mod {
+  ^bb0(%x: f32, %b: index, %h: index, %i: index, %j: index):
+    attn.yield %x : f32
+  } : tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16> -> tensor<2x8x64x64xbf16>, tensor<2x8x64xf32>
+  return
+}
