@@ -61,13 +61,12 @@ LogicalResult checkKernelFunction(attn::AttentionOp op, func::FuncOp func) {
   return success();
 }
 
+/// Lowers `op`, whose function has passed checkKernelFunction.
 LogicalResult lowerOne(attn::AttentionOp op, ModuleOp module) {
   auto func = dyn_cast<func::FuncOp>(op->getParentOp());
   if (!func)
     return op.emitOpError("must be directly inside a func.func whose name "
                           "becomes the kernel's name");
-  if (failed(checkKernelFunction(op, func)))
-    return failure();
   attn::TileConfigAttr configAttr = op.getConfigAttr();
   if (!configAttr)
     return op.emitOpError(

@@ -11,7 +11,9 @@
 #include "mlir/IR/Verifier.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <algorithm>
 #include <cmath>
+#include <random>
 
 using namespace mlir;
 
@@ -235,6 +237,53 @@ llvm::Error prefixLM(AttentionSpec &spec) {
   spec.maskMod = std::move(*text);
   spec.captures = std::move(captures);
   return llvm::Error::success();
+}
+
+llvm::Expected<std::vector<HostCapture>>
+sampleCaptures(const AttentionSpec &spec, int64_t batch, int64_t seqlenQ,
+               int64_t seqlenK, int64_t documents, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<HostCapture> out;
+  for (const CapturedTensor &c : spec.captures) {
+    HostCapture h;
+    if (c.name == "alibi_slopes") {
+      h.shape = {spec.numHeads};
+      for (float s : alibiSlopes(spec.numHeads))
+        h.values.push_back(s);
+    } else if (c.name == "document_ids") {
+      if (seqlenQ != seqlenK)
+        return llvm::createStringError(
+            "document ids index one packed sequence for queries and keys: "
+            "seqlen q and k must be equal");
+      if (documents < 1)
+        return llvm::createStringError("documents must be at least 1");
+      // documents - 1 cuts at random places of each sequence.
+      h.shape = {batch, seqlenQ};
+      std::uniform_int_distribution<int64_t> cut(
+          1, std::max<int64_t>(seqlenQ - 1, 1));
+      for (int64_t b = 0; b < batch; ++b) {
+        std::vector<int64_t> cuts;
+        for (int64_t i = 0; i + 1 < documents; ++i)
+          cuts.push_back(cut(rng));
+        std::sort(cuts.begin(), cuts.end());
+        for (int64_t s = 0; s < seqlenQ; ++s)
+          h.values.push_back(double(
+              std::upper_bound(cuts.begin(), cuts.end(), s) - cuts.begin()));
+      }
+    } else if (c.name == "prefix_lengths") {
+      h.shape = {batch};
+      std::uniform_int_distribution<int64_t> length(0, seqlenK);
+      for (int64_t b = 0; b < batch; ++b)
+        h.values.push_back(double(length(rng)));
+    } else {
+      return llvm::createStringError(
+          "captured tensor '" + c.name +
+          "' is not one a preset makes: give its data through the C++ or C "
+          "API");
+    }
+    out.push_back(std::move(h));
+  }
+  return out;
 }
 
 } // namespace presets

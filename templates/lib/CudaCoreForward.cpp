@@ -175,9 +175,8 @@ void Builder::build(StringRef name, const ModRegions &modRegions) {
   KvTileRange range =
       kvTileRange(p, mul(queryBlock, c64(cfg.blockM)), cfg.blockM, cfg.blockN);
   Value numTiles = range.count;
-  // The mods take natural scores; these are in base 2 (Q was pre-scaled).
-  ScoreMods mods(*this, modRegions, p, cF32(0.6931471805599453f),
-                 cF32(1.4426950408889634f));
+  // Q was pre-scaled into base 2.
+  ScoreMods mods = ScoreMods::onBase2Scores(*this, modRegions, p);
   Value diagonal = add(row, diagonalOffset(p));
   Value modRow = arith::MinSIOp::create(b, loc, row, lastQueryRow);
   Value lastKey = sub(seqlenK, c64(1));

@@ -153,11 +153,7 @@ void Builder::build(StringRef name, const ModRegions &mods) {
   init.append(mTiles * dTiles * kAccPerTile, cF32(0.0f));
   const int64_t accBase = 2 * rowsState;
   FragmentSoftmax softmax(*this, mTiles, nTiles);
-  // The mods take scale * q . k; the warps keep q . k.
-  Value scale =
-      arith::MulFOp::create(b, loc, p.scaleLog2, cF32(0.6931471805599453f));
-  ScoreMods scoreMods(*this, mods, p, scale,
-                      arith::DivFOp::create(b, loc, cF32(1.0f), scale));
+  ScoreMods scoreMods = ScoreMods::onDotProducts(*this, mods, p);
   ScoreRules rules{p.seqlenQ, p.seqlenK, diagonalOffset(p),
                    spec.hasMods() ? &scoreMods : nullptr, at.batch, at.head};
 

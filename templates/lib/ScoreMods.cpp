@@ -26,6 +26,19 @@ ScoreMods::ScoreMods(KernelIR &ir, const ModRegions &mods,
     : ir(ir), mods(mods), p(p), toNatural(toNatural),
       fromNatural(fromNatural) {}
 
+ScoreMods ScoreMods::onDotProducts(KernelIR &ir, const ModRegions &mods,
+                                   const ForwardParams &p) {
+  Value scale =
+      arith::MulFOp::create(ir.b, ir.loc, p.scaleLog2, ir.cF32(kLn2));
+  return ScoreMods(ir, mods, p, scale,
+                   arith::DivFOp::create(ir.b, ir.loc, ir.cF32(1.0f), scale));
+}
+
+ScoreMods ScoreMods::onBase2Scores(KernelIR &ir, const ModRegions &mods,
+                                   const ForwardParams &p) {
+  return ScoreMods(ir, mods, p, ir.cF32(kLn2), ir.cF32(kLog2E));
+}
+
 Value ScoreMods::score(Value s, Value batch, Value head, Value row,
                        Value column) {
   if (!hasScoreMod())

@@ -34,6 +34,14 @@ public:
   /// a family that keeps q . k passes scale and 1 / scale.
   ScoreMods(KernelIR &ir, const ModRegions &mods, const ForwardParams &p,
             mlir::Value toNatural, mlir::Value fromNatural);
+  /// For a family whose scores are q . k (the tensor-core ones): the
+  /// factors are scale and 1 / scale, from the launch's scale * log2(e).
+  static ScoreMods onDotProducts(KernelIR &ir, const ModRegions &mods,
+                                 const ForwardParams &p);
+  /// For a family whose scores are scale * q . k * log2(e) (Q pre-scaled
+  /// into base 2): the factors are ln 2 and log2(e).
+  static ScoreMods onBase2Scores(KernelIR &ir, const ModRegions &mods,
+                                 const ForwardParams &p);
 
   bool hasScoreMod() const { return mods.scoreMod != nullptr; }
   bool hasMaskMod() const { return mods.maskMod != nullptr; }

@@ -255,11 +255,7 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
   // scores spread 8 times wider (--q-scale 8) still 1.10x at head dim 128
   // 8k, where a bound of 2^8 lost (0.83x). f16 (bound 2^15): 1.00x.
   FragmentSoftmax softmax(*this, /*mTiles=*/1, nTiles);
-  // The mods take scale * q . k; the consumers keep q . k.
-  Value scale = arith::MulFOp::create(b, loc, p.scaleLog2,
-                                      cF32(0.6931471805599453f));
-  ScoreMods scoreMods(*this, mods, p, scale,
-                      arith::DivFOp::create(b, loc, cF32(1.0f), scale));
+  ScoreMods scoreMods = ScoreMods::onDotProducts(*this, mods, p);
   Value diagonal = diagonalOffset(p);
   Value qDesc =
       descriptor(add(alignedAddress, consumerRows(consumer, 0)), Major::K, 0);

@@ -8,46 +8,10 @@
 
 #include "flashjit/Compiler/Variants.h"
 
-#include <algorithm>
-
 using namespace flashjit;
 using namespace flashjit::test;
 
 namespace {
-/// Host data of the presets' captured tensors.
-std::vector<HostCapture> capturesFor(const AttentionSpec &spec,
-                                     int64_t batch, int64_t seqlenQ,
-                                     int64_t seqlenK, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<HostCapture> out;
-  for (const CapturedTensor &c : spec.captures) {
-    HostCapture h;
-    if (c.name == "alibi_slopes") {
-      h.shape = {spec.numHeads};
-      for (float s : presets::alibiSlopes(spec.numHeads))
-        h.values.push_back(s);
-    } else if (c.name == "document_ids") {
-      // Four documents of random lengths per sequence (ids increase).
-      h.shape = {batch, seqlenQ};
-      std::uniform_int_distribution<int64_t> cut(0, seqlenQ);
-      for (int64_t b = 0; b < batch; ++b) {
-        std::vector<int64_t> cuts = {cut(rng), cut(rng), cut(rng)};
-        std::sort(cuts.begin(), cuts.end());
-        for (int64_t s = 0; s < seqlenQ; ++s)
-          h.values.push_back(double(
-              std::upper_bound(cuts.begin(), cuts.end(), s) - cuts.begin()));
-      }
-    } else if (c.name == "prefix_lengths") {
-      h.shape = {batch};
-      std::uniform_int_distribution<int64_t> length(0, seqlenK);
-      for (int64_t b = 0; b < batch; ++b)
-        h.values.push_back(double(length(rng)));
-    }
-    out.push_back(h);
-  }
-  return out;
-}
-
 void checkVariant(const AttentionSpec &spec, const std::string &family,
                   int64_t batch, int64_t seqlenQ, int64_t seqlenK) {
   CheckOptions o;
@@ -56,7 +20,11 @@ void checkVariant(const AttentionSpec &spec, const std::string &family,
   o.seqlenK = seqlenK;
   o.seed = freshSeed();
   o.rowsPerHead = 40;
-  o.captures = capturesFor(spec, batch, seqlenQ, seqlenK, o.seed);
+  // Four documents per sequence for the document mask.
+  auto captures = presets::sampleCaptures(spec, batch, seqlenQ, seqlenK,
+                                          /*documents=*/4, o.seed);
+  REQUIRE_MESSAGE(bool(captures), llvm::toString(captures.takeError()));
+  o.captures = std::move(*captures);
   INFO(describe(spec, o) << " family " << family);
   KernelOptions options;
   options.family = family;

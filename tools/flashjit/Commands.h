@@ -29,8 +29,8 @@ int runAutotune();
 /// compile and run.
 llvm::Expected<AttentionSpec> specFromOptions();
 /// Host data for the spec's captured tensors of the preset variants
-/// (ALiBi slopes, document ids of --documents random lengths, prefix
-/// lengths), for a run of `batch` sequences of `seqlen` queries and keys.
+/// (presets::sampleCaptures with --documents), for a run of `batch`
+/// sequences of `seqlen` queries and keys.
 llvm::Expected<std::vector<HostCapture>>
 capturesFromOptions(const AttentionSpec &spec, int64_t batch, int64_t seqlenQ,
                     int64_t seqlenK, uint64_t seed);

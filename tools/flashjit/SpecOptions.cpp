@@ -10,9 +10,6 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
 
-#include <algorithm>
-#include <random>
-
 namespace cl = llvm::cl;
 
 namespace flashjit::tools {
@@ -135,45 +132,8 @@ static llvm::Error applyVariantOptions(AttentionSpec &spec) {
 llvm::Expected<std::vector<HostCapture>>
 capturesFromOptions(const AttentionSpec &spec, int64_t batch, int64_t seqlenQ,
                     int64_t seqlenK, uint64_t seed) {
-  std::mt19937_64 rng(seed ^ 0x5eed);
-  std::vector<HostCapture> out;
-  if (spec.captures.empty())
-    return out;
-  if (alibi) {
-    HostCapture c{{spec.numHeads}, {}};
-    for (float s : presets::alibiSlopes(spec.numHeads))
-      c.values.push_back(s);
-    out.push_back(c);
-  } else if (documents > 0) {
-    if (seqlenQ != seqlenK)
-      return llvm::createStringError(
-          "--documents packs one sequence for queries and keys: give "
-          "--seqlen-k equal to --seqlen");
-    // `documents` cuts at random places of each sequence.
-    HostCapture c{{batch, seqlenQ}, {}};
-    std::uniform_int_distribution<int64_t> cut(1, std::max<int64_t>(seqlenQ - 1, 1));
-    for (int64_t b = 0; b < batch; ++b) {
-      std::vector<int64_t> cuts;
-      for (int64_t i = 0; i + 1 < documents; ++i)
-        cuts.push_back(cut(rng));
-      std::sort(cuts.begin(), cuts.end());
-      for (int64_t s = 0; s < seqlenQ; ++s)
-        c.values.push_back(double(
-            std::upper_bound(cuts.begin(), cuts.end(), s) - cuts.begin()));
-    }
-    out.push_back(c);
-  } else if (prefixLM) {
-    HostCapture c{{batch}, {}};
-    std::uniform_int_distribution<int64_t> length(0, seqlenK);
-    for (int64_t b = 0; b < batch; ++b)
-      c.values.push_back(double(length(rng)));
-    out.push_back(c);
-  } else {
-    return llvm::createStringError(
-        "the mods read captured tensors, which the command line cannot "
-        "give: use the C++ or C API");
-  }
-  return out;
+  return presets::sampleCaptures(spec, batch, seqlenQ, seqlenK, documents,
+                                 seed ^ 0x5eed);
 }
 
 llvm::Expected<AttentionSpec> specFromOptions() {

@@ -8,6 +8,7 @@
 #ifndef FLASHJIT_COMPILER_VARIANTS_H
 #define FLASHJIT_COMPILER_VARIANTS_H
 
+#include "flashjit/Compiler/ModInterpreter.h"
 #include "flashjit/Dialect/AttentionSpec.h"
 
 #include "mlir/IR/Builders.h"
@@ -66,6 +67,15 @@ llvm::Error documentMask(AttentionSpec &spec);
 /// iff it is in its sequence's prefix or at or before the query (use
 /// without causal: the mask is the causal part).
 llvm::Error prefixLM(AttentionSpec &spec);
+
+/// Sample host data for the presets' captured tensors, by their names: the
+/// paper's ALiBi slopes, `documents` packed documents of random lengths per
+/// sequence (seqlenQ must equal seqlenK), a random prefix length per
+/// sequence. For `flashjit run` and the tests; a capture no preset makes
+/// is an error.
+llvm::Expected<std::vector<HostCapture>>
+sampleCaptures(const AttentionSpec &spec, int64_t batch, int64_t seqlenQ,
+               int64_t seqlenK, int64_t documents, uint64_t seed);
 } // namespace presets
 
 } // namespace flashjit
