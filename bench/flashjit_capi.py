@@ -26,7 +26,7 @@ STATUS_NAMES = {
     7: "internal error",
 }
 OK, INVALID_ARGUMENT, UNSUPPORTED, NO_DEVICE = 0, 1, 2, 3
-C_API_VERSION = 2
+C_API_VERSION = 3
 
 DTYPE_CODES = {"f16": 1, "bf16": 2}  # flashjit_dtype_t
 CAPTURE_DTYPES = {"f32": 1, "i32": 2}  # flashjit_capture_dtype_t
@@ -67,8 +67,9 @@ class DLTensor(ctypes.Structure):
 
 
 class AttentionSpec(ctypes.Structure):
-    """flashjit_attention_spec_t (version 2: 400 bytes; version 1 was its
-    first 40, up to num_kv_heads)."""
+    """flashjit_attention_spec_t (version 3: 416 bytes; version 2 was its
+    first 400, up to capture_shape, version 1 its first 40, up to
+    num_kv_heads)."""
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
         ("head_dim", ctypes.c_int64),
@@ -86,17 +87,23 @@ class AttentionSpec(ctypes.Structure):
         ("capture_dtype", ctypes.c_int32 * MAX_CAPTURES),
         ("capture_rank", ctypes.c_int32 * MAX_CAPTURES),
         ("capture_shape", (ctypes.c_int64 * 4) * MAX_CAPTURES),
+        # API version 3: block-sparse attention (0, 0: dense).
+        ("sparse_block_m", ctypes.c_int64),
+        ("sparse_block_n", ctypes.c_int64),
     ]
 
 
-# The size of a version-1 spec: a spec that sets no version-2 field says
-# this much, so libraries of either version read it the same.
+# The sizes of version-1 and version-2 specs: a spec that sets no field of
+# a later version says its version's size, so libraries of every version
+# since read it the same.
 SPEC_V1_SIZE = 40
+SPEC_V2_SIZE = 400
 # Byte offsets of flashjit.h's fields (as offsetof gives them on x86-64
 # and aarch64): self_test checks ctypes lays the struct out the same.
 SPEC_OFFSETS = {"num_kv_heads": 32, "causal_align": 40, "num_captures": 44,
                 "window_left": 48, "window_right": 56, "score_mod": 64, "mask_mod": 72,
-                "capture_dtype": 80, "capture_rank": 112, "capture_shape": 144}
+                "capture_dtype": 80, "capture_rank": 112, "capture_shape": 144,
+                "sparse_block_m": 400, "sparse_block_n": 408}
 
 
 class TensorArg:
@@ -131,6 +138,46 @@ class TensorArg:
             raise ValueError(f"tensor is on {tensor.device}, not a CUDA device")
         return cls(tensor.data_ptr(), list(tensor.shape), list(tensor.stride()),
                    names[tensor.dtype], device_id=tensor.device.index or 0)
+
+
+class BlockMaskArgs:
+    """A block-sparse kernel's block mask as TensorArgs, in FlexAttention's
+    BlockMask layout (flashjit.h, flashjit_kernel_forward_block_sparse):
+    i32 kv_num_blocks [B or 1, H or 1, Mq] and kv_indices [B or 1, H or 1,
+    Mq, >= Nk], the key blocks each query block visits with the mask_mod
+    (partial blocks), and full_kv_num_blocks, full_kv_indices of the same
+    shapes (or both None), those it visits without. Where the lists come
+    from is the caller's business: from_torch takes any four tensors (say a
+    Flex BlockMask's, from_flex)."""
+
+    def __init__(self, kv_num_blocks, kv_indices, full_kv_num_blocks=None,
+                 full_kv_indices=None, keep=()):
+        if (full_kv_num_blocks is None) != (full_kv_indices is None):
+            raise ValueError("full_kv_num_blocks and full_kv_indices come together: "
+                             "give both or neither")
+        self.lists = (kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices)
+        self.keep = tuple(keep)  # what the TensorArgs' addresses point into
+
+    @classmethod
+    def from_torch(cls, kv_num_blocks, kv_indices, full_kv_num_blocks=None,
+                   full_kv_indices=None):
+        """Describes CUDA torch int32 tensors (no copy: the same memory,
+        kept alive by the BlockMaskArgs)."""
+        import torch  # only the benchmark needs torch
+        given = (kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices)
+        names = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices")
+        for name, t in zip(names, given):
+            if t is not None and t.dtype != torch.int32:
+                raise ValueError(f"block mask {name} is {t.dtype}: expected torch.int32")
+        args = [None if t is None else TensorArg.from_torch(t) for t in given]
+        return cls(*args, keep=[t for t in given if t is not None])
+
+    @classmethod
+    def from_flex(cls, block_mask):
+        """The forward lists of a torch.nn.attention.flex_attention
+        BlockMask (its BLOCK_SIZE must be the spec's sparse block)."""
+        return cls.from_torch(block_mask.kv_num_blocks, block_mask.kv_indices,
+                              block_mask.full_kv_num_blocks, block_mask.full_kv_indices)
 
 
 class FlashjitError(RuntimeError):
@@ -184,11 +231,14 @@ class Library:
         for name, (restype, argtypes) in sigs.items():
             fn = getattr(L, name)
             fn.restype, fn.argtypes = restype, argtypes
-        # API version 2: bound where the library has it (has() says).
+        # API versions 2 and 3: bound where the library has them (has() says).
         optional = {
             "flashjit_kernel_forward_captures": (status, [ctypes.c_void_p] + [P(DLTensor)] * 5
                                                  + [ctypes.c_double, P(DLTensor),
                                                     ctypes.c_int32, ctypes.c_void_p]),
+            "flashjit_kernel_forward_block_sparse": (status, [ctypes.c_void_p] + [P(DLTensor)] * 5
+                                                     + [ctypes.c_double, P(DLTensor), ctypes.c_int32]
+                                                     + [P(DLTensor)] * 4 + [ctypes.c_void_p]),
         }
         for name, (restype, argtypes) in optional.items():
             if hasattr(L, name):
@@ -275,15 +325,22 @@ def make_spec(head_dim, dtype, causal, num_heads, num_kv_heads):
 
 def make_variant_spec(head_dim, dtype, causal, num_heads, num_kv_heads=None,
                       causal_align=0, window_left=-1, window_right=-1,
-                      score_mod=None, mask_mod=None, captures=()):
-    """A version-2 spec. score_mod, mask_mod: MLIR text of one func.func
-    (None: none). captures: (dtype, shape) per captured tensor, dtype
-    "f32" or "i32", shape of 1 to 4 dims (-1: any size)."""
+                      score_mod=None, mask_mod=None, captures=(), sparse_block=None):
+    """A version-2 spec, or version 3 with sparse_block. score_mod,
+    mask_mod: MLIR text of one func.func (None: none). captures: (dtype,
+    shape) per captured tensor, dtype "f32" or "i32", shape of 1 to 4 dims
+    (-1: any size). sparse_block: (query rows, keys) of the block mask's
+    block, e.g. (128, 128), for a kernel launched by bind_block_sparse
+    (None: dense; struct_size then says 400 bytes, so a version-2 library
+    reads the spec too)."""
     if len(captures) > MAX_CAPTURES:
         raise ValueError(f"{len(captures)} captured tensors: at most {MAX_CAPTURES}")
     spec = make_spec(head_dim, dtype, causal, num_heads,
                      num_kv_heads if num_kv_heads is not None else num_heads)
-    spec.struct_size = ctypes.sizeof(AttentionSpec)
+    spec.struct_size = SPEC_V2_SIZE
+    if sparse_block is not None:
+        spec.struct_size = ctypes.sizeof(AttentionSpec)
+        spec.sparse_block_m, spec.sparse_block_n = (int(n) for n in sparse_block)
     spec.causal_align, spec.num_captures = causal_align, len(captures)
     spec.window_left, spec.window_right = window_left, window_right
     spec.score_mod = score_mod.encode() if score_mod else None
@@ -354,11 +411,101 @@ class Kernel:
         return launch
 
 
+    def bind_block_sparse(self, q, k, v, o, lse, block_mask, captures=(), scale=None,
+                          stream=None):
+        """bind for flashjit_kernel_forward_block_sparse (a spec made with
+        sparse_block): `block_mask` is a BlockMaskArgs, `captures` the
+        spec's captured tensors (TensorArgs) in its order."""
+        if not self.lib.has("flashjit_kernel_forward_block_sparse"):
+            raise FlashjitError("flashjit_kernel_forward_block_sparse", UNSUPPORTED,
+                                f"{self.lib.path} has no flashjit_kernel_forward_block_sparse "
+                                "(C API version 2 or older)")
+        fn, handle = self.lib.lib.flashjit_kernel_forward_block_sparse, self.handle
+        args = [ctypes.byref(t.dl) for t in (q, k, v, o, lse)]
+        array = (DLTensor * max(1, len(captures)))(*[t.dl for t in captures])
+        count = ctypes.c_int32(len(captures))
+        lists = [ctypes.byref(t.dl) if t is not None else None for t in block_mask.lists]
+        scale = math.nan if scale is None else float(scale)
+        stream = ctypes.c_void_p(stream or 0)
+        keep = (q, k, v, o, lse, tuple(captures), array, block_mask)  # outlive the closure
+
+        def launch():
+            status = fn(handle, *args, scale, array, count, *lists, stream)
+            if status != OK:
+                message = self.lib.lib.flashjit_last_error().decode(errors="replace")
+                raise FlashjitError("flashjit_kernel_forward_block_sparse", status, message)
+        launch.keep = keep
+        return launch
+
+
 def fake_bhsd(address, b, h, s, d, dtype="bf16", strides=True):
     """A [B, H, S, D] TensorArg over an address nothing reads (for checks
     that fail, or a forward that cannot launch, before memory is touched)."""
     st = [h * s * d, s * d, d, 1]
     return TensorArg(address, [b, h, s, d], st if strides else None, dtype)
+
+
+def self_test_block_sparse(check, ctx, dense_kernel, args, has_device, status_of):
+    """The version-3 spec fields and forward_block_sparse's checks, on
+    addresses nothing reads (args() of self_test: b 2, h 4, s 40, d 64)."""
+    b, h, d, m = 2, 4, 64, 128  # seqlen 40, sparse block 128 x 128: Mq = Nk = 1
+    st, msg = status_of(lambda: ctx.compile_spec(
+        make_variant_spec(d, "bf16", False, h, sparse_block=(7, 0))))
+    check("a sparse block of 7 x 0 is an invalid argument",
+          st == INVALID_ARGUMENT and "sparse block 7 x 0" in msg, f"{STATUS_NAMES.get(st)}: {msg}")
+    spec = make_variant_spec(d, "bf16", False, h, sparse_block=(m, m))
+    check("a block-sparse spec says 416 bytes and its block",
+          (spec.struct_size, spec.sparse_block_m, spec.sparse_block_n) == (416, m, m))
+    check("a variant spec without a sparse block says 400 bytes",
+          make_variant_spec(d, "bf16", False, h, window_left=8).struct_size == SPEC_V2_SIZE)
+    kernel = ctx.compile_spec(spec)
+    name, _ = kernel.describe()
+    check("a block-sparse spec compiles a variant kernel",
+          name.startswith(f"flashjit_fwd_d{d}_bf16_h{h}_kv{h}_v"), name)
+
+    def lists(rows=1, cols=1, heads=h, dtype="i32", full=True, base=0x60000000):
+        n = TensorArg(base, [1, heads, rows], None, dtype)
+        i = TensorArg(base + 0x1000, [1, heads, rows, cols], None, dtype)
+        if not full:
+            return BlockMaskArgs(n, i)
+        return BlockMaskArgs(n, i, TensorArg(base + 0x2000, [b, 1, rows], None, dtype),
+                             TensorArg(base + 0x3000, [b, 1, rows, cols + 1], None, dtype))
+
+    def sparse(kernel, mask):
+        return status_of(kernel.bind_block_sparse(*args(), mask, scale=None))
+
+    try:
+        BlockMaskArgs(*lists().lists[:3], None)
+        refused = False
+    except ValueError:
+        refused = True
+    check("BlockMaskArgs refuses full_kv_num_blocks without full_kv_indices", refused)
+    half = lists()
+    half.lists = half.lists[:3] + (None,)  # past BlockMaskArgs' own check: the library's
+    bad = {
+        "kv_num_blocks of 2 query blocks": (lists(rows=2), "block mask kv_num_blocks has shape"),
+        "kv_indices of no key block": (lists(cols=0), "block mask kv_indices has shape"),
+        "lists of 3 heads for 4": (lists(heads=3), "expected [2 or 1, 4 or 1, 1]"),
+        "f32 lists": (lists(dtype="f32"), "expected i32"),
+        "full_kv_num_blocks without full_kv_indices": (half, "come together"),
+    }
+    for what, (mask, expect) in bad.items():
+        st, msg = sparse(kernel, mask)
+        check(f"forward_block_sparse refuses {what}", st == INVALID_ARGUMENT and expect in msg,
+              f"{STATUS_NAMES.get(st)}: {msg}")
+    st, msg = sparse(dense_kernel, lists())
+    check("forward_block_sparse refuses a block mask for a dense kernel",
+          st == INVALID_ARGUMENT and "not block-sparse" in msg, f"{STATUS_NAMES.get(st)}: {msg}")
+    st, msg = status_of(kernel.bind(*args()))
+    check("forward refuses a block-sparse kernel (no block mask)",
+          st == INVALID_ARGUMENT and "needs kv_num_blocks" in msg, f"{STATUS_NAMES.get(st)}: {msg}")
+    if not has_device:
+        for what, mask in (("partial and full lists", lists()),
+                           ("partial lists only", lists(full=False))):
+            st, msg = sparse(kernel, mask)
+            check(f"forward_block_sparse with {what} passes the checks ('no device')",
+                  st == NO_DEVICE, f"{STATUS_NAMES.get(st)}: {msg}")
+    kernel.release()
 
 
 def self_test(path=None, out=print):
@@ -375,8 +522,8 @@ def self_test(path=None, out=print):
 
     check("sizeof(DLTensor) is 48 bytes", ctypes.sizeof(DLTensor) == 48,
           str(ctypes.sizeof(DLTensor)))
-    check("sizeof(flashjit_attention_spec_t) is 400 bytes",
-          ctypes.sizeof(AttentionSpec) == 400, str(ctypes.sizeof(AttentionSpec)))
+    check("sizeof(flashjit_attention_spec_t) is 416 bytes",
+          ctypes.sizeof(AttentionSpec) == 416, str(ctypes.sizeof(AttentionSpec)))
     offsets = {name: getattr(AttentionSpec, name).offset for name in SPEC_OFFSETS}
     check("the spec's fields sit at flashjit.h's offsets", offsets == SPEC_OFFSETS, str(offsets))
     lib = Library(path)
@@ -418,7 +565,7 @@ def self_test(path=None, out=print):
     check("head dim 48 is unsupported", st == UNSUPPORTED and "head dim 48" in msg,
           f"{STATUS_NAMES.get(st)}: {msg}")
     # The library reads struct_size from this struct: a nonzero byte past
-    # what it knows must be refused.
+    # what it knows (416 bytes) must be refused.
     class Longer(ctypes.Structure):
         _fields_ = [("spec", AttentionSpec), ("future", ctypes.c_int64)]
     longer = Longer(make_spec(d, "bf16", False, h, h), 7)
@@ -468,6 +615,11 @@ def self_test(path=None, out=print):
               f"{STATUS_NAMES.get(st)}: {msg}")
     else:
         out("     a GPU is present: skipped the forward calls that would launch")
+    if lib.has("flashjit_kernel_forward_block_sparse"):
+        self_test_block_sparse(check, ctx, kernel, args, has_device, status_of)
+    else:
+        check("the library has flashjit_kernel_forward_block_sparse (C API 3)", False,
+              f"{lib.path} lacks it")
     kernel.release()
     ctx.close()
     out(f"self-test: {len(check.failed)} failed" if check.failed else "self-test: all passed")

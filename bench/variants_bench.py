@@ -6,9 +6,15 @@ masking) is only worth generating if it keeps most of flashjit's dense
 speed and holds up against FlexAttention (torch.compile), the usual way to
 write one in PyTorch. This times both on the same inputs with
 attention_bench.py's clock (CUDA events, warm-up, medians), times flashjit's
-dense kernel of each shape too, and checks flashjit's output against Flex's.
+dense kernel of each shape too (time/dense: the variant's time over it), and
+checks flashjit's output against Flex's. The document and block-sparse rows
+run flashjit block-sparse (C API 3, sparse block 128 x 128) on the very
+BlockMask Flex runs on (create_block_mask's kv_num_blocks, kv_indices,
+full_kv_num_blocks, full_kv_indices): its partial blocks with the mask_mod,
+its full blocks without (a mask with no partial block needs no mask_mod).
 FLOPs count computed scores only: 4 * batch * heads * head_dim * visible
-(q, kv) pairs, counted exactly from the mask, the same for both sides. A
+(q, kv) pairs, counted exactly from the mask (for a block mask: its full
+blocks whole, its partial blocks by the mask), the same for both sides. A
 variant flashjit cannot compile is reported with the reason, not fatal.
 
   python3 bench/variants_bench.py --json variants.json      # a GPU with torch
@@ -43,14 +49,21 @@ TOL_REL = 2e-2  # flashjit's o against Flex's, both bf16 from f32 accumulators
 class Variant:
     """One row. flashjit: structural causal/window, the mods' MLIR, captured
     tensors (flat lists). Flex: mask(caps) and score(math_module, caps) give
-    its mask_mod and score_mod, on Python ints or torch tensors alike."""
+    its mask_mod and score_mod, on Python ints or torch tensors alike.
+    sparse_block (m, n): flashjit runs block-sparse on Flex's BlockMask of
+    `mask` with that block; block_pairs(qb, kb), the visible pairs of one
+    block, is the bench's own model of that mask (block_lists). goal: the
+    most time/dense the row should take (reported, not checked)."""
 
     def __init__(self, family, label, seqlen, batch, pairs, causal=False, window_left=-1,
-                 score_mod=None, mask_mod=None, captures=(), mask=None, score=None):
+                 score_mod=None, mask_mod=None, captures=(), mask=None, score=None,
+                 sparse_block=None, block_pairs=None, goal=None):
         self.family, self.label, self.seqlen, self.batch = family, label, seqlen, batch
         self.pairs, self.causal, self.window_left = pairs, causal, window_left
         self.score_mod, self.mask_mod, self.captures = score_mod, mask_mod, list(captures)
         self.mask, self.score = mask, score
+        self.sparse_block, self.block_pairs, self.goal = sparse_block, block_pairs, goal
+        self._lists = None
 
     def shape(self):
         s = f"{self.seqlen // 1024}k" if self.seqlen % 1024 == 0 else str(self.seqlen)
@@ -59,14 +72,97 @@ class Variant:
     def flops(self, pairs=None):
         return 4 * self.batch * HEADS * HEAD_DIM * (self.pairs if pairs is None else pairs)
 
-    def spec(self):
+    def block_lists(self):
+        """The BlockMask create_block_mask builds of `mask`, as the bench
+        models it (BlockLists; None for a variant that is not block-sparse)."""
+        if self.sparse_block is not None and self._lists is None:
+            self._lists = BlockLists.from_pairs(self.block_pairs, self.seqlen, self.sparse_block)
+        return self._lists
+
+    def uses_mask_mod(self, partial=None):
+        """Whether flashjit's spec keeps the mask_mod: a block-sparse kernel
+        applies it to partial blocks only, so a block mask that lists none
+        (`partial` False; None: the bench's model says) needs none."""
+        if self.mask_mod is None or self.sparse_block is None:
+            return self.mask_mod is not None
+        return self.block_lists().has_partial if partial is None else bool(partial)
+
+    def flashjit_captures(self, partial=None):
+        """The captured tensors flashjit's spec takes (none when no mod is
+        left to read them)."""
+        return self.captures if self.score_mod or self.uses_mask_mod(partial) else []
+
+    def spec(self, partial=None):
         return flashjit_capi.make_variant_spec(
             HEAD_DIM, "bf16", self.causal, HEADS, window_left=self.window_left,
-            score_mod=self.score_mod, mask_mod=self.mask_mod,
-            captures=[(dt, [len(values)]) for _, dt, values in self.captures])
+            score_mod=self.score_mod, mask_mod=self.mask_mod if self.uses_mask_mod(partial) else None,
+            captures=[(dt, [len(values)]) for _, dt, values in self.flashjit_captures(partial)],
+            sparse_block=self.sparse_block)
 
-    def key(self):  # what changes flashjit's kernel
-        return (self.causal, self.window_left, self.score_mod, self.mask_mod)
+    def key(self, partial=None):  # what changes flashjit's kernel
+        return (self.causal, self.window_left, self.score_mod,
+                self.mask_mod if self.uses_mask_mod(partial) else None, self.sparse_block)
+
+
+class BlockLists:
+    """A block mask as Python lists, of one (batch, head) (the bench's masks
+    depend on neither): partial[qb] and full[qb], the key blocks query block
+    qb visits with and without the mask_mod, in increasing order (Flex's
+    argsort lists them so)."""
+
+    def __init__(self, block, seqlen, partial, full):
+        self.block, self.seqlen, self.partial, self.full = tuple(block), seqlen, partial, full
+        self.has_partial = any(partial)
+
+    def area(self, qb, kb):  # pairs of block (qb, kb); the last ones may be short
+        (m, n), s = self.block, self.seqlen
+        return (min(s, (qb + 1) * m) - qb * m) * (min(s, (kb + 1) * n) - kb * n)
+
+    @classmethod
+    def from_pairs(cls, block_pairs, seqlen, block):
+        """create_block_mask's rule: a block is full when all its m x n
+        pairs are visible (a block cut short by the sequence's end never
+        is: Flex pads the mask with hidden pairs), partial when some are."""
+        m, n = block
+        lists = cls(block, seqlen, [], [])
+        for qb in range(-(-seqlen // m)):
+            pairs = [(kb, block_pairs(qb, kb)) for kb in range(-(-seqlen // n))]
+            lists.full.append([kb for kb, c in pairs if c == m * n])
+            lists.partial.append([kb for kb, c in pairs if 0 < c < m * n])
+        lists.has_partial = any(lists.partial)
+        return lists
+
+    @classmethod
+    def from_flex(cls, tensors, block, seqlen):
+        """Flex's four forward lists (torch tensors; (b, h) = (0, 0)),
+        counts clamped as flashjit's kernel clamps them."""
+        nk = -(-seqlen // block[1])
+
+        def rows(num, idx):
+            if num is None:
+                return [[] for _ in range(-(-seqlen // block[0]))]
+            num, idx = num[0, 0].tolist(), idx[0, 0].tolist()
+            return [sorted(kb for kb in r[:max(0, min(c, nk))] if 0 <= kb < nk)
+                    for c, r in zip(num, idx)]
+        return cls(block, seqlen, rows(tensors[0], tensors[1]), rows(tensors[2], tensors[3]))
+
+    def visit(self, q, kv):
+        """How flashjit visits pair (q, kv): "full", "partial" or None."""
+        qb, kb = q // self.block[0], kv // self.block[1]
+        return "full" if kb in self.full[qb] else "partial" if kb in self.partial[qb] else None
+
+    def pairs(self, block_pairs):
+        """The pairs a kernel computes: full blocks whole, partial ones by
+        the mask (block_pairs)."""
+        return sum(self.area(qb, kb) for qb, row in enumerate(self.full) for kb in row) + sum(
+            block_pairs(qb, kb) for qb, row in enumerate(self.partial) for kb in row)
+
+    def counts(self):
+        return sum(map(len, self.partial)), sum(map(len, self.full))
+
+    def __eq__(self, other):
+        return (self.block, self.seqlen, self.partial, self.full) == (
+            other.block, other.seqlen, other.partial, other.full)
 
 
 def tensor_type(dtype, n):  # a captured tensor's MLIR type
@@ -112,25 +208,40 @@ def softcap_variant(seqlen, batch, cap=30.0):
                    score=lambda m, c: lambda s, b, h, q, kv: cap * m.tanh(s / cap))
 
 
-def document_variant(seqlen, ndocs=8, seed=0):
+def overlap(a0, a1, b0, b1):
+    return max(0, min(a1, b1) - max(a0, b0))
+
+
+def document_variant(seqlen, ndocs=8, seed=0, block=BLOCK):
     """One sequence of ndocs documents of random lengths; a query sees its
-    own document's keys (not causal)."""
+    own document's keys (not causal). flashjit: block-sparse on Flex's
+    BlockMask (partial blocks where a block straddles a document boundary,
+    full ones inside a document) with the mask_mod for the partial ones."""
     cuts = sorted(random.Random(seed).sample(range(1, seqlen), ndocs - 1))
     lengths = [b - a for a, b in zip([0] + cuts, cuts + [seqlen])]
+    docs = list(zip([0] + cuts, cuts + [seqlen]))  # [start, end) of each
     caps = [("doc", "i32", [i for i, n in enumerate(lengths) for _ in range(n)])]
     t = tensor_type("i32", seqlen)
     body = [f"%dq = tensor.extract %doc[%q] : {t}", f"%dk = tensor.extract %doc[%kv] : {t}",
             "%keep = arith.cmpi eq, %dq, %dk : i32", "return %keep : i1"]
+
+    def block_pairs(qb, kb):  # same-document pairs of a block
+        q0, k0 = qb * block, kb * block
+        return sum(overlap(q0, q0 + block, a, b) * overlap(k0, k0 + block, a, b) for a, b in docs)
     v = Variant("document", f"document {ndocs} docs", seqlen, 1, sum(n * n for n in lengths),
                 mask_mod=mod_text("mask", "document", caps, body), captures=caps,
-                mask=lambda c: lambda b, h, q, kv: c[0][q] == c[0][kv])
+                mask=lambda c: lambda b, h, q, kv: c[0][q] == c[0][kv],
+                sparse_block=(block, block), block_pairs=block_pairs)
     v.lengths = lengths
     return v
 
 
-def blocksparse_variant(seqlen, batch, density, seed=0, block=BLOCK):
+def blocksparse_variant(seqlen, batch, density, seed=0, block=BLOCK, goal=None):
     """round(density * nb^2) of the nb x nb tiles of block x block kept at
-    random, the diagonal always (so no query row is empty); not causal."""
+    random, the diagonal always (so no query row is empty); not causal.
+    flashjit: block-sparse on Flex's BlockMask, whose kept blocks are all
+    full, so its spec needs no mask_mod (kept should Flex list a partial
+    block)."""
     nb = seqlen // block
     rng = random.Random(seed * 1000 + round(density * 1000))
     off = [i * nb + j for i in range(nb) for j in range(nb) if i != j]
@@ -144,12 +255,20 @@ def blocksparse_variant(seqlen, batch, density, seed=0, block=BLOCK):
     return Variant("blocksparse", f"block-sparse {density:.0%}", seqlen, batch,
                    len(kept) * block * block, mask_mod=mod_text("mask", "blocksparse", caps, body),
                    captures=caps,
-                   mask=lambda c: lambda b, h, q, kv: c[0][(q // block) * nb + kv // block] != 0)
+                   mask=lambda c: lambda b, h, q, kv: c[0][(q // block) * nb + kv // block] != 0,
+                   sparse_block=(block, block), goal=goal,
+                   block_pairs=lambda qb, kb: block * block if qb * nb + kb in kept else 0)
+
+
+# The issue's bar: block-sparse time falls in proportion to density (10%
+# density: at most 0.15 of dense time at 16k).
+BLOCKSPARSE_GOALS = {0.10: 0.15}
 
 
 def sweep(families=FAMILIES):
     """bf16, 16 heads of 128, batch x seqlen = 16k tokens (the window's 32k
-    row: batch 1)."""
+    row: batch 1; block-sparse also at seqlen 16k, batch 1, where
+    time/dense is held to BLOCKSPARSE_GOALS)."""
     rows = []
     if "window" in families:
         rows += [window_variant(8192, 2), window_variant(32768, 1)]
@@ -160,6 +279,8 @@ def sweep(families=FAMILIES):
         rows.append(document_variant(TOKENS))
     if "blocksparse" in families:
         rows += [blocksparse_variant(8192, TOKENS // 8192, d) for d in (0.10, 0.25, 0.50)]
+        rows += [blocksparse_variant(TOKENS, 1, d, goal=BLOCKSPARSE_GOALS.get(d))
+                 for d in (0.10, 0.25, 0.50)]
     return rows
 
 
@@ -202,11 +323,16 @@ def eval_mod(text, args):
     raise ValueError("no return")
 
 
-def flashjit_visible(v, caps, b, h, q, kv):
-    """flashjit's view: the structural mask, then the mask_mod."""
+def flashjit_visible(v, caps, b, h, q, kv, lists=None):
+    """flashjit's view: the structural mask, then (block-sparse: on the
+    block mask `lists`, in its partial blocks only) its spec's mask_mod."""
     if (v.causal and kv > q) or (v.window_left >= 0 and kv < q - v.window_left):
         return False
-    return v.mask_mod is None or bool(eval_mod(v.mask_mod, [b, h, q, kv] + caps))
+    visit = lists.visit(q, kv) if lists is not None else "partial"
+    if visit != "partial":
+        return visit == "full"
+    partial = lists.has_partial if lists is not None else None
+    return not v.uses_mask_mod(partial) or bool(eval_mod(v.mask_mod, [b, h, q, kv] + caps))
 
 
 def parse_args(argv):
@@ -240,6 +366,7 @@ class Runner:
         self.torch, self.lib, self.kernels, self.dense = torch, None, {}, {}
         self.timing = dict(warmup=args.warmup, repeats=args.repeats, target_ms=args.target_ms)
         self.flex, self.error, self.version, self.chip = flex_factory(torch), None, None, None
+        self.block_mask_lists = flex_lists  # where a block-sparse flashjit's lists come from
         try:
             self.lib = flashjit_capi.Library(args.lib)
             self.version = self.lib.version()[0]
@@ -254,12 +381,14 @@ class Runner:
         t["tflops"] = bench_report.tflops(flops, t["ms"])
         return t
 
-    def kernel(self, v, dense):
-        """(Kernel or None, info) of the variant or of flashjit's plain kernel
-        of its shape (causal as the variant), compiled once for its seqlen."""
-        key = (("dense", v.causal) if dense else v.key(), v.seqlen)
+    def kernel(self, v, dense, partial=None):
+        """(Kernel or None, info) of the variant (partial: whether its block
+        mask has partial blocks) or of flashjit's plain kernel of its shape
+        (causal as the variant), compiled once for its seqlen."""
+        key = (("dense", v.causal) if dense else v.key(partial), v.seqlen)
         if key not in self.kernels:
-            spec = flashjit_capi.make_spec(HEAD_DIM, "bf16", v.causal, HEADS, HEADS) if dense else v.spec()
+            spec = (flashjit_capi.make_spec(HEAD_DIM, "bf16", v.causal, HEADS, HEADS) if dense
+                    else v.spec(partial))
             t0 = time.perf_counter()
             try:
                 ctx = flashjit_capi.Context(self.lib, device=self.torch.cuda.current_device())
@@ -275,17 +404,30 @@ class Runner:
                                           "compile_ms": (time.perf_counter() - t0) * 1e3})
         return self.kernels[key]
 
-    def run_flashjit(self, v, q, k, val, caps, dense=False):
-        """(timing, output); dense: FLOPs of the plain kernel's own pairs."""
+    def run_flashjit(self, v, q, k, val, caps, block_mask=None, dense=False):
+        """(timing, output); dense: FLOPs of the plain kernel's own pairs.
+        block_mask(): Flex's BlockMask of the row (a block-sparse variant
+        runs on its lists)."""
         torch, to, s = self.torch, flashjit_capi.TensorArg.from_torch, v.seqlen
-        kernel, info = self.kernel(v, dense)
+        lists = partial = None
+        if v.sparse_block is not None and not dense:
+            lists = self.block_mask_lists(v, block_mask())
+            partial = bool(lists[0].any())  # kv_num_blocks: the partial blocks' counts
+        kernel, info = self.kernel(v, dense, partial)
         if kernel is None:
             return dict(info), None
         o = torch.full_like(q, float("nan"))  # poisoned: a row the kernel skips shows up
         lse = torch.empty(q.shape[:3], dtype=torch.float32, device="cuda")
         tensors, stream = [to(x) for x in (q, k, val, o, lse)], torch.cuda.current_stream().cuda_stream
-        launch = (kernel.bind(*tensors, stream=stream) if dense else
-                  kernel.bind_captures(*tensors, [to(c) for c in caps], stream=stream))
+        used = [to(c) for c in caps] if caps and v.flashjit_captures(partial) else []
+        if dense:
+            launch = kernel.bind(*tensors, stream=stream)
+        elif lists is not None:
+            launch = kernel.bind_block_sparse(*tensors, flashjit_capi.BlockMaskArgs.from_torch(*lists),
+                                              used, stream=stream)
+            info = dict(info, sparse_block=list(v.sparse_block), mask_mod=v.uses_mask_mod(partial))
+        else:
+            launch = kernel.bind_captures(*tensors, used, stream=stream)
         launch()
         torch.cuda.synchronize()
         out = o.clone()
@@ -298,11 +440,17 @@ class Runner:
             self.dense[key] = self.run_flashjit(v, q, k, val, None, dense=True)[0]
         return self.dense[key], None
 
-    def run_flex(self, v, q, k, val, caps):
+    def block_mask(self, v, caps):
+        """Flex's BlockMask of the variant's mask (block-sparse: with its
+        sparse block), one for every batch and head."""
+        _, create_block_mask = self.flex()
+        size = {"BLOCK_SIZE": tuple(v.sparse_block)} if v.sparse_block is not None else {}
+        return create_block_mask(v.mask(caps), None, None, v.seqlen, v.seqlen, device="cuda", **size)
+
+    def run_flex(self, v, q, k, val, caps, block_mask):
         torch = self.torch
-        compiled, create_block_mask = self.flex()
-        block_mask = (create_block_mask(v.mask(caps), None, None, v.seqlen, v.seqlen, device="cuda")
-                      if v.mask else None)
+        compiled, _ = self.flex()
+        block_mask = block_mask() if v.mask else None
         score_mod = v.score(torch, caps) if v.score else None
         call = lambda: compiled(q, k, val, score_mod=score_mod, block_mask=block_mask)  # noqa: E731
         t0 = time.perf_counter()
@@ -319,10 +467,15 @@ class Runner:
         row = {"variant": v.label, "family": v.family, "shape": v.shape(), "batch": b, "heads": HEADS,
                "seqlen": s, "head_dim": HEAD_DIM, "visible_pairs": v.pairs, "flops": v.flops(),
                "density": v.pairs / (s * s), "results": {}}
-        outs = {}
-        for name, run in (("flashjit", lambda: self.run_flashjit(v, q, k, val, caps)),
+        outs, masks = {}, {}
+
+        def block_mask():  # built once: Flex and a block-sparse flashjit run on the same one
+            if "mask" not in masks:
+                masks["mask"] = self.block_mask(v, caps)
+            return masks["mask"]
+        for name, run in (("flashjit", lambda: self.run_flashjit(v, q, k, val, caps, block_mask)),
                           ("flashjit-dense", lambda: self.run_dense(v, q, k, val)),
-                          ("flex", lambda: self.run_flex(v, q, k, val, caps))):
+                          ("flex", lambda: self.run_flex(v, q, k, val, caps, block_mask))):
             try:
                 if name != "flex" and self.error:
                     raise RuntimeError(self.error)
@@ -330,7 +483,45 @@ class Runner:
             except Exception as e:  # one side failing leaves the others' numbers
                 row["results"][name] = {"error": reason(e)}
         row["check"] = check_output(torch, outs.get("flashjit"), outs.get("flex"))
+        fj, dn = row["results"].get("flashjit", {}), row["results"].get("flashjit-dense", {})
+        if "ms" in fj and "ms" in dn:
+            row["time_vs_dense"] = fj["ms"] / dn["ms"]
+        if v.goal is not None:
+            row["goal_time_vs_dense"] = v.goal
+        if v.sparse_block is not None and "mask" in masks:
+            try:
+                row["block_mask"] = describe_block_mask(v, self.block_mask_lists(v, masks["mask"]))
+            except Exception as e:
+                row["block_mask"] = {"error": reason(e)}
         return row
+
+
+def flex_lists(v, block_mask):
+    """A block-sparse flashjit's lists: the forward lists of Flex's
+    BlockMask (kv_num_blocks, kv_indices, full_kv_num_blocks,
+    full_kv_indices; torch int32, full ones possibly None), so both run on
+    the same mask. Another source (say flashjit building them from the
+    spec's mask_mod) would plug in as Runner.block_mask_lists."""
+    if tuple(block_mask.BLOCK_SIZE) != tuple(v.sparse_block):
+        raise RuntimeError(f"Flex's block mask has block {tuple(block_mask.BLOCK_SIZE)}, "
+                           f"flashjit's spec {tuple(v.sparse_block)}")
+    return (block_mask.kv_num_blocks, block_mask.kv_indices, block_mask.full_kv_num_blocks,
+            block_mask.full_kv_indices)
+
+
+def describe_block_mask(v, lists):
+    """What the row's block mask lists (of (batch, head) 0, 0) against the
+    bench's model of it, whose pairs the FLOPs count."""
+    got = BlockLists.from_flex(lists, v.sparse_block, v.seqlen)
+    partial, full = got.counts()
+    info = {"block": list(v.sparse_block), "shape": list(lists[1].shape), "partial_blocks": partial,
+            "full_blocks": full, "listed_pairs": got.pairs(v.block_pairs),
+            "same_as_model": got == v.block_lists()}
+    if not info["same_as_model"] or info["listed_pairs"] != v.pairs:
+        print(f"warning: {v.label} {v.shape()}: Flex's block mask differs from the bench's model "
+              f"({partial} partial, {full} full blocks; {info['listed_pairs']} pairs listed, "
+              f"{v.pairs} counted)", file=sys.stderr)
+    return info
 
 
 def check_output(torch, out, ref):
@@ -346,7 +537,7 @@ def check_output(torch, out, ref):
 
 def table(rows):
     head = ["variant", "shape", "flashjit ms", "flex ms", "flashjit TFLOP/s", "flex TFLOP/s",
-            "flashjit/flex", "flashjit dense TFLOP/s", "variant/dense", "check"]
+            "flashjit/flex", "flashjit dense TFLOP/s", "variant/dense", "time/dense", "check"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     ratio = lambda a, b: a["tflops"] / b["tflops"] if "tflops" in a and "tflops" in b else None  # noqa: E731
     fmt = lambda x, spec=".2f": "n/a" if x is None else format(x, spec)  # noqa: E731
@@ -358,8 +549,20 @@ def table(rows):
         lines.append("| " + " | ".join([
             r["variant"], r["shape"], "unsupported" if "unsupported" in fj else fmt(fj.get("ms"), ".3f"),
             fmt(fx.get("ms"), ".3f"), fmt(fj.get("tflops"), ".1f"), fmt(fx.get("tflops"), ".1f"),
-            fmt(ratio(fj, fx)), fmt(dn.get("tflops"), ".1f"), fmt(ratio(fj, dn)), check]) + " |")
+            fmt(ratio(fj, fx)), fmt(dn.get("tflops"), ".1f"), fmt(ratio(fj, dn)),
+            fmt(r.get("time_vs_dense")), check]) + " |")
     return "\n".join(lines)
+
+
+def goal_lines(rows):
+    """One line per row held to a time/dense goal."""
+    lines = []
+    for r in rows:
+        if "goal_time_vs_dense" in r:
+            goal, got = r["goal_time_vs_dense"], r.get("time_vs_dense")
+            verdict = ("n/a" if got is None else f"{got:.3f}, {'met' if got <= goal else 'NOT met'}")
+            lines.append(f"- {r['variant']} {r['shape']}: flashjit time/dense <= {goal:g}: {verdict}")
+    return lines
 
 
 def run_bench(args):
@@ -375,7 +578,11 @@ def run_bench(args):
     shape = types.SimpleNamespace(layout="bhsd", total_tokens=TOKENS, hidden=HEADS * HEAD_DIM)
     meta = environment(torch, shape, runner.version, runner.chip)
     meta.update(tolerance=f"FAILED above relative {TOL_REL:g} against Flex, or not finite",
-                flops="4 * batch * heads * head_dim * visible (q, kv) pairs")
+                flops="4 * batch * heads * head_dim * visible (q, kv) pairs",
+                time_vs_dense="flashjit's time over its dense kernel's at the same shape (causal as the row)",
+                block_sparse="document and block-sparse rows: flashjit block-sparse (C API 3) on Flex's "
+                             "BlockMask from create_block_mask, partial blocks with the mask_mod, full "
+                             "blocks without")
     rows, plan = [], sweep(args.variants)
     for i, v in enumerate(plan, 1):
         try:
@@ -388,14 +595,17 @@ def run_bench(args):
         print(f"[{i}/{len(plan)}] {v.label} {v.shape()}: " + ", ".join(
             f"{n} {r['tflops']:.1f}" if "tflops" in r else f"{n} {'unsupported' if 'unsupported' in r else 'n/a'}"
             for n, r in row["results"].items())
-            + " TFLOP/s; " + (f"check {'ok' if c['ok'] else 'FAILED'}, max abs {c['max_abs_err']:.2e}, "
-                              f"rel {c['rel_err']:.2e}" if "ok" in c else f"check n/a: {c['error']}"),
+            + " TFLOP/s; " + (f"time/dense {row['time_vs_dense']:.3f}; " if "time_vs_dense" in row else "")
+            + (f"check {'ok' if c['ok'] else 'FAILED'}, max abs {c['max_abs_err']:.2e}, "
+               f"rel {c['rel_err']:.2e}" if "ok" in c else f"check n/a: {c['error']}"),
             file=sys.stderr, flush=True)
         if args.json:  # after every row: a run cut short keeps what it measured
             with open(args.json, "w") as f:
                 f.write(bench_report.to_json(meta, rows) + "\n")
     print(f"# {meta['gpu']} (driver {meta['driver']}, torch {meta['torch']}, flashjit {meta['flashjit']})\n")
     print(table(rows) + "\n")
+    for line in goal_lines(rows):
+        print(line)
     for r in rows:  # why a cell is n/a (flashjit "unsupported": it could not compile the variant)
         for name, res in r["results"].items():
             if "error" in res or "unsupported" in res:
@@ -410,21 +620,37 @@ def run_bench(args):
 def self_test_agree(check, v, samples=None):
     """flashjit's structural mask and mods (their MLIR run by eval_mod)
     against Flex's mask_mod and score_mod, on every (q, kv) pair (then also
-    counting the visible ones) or on `samples` random pairs."""
+    counting the visible ones) or on `samples` random pairs. Block-sparse:
+    on the bench's model of Flex's block mask, which is also checked against
+    create_block_mask's rule run on Flex's mask (every pair) and, counting
+    full blocks whole and partial ones by the mask, gives the FLOPs' pairs."""
     caps = [values for _, _, values in v.captures]
     flex_mask, rng = v.mask(caps) if v.mask else (lambda b, h, q, kv: True), random.Random(1)
     pairs = ([(rng.randrange(v.seqlen), rng.randrange(v.seqlen)) for _ in range(samples)] if samples
              else [(q, kv) for q in range(v.seqlen) for kv in range(v.seqlen)])
+    what = f"{v.label} {v.shape()}, " + (f"{samples} sampled pairs" if samples else f"{v.pairs} visible")
+    lists = v.block_lists()
+    if lists is not None:
+        (m, n), s = v.sparse_block, v.seqlen
+        partial, full = lists.counts()
+        check(f"{what}: the block mask's pairs ({partial} partial, {full} full blocks of {m}x{n}) "
+              "are the FLOPs' pairs", lists.pairs(v.block_pairs) == v.pairs,
+              f"{lists.pairs(v.block_pairs)} != {v.pairs}")
+        if not samples:
+            def flex_rule(qb, kb):  # visible pairs of the block, by Flex's mask
+                return sum(bool(flex_mask(0, 0, q, kv)) for q in range(qb * m, min(s, qb * m + m))
+                           for kv in range(kb * n, min(s, kb * n + n)))
+            check(f"{what}: the model of the block mask is create_block_mask's",
+                  BlockLists.from_pairs(flex_rule, s, (m, n)) == lists)
     same, seen, worst = True, 0, 0.0
     for q, kv in pairs:
         h = (q * 7 + kv) % HEADS
-        keep = flashjit_visible(v, caps, 0, h, q, kv)
+        keep = flashjit_visible(v, caps, 0, h, q, kv, lists)
         same, seen = same and keep == bool(flex_mask(0, h, q, kv)), seen + keep
         if v.score_mod:
             x = rng.uniform(-60, 60)
             worst = max(worst, abs(eval_mod(v.score_mod, [x, 0, h, q, kv] + caps)
                                    - v.score(math, caps)(x, 0, h, q, kv)))
-    what = f"{v.label} {v.shape()}, " + (f"{samples} sampled pairs" if samples else f"{v.pairs} visible")
     check(f"{what}: flashjit matches Flex's mask{' and score_mod' if v.score_mod else ''}",
           same and worst < 1e-9 and (samples or seen == v.pairs), f"same mask {same}, "
           f"{seen} visible, score off by {worst}")
@@ -443,7 +669,8 @@ TEXT_ERRORS = ("not valid MLIR", "must have type", "exactly one func.func", "one
 def self_test_library(check, path, rows):
     """With a C API 2 library: each distinct spec compiles (PTX: no GPU
     needed; a failure that blames the mods' text fails, another is a note)
-    and forward_captures passes its captures on."""
+    and forward_captures passes its captures on; with C API 3 also the
+    block-sparse specs, and forward_block_sparse takes the document's."""
     try:
         lib = flashjit_capi.Library(path)
         api = lib.version()[1]
@@ -451,8 +678,14 @@ def self_test_library(check, path, rows):
         return print(f"     skipped the library checks: {e}")
     if api < 2 or not lib.has("flashjit_kernel_forward_captures"):
         return print(f"     skipped the library checks: {lib.path} has C API {api}")
+    sparse = api >= 3 and lib.has("flashjit_kernel_forward_block_sparse")
+    if not sparse:
+        print(f"     skipped the block-sparse rows: {lib.path} has C API {api}"
+              f"{'' if api < 3 else ' without flashjit_kernel_forward_block_sparse'}")
     kernels = {}
     for v in rows:
+        if v.sparse_block is not None and not sparse:
+            continue
         if v.key() not in kernels:
             try:  # a context each: see Runner
                 kernels[v.key()] = flashjit_capi.Context(lib, cache_dir="").compile_spec(v.spec())
@@ -476,6 +709,54 @@ def self_test_library(check, path, rows):
         except flashjit_capi.FlashjitError as e:
             msg = f"{flashjit_capi.STATUS_NAMES[e.status]}: {e.message}"
         check(f"forward_captures with {len(dtypes)} captured tensors: '{want}'", want in msg, msg)
+    doc = next((v for v in rows if v.family == "document"), None)
+    if sparse and doc is not None and kernels.get(doc.key()):  # seqlen 64: one block of 128
+        lists = [flashjit_capi.TensorArg(0x70000000 + 0x1000 * i, [1, 1, 1] + [1] * (i % 2), None, "i32")
+                 for i in range(4)]
+        caps = [flashjit_capi.TensorArg(0x60000000, [len(values)], None, dt)
+                for _, dt, values in doc.flashjit_captures()]
+        try:
+            kernels[doc.key()].bind_block_sparse(*t, flashjit_capi.BlockMaskArgs(*lists), caps)()
+            msg = "ok"
+        except flashjit_capi.FlashjitError as e:
+            msg = f"{flashjit_capi.STATUS_NAMES[e.status]}: {e.message}"
+        check("forward_block_sparse with the document's capture and block mask: 'no device'",
+              "no device" in msg, msg)
+
+
+class FakeTensor:
+    """What BlockLists.from_flex and describe_block_mask read of a torch
+    tensor ([0, 0], tolist, shape), over nested lists."""
+
+    def __init__(self, data):
+        self.data = data
+
+    def __getitem__(self, index):
+        data = self.data
+        for i in index:
+            data = data[i]
+        return FakeTensor(data)
+
+    def tolist(self):
+        return self.data
+
+    @property
+    def shape(self):
+        dims, data = [], self.data
+        while isinstance(data, list):
+            dims, data = dims + [len(data)], data[0] if data else None
+        return dims
+
+
+def flex_layout(lists):
+    """A BlockLists as Flex's four tensors (its argsort order: the listed
+    blocks first, in increasing order, then the others)."""
+    nk = -(-lists.seqlen // lists.block[1])
+
+    def pair(rows):
+        return (FakeTensor([[[len(r) for r in rows]]]),
+                FakeTensor([[[r + [kb for kb in range(nk) if kb not in r] for r in rows]]]))
+    return pair(lists.partial) + pair(lists.full)
 
 
 def refuses(error, fn, *args):
@@ -494,7 +775,7 @@ def self_test(lib_path):
         ["alibi", "document"], 3, 20.0, "x") and parse_args([]).variants == FAMILIES, str(args))
     check("an unknown variant is refused", refuses(SystemExit, parse_args, ["--variants", "alibi,rope"]))
     rows = sweep()
-    check("the sweep: 10 rows of 16k tokens (the window's 32k: batch 1)", len(rows) == 10 and all(
+    check("the sweep: 13 rows of 16k tokens (the window's 32k: batch 1)", len(rows) == 13 and all(
         v.batch * v.seqlen == (32768 if v.seqlen == 32768 else TOKENS) for v in rows))
     win, spec = rows[0], rows[0].spec()
     check("window 8k: 1024*1025/2 + 7168*1025 pairs a head, FLOPs 4*b*h*d*pairs",
@@ -506,17 +787,54 @@ def self_test(lib_path):
     doc = next(v for v in rows if v.family == "document")
     check("document: 8 documents summing to 16k", len(doc.lengths) == 8 and sum(doc.lengths) == TOKENS
           and min(doc.lengths) > 0, str(doc.lengths))
-    check("block-sparse: densities 10/25/50%", [round(v.pairs / v.seqlen ** 2, 3) for v in rows[-3:]]
-          == [0.1, 0.25, 0.5])
-    spec = rows[-1].spec()
-    check("a block-sparse spec: its size, mask_mod and one i32 capture of 64*64",
+    sparse = [v for v in rows if v.family == "blocksparse"]
+    check("block-sparse: densities 10/25/50% at 8k (batch 2) and 16k (batch 1)",
+          [(v.seqlen, v.batch, round(v.pairs / v.seqlen ** 2, 3)) for v in sparse]
+          == [(s, TOKENS // s, d) for s in (8192, TOKENS) for d in (0.1, 0.25, 0.5)])
+    check("block-sparse 10% at 16k is held to time/dense <= 0.15, no other row to a goal",
+          [(v.seqlen, v.label, v.goal) for v in rows if v.goal is not None]
+          == [(TOKENS, "block-sparse 10%", 0.15)])
+    bs, spec = rows[-1], rows[-1].spec()
+    check("a block-sparse spec: 416 bytes, sparse block 128x128, no mask_mod and no capture "
+          "(its mask lists full blocks only)", not bs.block_lists().has_partial and
+          (spec.struct_size, spec.sparse_block_m, spec.sparse_block_n, spec.mask_mod, spec.num_captures)
+          == (416, 128, 128, None, 0))
+    spec = bs.spec(partial=True)
+    check("a block-sparse spec for a mask with partial blocks keeps the mask_mod and its i32 capture",
           (spec.struct_size, spec.num_captures, spec.capture_dtype[0], spec.capture_rank[0],
-           spec.capture_shape[0][0], spec.mask_mod.decode()) == (400, 1, 2, 1, 4096, rows[-1].mask_mod))
+           spec.capture_shape[0][0], spec.mask_mod.decode()) == (416, 1, 2, 1, 128 * 128, bs.mask_mod)
+          and bs.key(True) != bs.key(False))
+    spec, (partial, full) = doc.spec(), doc.block_lists().counts()
+    check("the document spec: block-sparse 128x128 with its mask_mod and an i32 capture of 16k; "
+          "its mask has partial and full blocks",
+          (spec.struct_size, spec.sparse_block_m, spec.sparse_block_n, spec.num_captures,
+           spec.capture_shape[0][0], spec.mask_mod.decode()) == (416, 128, 128, 1, TOKENS, doc.mask_mod)
+          and partial > 0 and full > 0, f"{partial} partial, {full} full")
+    for v in (doc, bs):  # Flex's tensors as the GPU run reads them
+        info = describe_block_mask(v, flex_layout(v.block_lists()))
+        check(f"{v.label}: Flex's layout reads back as the model, its pairs the FLOPs' pairs",
+              info["same_as_model"] and info["listed_pairs"] == v.pairs and
+              info["shape"] == [1, 1, 128, 128], str(info))
+    odd = flex_layout(bs.block_lists())
+    odd = (FakeTensor([[[c + 1 for c in odd[0].data[0][0]]]]),) + odd[1:]
+    with contextlib.redirect_stderr(io.StringIO()) as warned:
+        info = describe_block_mask(bs, odd)
+    check("a block mask other than the model's is told apart (and warned of)",
+          not info["same_as_model"] and info["listed_pairs"] != bs.pairs
+          and "differs from the bench's model" in warned.getvalue(), str(info))
     for v in (window_variant(70, 1, w=13), alibi_variant(40, 1), softcap_variant(24, 1),
-              document_variant(90, seed=3), blocksparse_variant(96, 1, 0.25, block=16)):
+              document_variant(90, seed=3, block=16), blocksparse_variant(96, 1, 0.25, block=16)):
         self_test_agree(check, v)
     for v in rows:
         self_test_agree(check, v, samples=300)
+    fake = [{"variant": "block-sparse 10%", "shape": "b1 h16 s16k d128", "check": {"error": "x"},
+             "time_vs_dense": 0.125, "goal_time_vs_dense": 0.15,
+             "results": {"flashjit": {"ms": 1.0, "tflops": 80.0},
+                         "flashjit-dense": {"ms": 8.0, "tflops": 700.0}}}]
+    check("the table's time/dense column and the goal's line",
+          "| 0.11 | 0.12 | n/a (x) |" in table(fake) and goal_lines(fake) ==
+          ["- block-sparse 10% b1 h16 s16k d128: flashjit time/dense <= 0.15: 0.125, met"],
+          table(fake) + "\n" + "\n".join(goal_lines(fake)))
     bad = mod_text("score", "x", [], ["%r = math.sin %score : f32", "return %r : f32"])
     check("an op the kernels cannot place is caught", refuses(ValueError, eval_mod, bad, [0.0] * 5))
     self_test_library(check, lib_path, rows)

@@ -96,7 +96,7 @@ const char *stageName(Stage stage) {
 }
 
 ToolchainVersions toolchainVersions() {
-  return {FLASHJIT_VERSION_STRING, LLVM_VERSION_STRING};
+  return {FLASHJIT_VERSION_STRING, LLVM_VERSION_STRING, generatorId()};
 }
 
 namespace {

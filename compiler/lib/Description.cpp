@@ -117,10 +117,14 @@ buildDescription(MLIRContext &ctx, const AttentionSpec &spec,
       body->getArgument(1), body->getArgument(2), body->getArgument(3),
       body->getArguments().drop_front(4),
       spec.causal ? b.getUnitAttr() : UnitAttr(),
-      spec.causalAlign == CausalAlign::BottomRight && spec.hasStructuralMask()
+      spec.causalAlign == CausalAlign::BottomRight &&
+              (spec.hasRightBound() || spec.hasLeftBound())
           ? b.getUnitAttr()
           : UnitAttr(),
       optionalExtent(spec.windowLeft), optionalExtent(spec.windowRight),
+      spec.isBlockSparse()
+          ? b.getDenseI64ArrayAttr({spec.sparseBlockM, spec.sparseBlockN})
+          : DenseI64ArrayAttr(),
       config ? toAttr(&ctx, *config) : attn::TileConfigAttr());
   Type idx = b.getIndexType(), f32 = b.getF32Type();
   if (!spec.scoreMod.empty()) {

@@ -59,12 +59,14 @@ int64_t AttentionSpec::rightExtent() const {
 
 bool AttentionSpec::mayEmptyRows() const {
   return !maskMod.empty() || windowLeft >= 0 || windowRight >= 0 ||
-         (causal && causalAlign == CausalAlign::BottomRight);
+         (causal && causalAlign == CausalAlign::BottomRight) ||
+         isBlockSparse();
 }
 
 bool AttentionSpec::isPlain() const {
   return causalAlign == CausalAlign::TopLeft && windowLeft < 0 &&
-         windowRight < 0 && !hasMods() && captures.empty();
+         windowRight < 0 && !hasMods() && captures.empty() &&
+         !isBlockSparse();
 }
 
 llvm::Error AttentionSpec::validate() const {
@@ -91,6 +93,17 @@ llvm::Error AttentionSpec::validate() const {
                       "the keys it reaches past the diagonal (0 or more), or "
                       "-1 for no limit",
                       windowLeft, windowRight)
+            .str());
+  const bool sparseOff = sparseBlockM == 0 && sparseBlockN == 0;
+  auto sparseSize = [](int64_t n) {
+    return n >= 16 && n <= 4096 && n % 16 == 0;
+  };
+  if (!sparseOff && !(sparseSize(sparseBlockM) && sparseSize(sparseBlockN)))
+    return llvm::createStringError(
+        llvm::formatv("sparse block {0} x {1}: both sizes are multiples of "
+                      "16 from 16 to 4096 (e.g. 128 x 128), or both 0 for "
+                      "dense attention",
+                      sparseBlockM, sparseBlockN)
             .str());
   if (captures.size() > kMaxCapturedTensors)
     return llvm::createStringError(
@@ -127,6 +140,9 @@ std::string variantText(const AttentionSpec &s) {
                                    causalAlignName(s.causalAlign),
                                    s.windowLeft, s.windowRight)
                          .str();
+  if (s.isBlockSparse())
+    text += llvm::formatv(";sparse={0}x{1}", s.sparseBlockM, s.sparseBlockN)
+                .str();
   for (const CapturedTensor &c : s.captures)
     text += ";capture=" + c.name + ":" + c.typeText();
   if (!s.scoreMod.empty())

@@ -54,6 +54,10 @@ flashjit::AttentionSpec AttentionOp::getSpec() {
     spec.windowLeft = left.getInt();
   if (auto right = getWindowRightAttr())
     spec.windowRight = right.getInt();
+  if (auto block = getSparseBlockAttr(); block && block.size() == 2) {
+    spec.sparseBlockM = block[0];
+    spec.sparseBlockN = block[1];
+  }
   for (auto [i, value] : llvm::enumerate(getCaptures())) {
     auto type = cast<RankedTensorType>(value.getType());
     flashjit::CapturedTensor c;
@@ -149,6 +153,13 @@ LogicalResult AttentionOp::verify() {
       return emitOpError() << name << " is " << extent.getInt()
                            << ": a window extent is 0 or more keys (leave "
                               "the attribute out for no limit)";
+  if (auto block = getSparseBlockAttr()) {
+    auto valid = [](int64_t n) { return n >= 16 && n <= 4096 && n % 16 == 0; };
+    if (block.size() != 2 || !valid(block[0]) || !valid(block[1]))
+      return emitOpError() << "sparse_block is " << block
+                           << ": expected [block_m, block_n], each a multiple "
+                              "of 16 from 16 to 4096";
+  }
   if (getBottomRight() && !getCausal() && !getWindowLeft() && !getWindowRight())
     return emitOpError() << "bottom_right aligns a causal mask or a window, "
                             "and this attention has neither";

@@ -179,6 +179,8 @@ readSpec(const flashjit_attention_spec_t *given) {
     c.shape.assign(s.capture_shape[i], s.capture_shape[i] + s.capture_rank[i]);
     spec.captures.push_back(c);
   }
+  spec.sparseBlockM = s.sparse_block_m;
+  spec.sparseBlockN = s.sparse_block_n;
   return spec;
 }
 
@@ -188,7 +190,8 @@ flashjit_status_t forwardKernel(const char *fn, flashjit_kernel_t kernel,
                                 const DLTensor *q, const DLTensor *k,
                                 const DLTensor *v, DLTensor *o, DLTensor *lse,
                                 double scale, const DLTensor *captures,
-                                int32_t num_captures, void *stream) {
+                                int32_t num_captures, void *stream,
+                                const DLTensor *const *blockMask = nullptr) {
   if (!kernel)
     return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
                 "kernel is a null handle");
@@ -221,6 +224,22 @@ flashjit_status_t forwardKernel(const char *fn, flashjit_kernel_t kernel,
     if (!ref)
       return fail(fn, ref.takeError());
     args.captures.push_back(*ref);
+  }
+  if (blockMask) {
+    const char *names[] = {"kv_num_blocks", "kv_indices",
+                           "full_kv_num_blocks", "full_kv_indices"};
+    flashjit::CapturedRef *lists[] = {
+        &args.blockMask.kvNumBlocks, &args.blockMask.kvIndices,
+        &args.blockMask.fullKvNumBlocks, &args.blockMask.fullKvIndices};
+    for (int l = 0; l < 4; ++l) {
+      if (!blockMask[l])
+        continue;
+      auto ref = flashjit::toCapturedRef(names[l], blockMask[l],
+                                         kernel->device);
+      if (!ref)
+        return fail(fn, ref.takeError());
+      *lists[l] = *ref;
+    }
   }
   if (!std::isnan(scale))
     args.scale = scale;
@@ -423,6 +442,21 @@ flashjit_status_t flashjit_kernel_forward_captures(
   return guarded(__func__, [&](const char *fn) {
     return forwardKernel(fn, kernel, q, k, v, o, lse, scale, captures,
                          num_captures, stream);
+  });
+}
+
+flashjit_status_t flashjit_kernel_forward_block_sparse(
+    flashjit_kernel_t kernel, const DLTensor *q, const DLTensor *k,
+    const DLTensor *v, DLTensor *o, DLTensor *lse, double scale,
+    const DLTensor *captures, int32_t num_captures,
+    const DLTensor *kv_num_blocks, const DLTensor *kv_indices,
+    const DLTensor *full_kv_num_blocks, const DLTensor *full_kv_indices,
+    void *stream) {
+  return guarded(__func__, [&](const char *fn) {
+    const DLTensor *lists[] = {kv_num_blocks, kv_indices, full_kv_num_blocks,
+                               full_kv_indices};
+    return forwardKernel(fn, kernel, q, k, v, o, lse, scale, captures,
+                         num_captures, stream, lists);
   });
 }
 

@@ -30,6 +30,8 @@ std::string makeCacheKey(const CacheKeyInputs &in) {
   add("flashjit", in.flashjitVersion);
   add("llvm", in.llvmVersion);
   add("ptx", in.ptxVersion);
+  if (!in.generator.empty())
+    add("generator", in.generator);
   return hash128Hex(text);
 }
 
@@ -77,7 +79,8 @@ std::string serializeMetadata(const CacheMetadata &meta) {
       {"versions",
        {{"flashjit", meta.inputs.flashjitVersion},
         {"llvm", meta.inputs.llvmVersion},
-        {"ptx", meta.inputs.ptxVersion}}},
+        {"ptx", meta.inputs.ptxVersion},
+        {"generator", meta.inputs.generator}}},
       {"kernel",
        {{"name", info.name},
         {"family", info.config.family},
@@ -191,6 +194,8 @@ llvm::Expected<CacheMetadata> parseMetadata(llvm::StringRef text) {
     r.string(*v, "flashjit", meta.inputs.flashjitVersion);
     r.string(*v, "llvm", meta.inputs.llvmVersion);
     r.string(*v, "ptx", meta.inputs.ptxVersion);
+    if (v->contains("generator"))
+      r.string(*v, "generator", meta.inputs.generator);
   }
   if (const json *k = r.object(j, "kernel")) {
     KernelInfo &info = meta.info;

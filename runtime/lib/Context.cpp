@@ -437,10 +437,13 @@ llvm::Expected<std::shared_ptr<const Kernel>>
 Context::build(const AttentionSpec &spec, const ResolvedConfig &resolved) {
   const TileConfig &config = resolved.config;
   ToolchainVersions versions = toolchainVersions();
-  CacheKeyInputs inputs{
-      spec.canonical(), config.canonical(),
-      TargetChip.chip,  versions.flashjit,
-      versions.llvm,    std::to_string(TargetChip.ptxVersion())};
+  CacheKeyInputs inputs{spec.canonical(),
+                        config.canonical(),
+                        TargetChip.chip,
+                        versions.flashjit,
+                        versions.llvm,
+                        std::to_string(TargetChip.ptxVersion()),
+                        versions.generator};
   std::string key = KernelCache::makeKey(inputs);
   auto entry = Cache->getOrBuild(
       key, inputs, [&]() -> llvm::Expected<CacheEntry> {

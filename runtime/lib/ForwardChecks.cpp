@@ -96,6 +96,72 @@ llvm::Error checkTensor(const char *name, const TensorRef &t,
   return llvm::Error::success();
 }
 
+/// The block mask's four tensors against the spec and the problem.
+llvm::Error checkBlockMask(const AttentionSpec &spec,
+                           const ForwardArgs &args) {
+  const BlockMaskRef &m = args.blockMask;
+  const bool anyGiven = m.kvNumBlocks.data || m.kvIndices.data ||
+                        m.fullKvNumBlocks.data || m.fullKvIndices.data;
+  if (!spec.isBlockSparse()) {
+    if (anyGiven)
+      return fail("a block mask is given but the kernel is not block-sparse "
+                  "(set AttentionSpec::sparseBlockM and sparseBlockN)");
+    return llvm::Error::success();
+  }
+  const int64_t batch = args.q.shape[0], heads = args.q.shape[1];
+  const int64_t queryBlocks =
+      (args.q.shape[2] + spec.sparseBlockM - 1) / spec.sparseBlockM;
+  const int64_t keyBlocks =
+      (args.k.shape[2] + spec.sparseBlockN - 1) / spec.sparseBlockN;
+  if (!m.kvNumBlocks.data || !m.kvIndices.data)
+    return fail("the kernel is block-sparse: its block mask needs "
+                "kv_num_blocks and kv_indices (full_kv_num_blocks and "
+                "full_kv_indices are optional)");
+  if (!m.fullKvNumBlocks.data != !m.fullKvIndices.data)
+    return fail("full_kv_num_blocks and full_kv_indices come together: give "
+                "both or neither");
+  auto check = [&](const char *name, const CapturedRef &t,
+                   bool isIndices) -> llvm::Error {
+    if (!t.data)
+      return llvm::Error::success();
+    if (reinterpret_cast<uintptr_t>(t.data) % 4 != 0)
+      return fail(llvm::formatv("block mask {0} is not 4-byte aligned", name));
+    if (t.dtype != CaptureDType::I32)
+      return fail(llvm::formatv("block mask {0} is {1}: expected i32", name,
+                                captureDTypeName(t.dtype)));
+    const int rank = isIndices ? 4 : 3;
+    std::string want = llvm::formatv("[{0} or 1, {1} or 1, {2}{3}]", batch,
+                                     heads, queryBlocks,
+                                     isIndices
+                                         ? ", " + std::to_string(keyBlocks) +
+                                               " or more"
+                                         : std::string())
+                           .str();
+    std::vector<int64_t> shape(t.shape.begin(), t.shape.begin() + t.rank);
+    if (t.rank != rank || (t.shape[0] != 1 && t.shape[0] != batch) ||
+        (t.shape[1] != 1 && t.shape[1] != heads) ||
+        t.shape[2] != queryBlocks || (isIndices && t.shape[3] < keyBlocks))
+      return fail(llvm::formatv(
+          "block mask {0} has shape {1}: expected {2} (sparse block {3} x "
+          "{4}, seqlen q {5}, seqlen k {6})",
+          name, shapeText(shape), want, spec.sparseBlockM, spec.sparseBlockN,
+          args.q.shape[2], args.k.shape[2]));
+    for (int d = 0; d < rank; ++d)
+      if (t.strides[d] < 0)
+        return fail(llvm::formatv("block mask {0} has a negative stride in "
+                                  "dimension {1}",
+                                  name, d));
+    return llvm::Error::success();
+  };
+  if (auto err = check("kv_num_blocks", m.kvNumBlocks, false))
+    return err;
+  if (auto err = check("kv_indices", m.kvIndices, true))
+    return err;
+  if (auto err = check("full_kv_num_blocks", m.fullKvNumBlocks, false))
+    return err;
+  return check("full_kv_indices", m.fullKvIndices, true);
+}
+
 } // namespace
 
 llvm::Error checkForwardArgs(const AttentionSpec &spec,
@@ -195,6 +261,8 @@ llvm::Error checkForwardArgs(const AttentionSpec &spec,
                                   name, d));
     }
   }
+  if (auto err = checkBlockMask(spec, args))
+    return err;
   // The kernels keep the running max of the unscaled scores and fold the
   // scale into one multiply-add per score, which needs scale > 0.
   if (args.scale && !(std::isfinite(*args.scale) && *args.scale > 0))

@@ -174,6 +174,52 @@ llvm::Expected<CheckReport> runAndCheck(const Kernel &kernel,
         buffer->data(), spec.captures[i].dtype, c.shape));
     captureBuffers.push_back(std::move(buffer));
   }
+  // The block mask: the caller's, or a random one of the density asked.
+  HostBlockMask blockMask;
+  if (spec.isBlockSparse()) {
+    blockMask = opt.blockMask
+                    ? *opt.blockMask
+                    : HostBlockMask::random(spec, B, Sq, Sk, opt.blockDensity,
+                                            /*fullLists=*/true,
+                                            /*shareBatch=*/false,
+                                            /*shareHeads=*/false, rng);
+    host.blockMask = &blockMask;
+    auto upload = [&](const std::vector<int32_t> &values,
+                      const std::vector<int64_t> &shape) -> llvm::Expected<CapturedRef> {
+      auto buffer = std::make_unique<DeviceBuffer>(drv);
+      if (auto err = buffer->allocate(std::max<size_t>(values.size(), 1) * 4))
+        return std::move(err);
+      if (auto err = FLASHJIT_CU(drv, cuMemcpyHtoD, buffer->ptr(),
+                                 values.data(), values.size() * 4))
+        return std::move(err);
+      CapturedRef ref =
+          CapturedRef::contiguous(buffer->data(), CaptureDType::I32, shape);
+      captureBuffers.push_back(std::move(buffer));
+      return ref;
+    };
+    struct List {
+      const std::vector<int32_t> &values;
+      std::vector<int64_t> shape;
+      CapturedRef &into;
+    };
+    std::vector<List> lists = {
+        {blockMask.kvNumBlocks, blockMask.countShape(),
+         args.blockMask.kvNumBlocks},
+        {blockMask.kvIndices, blockMask.indexShape(),
+         args.blockMask.kvIndices}};
+    if (blockMask.hasFullLists()) {
+      lists.push_back({blockMask.fullKvNumBlocks, blockMask.countShape(),
+                       args.blockMask.fullKvNumBlocks});
+      lists.push_back({blockMask.fullKvIndices, blockMask.indexShape(),
+                       args.blockMask.fullKvIndices});
+    }
+    for (List &l : lists) {
+      auto ref = upload(l.values, l.shape);
+      if (!ref)
+        return ref.takeError();
+      l.into = *ref;
+    }
+  }
   if (auto err = kernel.forward(args))
     return std::move(err);
   if (auto err = FLASHJIT_CU(drv, cuCtxSynchronize))
@@ -245,11 +291,13 @@ llvm::Expected<CheckReport> runAndCheck(const Kernel &kernel,
       return timing.takeError();
     report.medianMs = timing->medianMs;
     // Plain attention counts by the FlashAttention convention; a variant
-    // counts the scores its causal mask and window leave (a mask_mod's
-    // own drops are not known here).
-    double flops = spec.isPlain()
-                       ? forwardFlops(spec, B, Sq, Sk)
-                       : 4.0 * B * H * D * visiblePairs(spec, Sq, Sk);
+    // counts the scores its causal mask, window and block mask leave (a
+    // mask_mod's own drops are not known here).
+    double flops =
+        spec.isPlain() ? forwardFlops(spec, B, Sq, Sk)
+        : spec.isBlockSparse()
+            ? 4.0 * D * listedPairs(spec, blockMask, B, Sq, Sk)
+            : 4.0 * B * H * D * visiblePairs(spec, Sq, Sk);
     report.tflops = flops / (report.medianMs * 1e-3) / 1e12;
   }
   return report;

@@ -20,11 +20,16 @@ ForwardLaunchParams::pointers() {
     p[i++] = &maps.v;
     p[i++] = &maps.o;
   }
-  for (unsigned c = 0; c < numCaptures; ++c) {
-    p[i++] = &captures[c].data;
-    for (int d = 0; d < captures[c].rank; ++d)
-      p[i++] = &captures[c].strides[d];
-  }
+  auto add = [&](Capture &c) {
+    p[i++] = &c.data;
+    for (int d = 0; d < c.rank; ++d)
+      p[i++] = &c.strides[d];
+  };
+  for (unsigned c = 0; c < numCaptures; ++c)
+    add(captures[c]);
+  if (hasBlockMask)
+    for (Capture &c : blockMask)
+      add(c);
   return p;
 }
 
@@ -38,6 +43,21 @@ llvm::Error prepareForwardLaunch(const ForwardArgs &args, double scale,
   for (unsigned c = 0; c < params.numCaptures; ++c)
     params.captures[c] = {args.captures[c].data, args.captures[c].rank,
                           args.captures[c].strides};
+  // The block mask's batch and head dimensions of size 1 serve every
+  // sequence and head: stride 0. Without full lists, a null pointer.
+  params.hasBlockMask = args.blockMask.kvNumBlocks.data != nullptr;
+  const CapturedRef *lists[] = {
+      &args.blockMask.kvNumBlocks, &args.blockMask.kvIndices,
+      &args.blockMask.fullKvNumBlocks, &args.blockMask.fullKvIndices};
+  for (unsigned l = 0; l < 4; ++l) {
+    ForwardLaunchParams::Capture &c = params.blockMask[l];
+    c.data = lists[l]->data;
+    c.rank = l % 2 == 0 ? 3 : 4;
+    c.strides = lists[l]->strides;
+    for (int d = 0; d < 2; ++d)
+      if (lists[l]->shape[d] == 1)
+        c.strides[d] = 0;
+  }
   if (!layouts)
     return llvm::Error::success();
   auto drv = CudaDriver::get();

@@ -27,11 +27,24 @@ ReferenceRow referenceRow(const HostProblem &p, int64_t b, int64_t h,
   const double negInf = -std::numeric_limits<double>::infinity();
   ReferenceRow r;
   r.out.assign(d, 0.0);
-  std::vector<double> scores;
+  // Block-sparse: how often the row's query block visits each key block,
+  // with the mask_mod (partial) and without it (full). Dense: once, with it.
+  std::vector<int> partial, full;
+  if (p.blockMask)
+    p.blockMask->visits(b, h, row / s.sparseBlockM,
+                        (p.seqlenK + s.sparseBlockN - 1) / s.sparseBlockN,
+                        partial, full);
+  std::vector<double> scores, weights;
   double maxScore = negInf;
   for (int64_t j = 0; j <= hi; ++j) {
-    if (j < lo) {
+    int partialVisits = 1, fullVisits = 0;
+    if (p.blockMask) {
+      partialVisits = partial[j / s.sparseBlockN];
+      fullVisits = full[j / s.sparseBlockN];
+    }
+    if (j < lo || partialVisits + fullVisits == 0) {
       scores.push_back(negInf);
+      weights.push_back(0);
       continue;
     }
     double dot = 0;
@@ -49,9 +62,15 @@ ReferenceRow referenceRow(const HostProblem &p, int64_t b, int64_t h,
         r.error = llvm::toString(kept.takeError());
         return r;
       }
-      score = *kept ? *modded : negInf;
+      score = *modded;
+      if (!*kept)
+        partialVisits = 0;
     }
+    double weight = partialVisits + fullVisits;
+    if (weight == 0)
+      score = negInf;
     scores.push_back(score);
+    weights.push_back(weight);
     maxScore = std::max(maxScore, score);
   }
   if (maxScore == negInf) {
@@ -62,7 +81,7 @@ ReferenceRow referenceRow(const HostProblem &p, int64_t b, int64_t h,
   for (int64_t j = 0; j < static_cast<int64_t>(scores.size()); ++j) {
     if (scores[j] == negInf)
       continue;
-    double w = std::exp(scores[j] - maxScore);
+    double w = weights[j] * std::exp(scores[j] - maxScore);
     sum += w;
     for (int64_t c = 0; c < d; ++c)
       r.out[c] += w * double(vBase[j * d + c]);

@@ -172,8 +172,9 @@ void Builder::build(StringRef name, const ModRegions &modRegions) {
                                        cIdx(tileBytes), ValueRange{});
 
   // ---- KV loop bounds: the tiles the causal mask and window leave -------
-  KvTileRange range =
-      kvTileRange(p, mul(queryBlock, c64(cfg.blockM)), cfg.blockM, cfg.blockN);
+  KvTileRange range = kvTileRange(p, batch, head,
+                                  mul(queryBlock, c64(cfg.blockM)),
+                                  cfg.blockM, cfg.blockN);
   Value numTiles = range.count;
   // Q was pre-scaled into base 2.
   ScoreMods mods = ScoreMods::onBase2Scores(*this, modRegions, p);
@@ -191,7 +192,8 @@ void Builder::build(StringRef name, const ModRegions &modRegions) {
   auto loop = scf::ForOp::create(
       b, loc, cIdx(0), toIndex(numTiles), cIdx(1), init,
       [&](OpBuilder &, Location, Value tileIndex, ValueRange state) {
-        Value n0 = mul(add(range.first, toI64(tileIndex)), c64(cfg.blockN));
+        Value n0 = mul(kvTile(range, toI64(tileIndex)), c64(cfg.blockN));
+        Value maskModOn = maskModApplies(range, toI64(tileIndex));
         // Everyone is done reading the previous tile before it is replaced.
         gpu::BarrierOp::create(b, loc);
         emitTileLoad(kBase, vBase, kStrides, vStrides, batch, kvHead, n0,
@@ -236,9 +238,16 @@ void Builder::build(StringRef name, const ModRegions &modRegions) {
                 b, loc, valid,
                 cmp(arith::CmpIPredicate::sge, column,
                     sub(diagonal, c64(spec.windowLeft))));
-          if (mods.hasMaskMod())
-            valid = arith::AndIOp::create(
-                b, loc, valid, mods.keep(batch, head, modRow, modColumn));
+          if (mods.hasMaskMod()) {
+            Value keep = mods.keep(batch, head, modRow, modColumn);
+            if (maskModOn)
+              keep = arith::OrIOp::create(
+                  b, loc, keep,
+                  arith::XOrIOp::create(b, loc, maskModOn,
+                                        arith::ConstantOp::create(
+                                            b, loc, b.getBoolAttr(true))));
+            valid = arith::AndIOp::create(b, loc, valid, keep);
+          }
           s = arith::SelectOp::create(b, loc, valid, s, cF32(negInf));
           scores.push_back(s);
           rowMax = arith::MaxNumFOp::create(b, loc, rowMax, s);

@@ -15,6 +15,8 @@ llvm::Error CudaCoreForward::checkConfig(const AttentionSpec &spec,
         llvm::formatv("config family '{0}' given to the cuda_core template",
                       config.family)
             .str());
+  if (auto err = checkSparseTile(spec, config))
+    return err;
   if (!llvm::isPowerOf2_64(config.blockM))
     return llvm::createStringError(
         llvm::formatv("cuda_core needs a power-of-two block_m, got {0}",

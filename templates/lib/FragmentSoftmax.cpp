@@ -29,13 +29,17 @@ void FragmentSoftmax::mask(MutableArrayRef<Value> s, Value n0, int64_t blockN,
   Value base = ir.add(n0, quadCol);
   ScoreMods *mods = rules.mods;
   // The mods read captured tensors at (row, column): rows and columns past
-  // the sequences (masked below) are clamped to the last ones.
+  // the sequences (masked below) are clamped to the last ones. 32-bit, as
+  // the mods' indices (ScoreMods.cpp).
+  Value lastRow32 = mods ? ir.toI32(ir.sub(rules.seqlenQ, ir.c64(1))) : Value();
+  Value lastColumn32 =
+      mods ? ir.toI32(ir.sub(rules.seqlenK, ir.c64(1))) : Value();
+  Value base32 = mods ? ir.toI32(base) : Value();
   auto modRow = [&](int64_t mt, int64_t h) {
-    return ir.minS(rowOf(mt, h), ir.sub(rules.seqlenQ, ir.c64(1)));
+    return ir.minS(ir.toI32(rowOf(mt, h)), lastRow32);
   };
   auto modColumn = [&](int64_t nt, int64_t r) {
-    return ir.minS(ir.add(base, ir.c64(nt * 8 + r % 2)),
-                   ir.sub(rules.seqlenK, ir.c64(1)));
+    return ir.minS(ir.add(base32, ir.c32(nt * 8 + r % 2)), lastColumn32);
   };
   if (mods && mods->hasScoreMod())
     for (int64_t mt = 0; mt < mTiles; ++mt)
@@ -45,11 +49,14 @@ void FragmentSoftmax::mask(MutableArrayRef<Value> s, Value n0, int64_t blockN,
           score = mods->score(score, rules.batch, rules.head,
                               modRow(mt, r / 2), modColumn(nt, r));
         }
-  const bool maskEveryTile = mods && mods->hasMaskMod();
+  const bool hasMaskMod = mods && mods->hasMaskMod();
+  const bool maskEveryTile = hasMaskMod && !rules.maskModOn;
   Value needMask;
   if (!maskEveryTile) {
     needMask =
         ir.cmp(Pred::sgt, ir.add(n0, ir.c64(blockN)), rules.seqlenK);
+    if (hasMaskMod)
+      needMask = arith::OrIOp::create(b, loc, needMask, rules.maskModOn);
     if (spec.hasRightBound())
       needMask = arith::OrIOp::create(
           b, loc, needMask,
@@ -71,6 +78,12 @@ void FragmentSoftmax::mask(MutableArrayRef<Value> s, Value n0, int64_t blockN,
     // half: then one compare with a constant per score and bound, no
     // 64-bit column arithmetic.
     Value lastByLength = ir.sub(ir.sub(rules.seqlenK, ir.c64(1)), base);
+    Value notMaskModOn =
+        rules.maskModOn
+            ? arith::XOrIOp::create(
+                  b, loc, rules.maskModOn,
+                  arith::ConstantOp::create(b, loc, b.getBoolAttr(true)))
+            : Value();
     auto clamp32 = [&](Value bound) {
       return ir.toI32(
           ir.maxS(ir.minS(bound, ir.c64(blockN)), ir.c64(-1)));
@@ -95,11 +108,14 @@ void FragmentSoftmax::mask(MutableArrayRef<Value> s, Value n0, int64_t blockN,
           if (spec.hasLeftBound())
             valid = arith::AndIOp::create(
                 b, loc, valid, ir.cmp(Pred::sge, column, first[r / 2]));
-          if (maskEveryTile)
-            valid = arith::AndIOp::create(
-                b, loc, valid,
-                mods->keep(rules.batch, rules.head, modRow(mt, r / 2),
-                           modColumn(nt, r)));
+          if (hasMaskMod) {
+            // Kept by the mask_mod, or on a tile where it does not apply.
+            Value keep = mods->keep(rules.batch, rules.head,
+                                    modRow(mt, r / 2), modColumn(nt, r));
+            if (rules.maskModOn)
+              keep = arith::OrIOp::create(b, loc, keep, notMaskModOn);
+            valid = arith::AndIOp::create(b, loc, valid, keep);
+          }
           out.push_back(arith::SelectOp::create(
               b, loc, valid, s[scoreAt(mt, nt) + r], ir.cF32(kNegInf)));
         }

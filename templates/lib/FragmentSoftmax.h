@@ -51,7 +51,8 @@ public:
   /// window, or dropped by the mask_mod become -inf. The selects run only
   /// on a tile that needs them: one that crosses the sequence end or a
   /// bound of some row in [firstRow, lastRow] (the rows of the threads that
-  /// branch together), or any tile with a mask_mod. n0 is the tile's first
+  /// branch together), or any tile where a mask_mod applies. n0 is the
+  /// tile's first
   /// column, blockN its width, quadCol 2 (lane % 4), rowOf(mt, h) the query
   /// row of a row half.
   void mask(llvm::MutableArrayRef<mlir::Value> s, mlir::Value n0,

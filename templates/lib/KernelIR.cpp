@@ -36,6 +36,11 @@ ForwardParams KernelIR::beginForwardKernel(StringRef name, int64_t threads,
     argTypes.push_back(globalPtr);
     argTypes.append(c.shape.size(), i64);
   }
+  if (spec.isBlockSparse())
+    for (int64_t rank : {3, 4, 3, 4}) {
+      argTypes.push_back(globalPtr);
+      argTypes.append(rank, i64);
+    }
   auto func = gpu::GPUFuncOp::create(b, loc, name,
                                      b.getFunctionType(argTypes, {}));
   if (withTensorMaps) {
@@ -79,6 +84,14 @@ ForwardParams KernelIR::beginForwardKernel(StringRef name, int64_t threads,
       capture.strides.push_back(args[at++]);
     p.captures.push_back(capture);
   }
+  if (spec.isBlockSparse())
+    for (int64_t rank : {3, 4, 3, 4}) {
+      ForwardParams::Capture list;
+      list.data = args[at++];
+      for (int64_t d = 0; d < rank; ++d)
+        list.strides.push_back(args[at++]);
+      p.blockMask.push_back(list);
+    }
   return p;
 }
 
@@ -204,9 +217,57 @@ Value KernelIR::diagonalOffset(const ForwardParams &p) {
   return c64(0);
 }
 
-KvTileRange KernelIR::kvTileRange(const ForwardParams &p, Value m0,
-                                  int64_t blockM, int64_t blockN) {
+KvTileRange KernelIR::kvTileRange(const ForwardParams &p, Value batch,
+                                  Value head, Value m0, int64_t blockM,
+                                  int64_t blockN) {
   KvTileRange r;
+  if (spec.isBlockSparse()) {
+    // The query block's row of each list (the kernel's block_m divides
+    // the mask's, TemplateRegistry's checkSparseTile).
+    const ForwardParams::Capture &counts = p.blockMask[0],
+                                 &partial = p.blockMask[1],
+                                 &fullCounts = p.blockMask[2],
+                                 &full = p.blockMask[3];
+    Value maskRow = divU(m0, spec.sparseBlockM);
+    auto rowOf = [&](const ForwardParams::Capture &c) {
+      return add(add(mul(batch, c.strides[0]), mul(head, c.strides[1])),
+                 mul(maskRow, c.strides[2]));
+    };
+    r.tilesPerBlock = spec.sparseBlockN / blockN;
+    r.maskBlocks = divU(add(p.seqlenK, c64(spec.sparseBlockN - 1)),
+                        spec.sparseBlockN);
+    // Lengths clamped to [0, maskBlocks] (as unsigned, so a negative one
+    // is a full row first, then clamped): the lists hold that many.
+    auto length = [&](Value address) {
+      Value raw = arith::ExtSIOp::create(
+          b, loc, i64, LLVM::LoadOp::create(b, loc, i32, address, 4));
+      Value negative = cmp(arith::CmpIPredicate::slt, raw, c64(0));
+      return arith::SelectOp::create(b, loc, negative, c64(0),
+                                     minS(raw, r.maskBlocks));
+    };
+    r.numPartial = length(globalAddress(counts.data, i32, rowOf(counts)));
+    // No full lists: a null pointer. Their length is then 0 (read from
+    // the partial length's address, which is valid).
+    Value nullPtr = LLVM::ZeroOp::create(b, loc, globalPtr);
+    r.hasFull = LLVM::ICmpOp::create(b, loc, LLVM::ICmpPredicate::ne,
+                                     fullCounts.data, nullPtr);
+    Value fullCountAddress = arith::SelectOp::create(
+        b, loc, r.hasFull,
+        globalAddress(fullCounts.data, i32, rowOf(fullCounts)),
+        globalAddress(counts.data, i32, rowOf(counts)));
+    r.numFull = arith::SelectOp::create(b, loc, r.hasFull,
+                                        length(fullCountAddress), c64(0));
+    r.partialList = globalAddress(partial.data, i32, rowOf(partial));
+    r.partialStride = partial.strides[3];
+    r.fullList = arith::SelectOp::create(
+        b, loc, r.hasFull, globalAddress(full.data, i32, rowOf(full)),
+        r.partialList);
+    r.fullStride = full.strides[3];
+    r.first = c64(0);
+    r.count = maxS(mul(add(r.numPartial, r.numFull), c64(r.tilesPerBlock)),
+                   c64(1));
+    return r;
+  }
   if (spec.isPlain()) {
     // Plain attention: from tile 0 up to the sequence end, or (causal) to
     // the block's last row's diagonal. Never empty.
@@ -232,6 +293,47 @@ KvTileRange KernelIR::kvTileRange(const ForwardParams &p, Value m0,
   Value end = divU(add(maxS(hi, c64(0)), c64(blockN - 1)), blockN);
   r.count = maxS(sub(end, r.first), c64(1));
   return r;
+}
+
+Value KernelIR::kvTile(const KvTileRange &r, Value j) {
+  if (j.getType() != i64)
+    j = toI64(j);
+  if (!spec.isBlockSparse())
+    return add(r.first, j);
+  // Position `at` in the lists (partial, then full) and the tile within
+  // that mask block. Past the lists (a query block with empty lists visits
+  // one tile), and for an index out of [0, maskBlocks), the block is
+  // maskBlocks: past the keys, so the tile is all masked and its loads
+  // read nothing (TMA fills zeros, the others check the sequence end).
+  Value at = r.tilesPerBlock > 1 ? divU(j, r.tilesPerBlock) : j;
+  Value within = r.tilesPerBlock > 1 ? remU(j, r.tilesPerBlock) : c64(0);
+  Value inPartial = cmp(arith::CmpIPredicate::slt, at, r.numPartial);
+  Value listed = cmp(arith::CmpIPredicate::slt, at,
+                     add(r.numPartial, r.numFull));
+  Value fromFull = arith::SelectOp::create(
+      b, loc, listed,
+      globalAddress(r.fullList, i32,
+                    mul(sub(at, r.numPartial), r.fullStride)),
+      r.partialList);
+  Value address = arith::SelectOp::create(
+      b, loc, inPartial,
+      globalAddress(r.partialList, i32, mul(at, r.partialStride)), fromFull);
+  // Zero-extended: a negative index is then above maskBlocks too.
+  Value raw = toI64(LLVM::LoadOp::create(b, loc, i32, address, 4));
+  Value usable = arith::AndIOp::create(
+      b, loc, listed, cmp(arith::CmpIPredicate::ult, raw, r.maskBlocks));
+  Value block =
+      arith::SelectOp::create(b, loc, usable, raw, r.maskBlocks);
+  return add(mul(block, c64(r.tilesPerBlock)), within);
+}
+
+Value KernelIR::maskModApplies(const KvTileRange &r, Value j) {
+  if (!spec.isBlockSparse())
+    return Value();
+  Value at = j.getType() == i64 ? j : toI64(j);
+  if (r.tilesPerBlock > 1)
+    at = divU(at, r.tilesPerBlock);
+  return cmp(arith::CmpIPredicate::slt, at, r.numPartial);
 }
 
 Value KernelIR::inverseOfSum(Value rowSum) {

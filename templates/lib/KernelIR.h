@@ -35,14 +35,28 @@ struct ForwardParams {
     llvm::SmallVector<mlir::Value, 4> strides;
   };
   llvm::SmallVector<Capture> captures;
+  /// A block-sparse spec's block mask (KernelABI.h), in the layout of a
+  /// capture: kv_num_blocks [B, H, Mq], kv_indices [B, H, Mq, Nk], then the
+  /// same two for the full blocks (a null pointer when there are none).
+  llvm::SmallVector<Capture> blockMask;
 };
 
-/// The K/V tiles one query block visits: `count` tiles from `first` (i64),
-/// the tiles the causal mask and the window leave visible to some row of
-/// the block (at least one: a block whose rows see no key visits one tile
-/// that its mask empties, so every row ends with O = 0 and LSE = -inf).
+/// The K/V tiles one query block visits, `count` of them (i64, at least
+/// one: a block whose rows see no key visits one tile that its mask
+/// empties, so every row ends with O = 0 and LSE = -inf). KernelIR::kvTile
+/// gives the j-th one: `first` + j, the tiles the causal mask and the
+/// window leave visible to some row of the block; or, block-sparse, the
+/// key blocks of the block mask's lists, partial ones first.
 struct KvTileRange {
   mlir::Value first, count;
+  /// Block-sparse only: the query block's index lists (i32 in global
+  /// memory, `indexStride` elements apart), their lengths (i64, clamped
+  /// to `maskBlocks`), whether the full lists exist (i1), the mask blocks
+  /// of the key sequence (i64; an index at or past it names no keys), and
+  /// the kernel's tiles per mask block.
+  mlir::Value partialList, fullList, partialStride, fullStride;
+  mlir::Value numPartial, numFull, maskBlocks, hasFull;
+  int64_t tilesPerBlock = 1;
 };
 
 /// Where a thread block sits in the grid (KernelABI.h: x query block,
@@ -84,9 +98,17 @@ public:
   /// The key column of query row 0's diagonal (i64): 0, or seqlenK -
   /// seqlenQ for bottom-right alignment (AttentionSpec::causalAlign).
   mlir::Value diagonalOffset(const ForwardParams &p);
-  /// The K/V tiles of block_n keys that query rows [m0, m0 + blockM) visit.
-  KvTileRange kvTileRange(const ForwardParams &p, mlir::Value m0,
-                          int64_t blockM, int64_t blockN);
+  /// The K/V tiles of block_n keys that query rows [m0, m0 + blockM) of
+  /// (batch, head) visit (i64 values).
+  KvTileRange kvTileRange(const ForwardParams &p, mlir::Value batch,
+                          mlir::Value head, mlir::Value m0, int64_t blockM,
+                          int64_t blockN);
+  /// The index (i64, in tiles of block_n) of the j-th tile (i32 or i64) a
+  /// query block visits.
+  mlir::Value kvTile(const KvTileRange &range, mlir::Value j);
+  /// Whether the mask_mod applies on the j-th tile (i1): on a block-sparse
+  /// mask's partial blocks only; null (everywhere) otherwise.
+  mlir::Value maskModApplies(const KvTileRange &range, mlir::Value j);
   /// 1 / rowSum, or 0 where the row kept no key (rowSum 0) and the spec
   /// allows such rows (AttentionSpec::mayEmptyRows): their O is then 0.
   mlir::Value inverseOfSum(mlir::Value rowSum);

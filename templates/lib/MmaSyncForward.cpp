@@ -93,9 +93,12 @@ void Builder::build(StringRef name, const ModRegions &mods) {
 
   // KV tiles to visit: those the causal mask and the window leave
   // visible to some row of the block.
-  KvTileRange range = kvTileRange(p, m0, cfg.blockM, cfg.blockN);
+  KvTileRange range =
+      kvTileRange(p, at.batch, at.head, m0, cfg.blockM, cfg.blockN);
   Value numTiles = range.count;
-  Value firstKey = mul(range.first, c64(cfg.blockN));
+  // The first key of the j-th tile visited.
+  auto keyOf = [&](Value j) { return mul(kvTile(range, j), c64(cfg.blockN)); };
+  Value firstKey = keyOf(c64(0));
 
   // ---- prologue: Q and K[0] into shared ------------------------------------
   copyTile(p.q, p.qStrides, at.batch, at.head, m0, p.seqlenQ, cfg.blockM,
@@ -161,7 +164,8 @@ void Builder::build(StringRef name, const ModRegions &mods) {
       b, loc, cIdx(0), toIndex(numTiles), cIdx(1), init,
       [&](OpBuilder &, Location, Value tileIndex, ValueRange state) {
         Value j = toI64(tileIndex);
-        Value n0 = add(firstKey, mul(j, c64(cfg.blockN)));
+        Value n0 = keyOf(j);
+        rules.maskModOn = maskModApplies(range, j);
         Value kTile = kLane, vTile = vLane;
         auto copyNextK = [&](Value offset) {
           OpBuilder::InsertionGuard g(b);
@@ -169,7 +173,8 @@ void Builder::build(StringRef name, const ModRegions &mods) {
           auto more = scf::IfOp::create(
               b, loc, cmp(Pred::slt, nextTile, numTiles), /*withElse=*/false);
           b.setInsertionPoint(more.thenBlock()->getTerminator());
-          Value n1 = add(n0, c64(cfg.blockN));
+          Value n1 = spec.isBlockSparse() ? keyOf(nextTile)
+                                          : add(n0, c64(cfg.blockN));
           copyTile(p.k, p.kStrides, at.batch, at.kvHead, n1, p.seqlenK,
                    cfg.blockN, add(c64(kTileOffset), offset));
           if (doubleBuffered)

@@ -23,6 +23,8 @@ llvm::Error MmaSyncForward::checkConfig(const AttentionSpec &spec,
     return configError(llvm::formatv("config family '{0}' given to it",
                                      config.family)
                            .str());
+  if (auto err = checkSparseTile(spec, config))
+    return err;
   if (config.stages != 1 && config.stages != 2)
     return configError(
         llvm::formatv("stages must be 1 (one K/V buffer) or 2 (double-"

@@ -60,13 +60,28 @@ Value ScoreMods::inlineRegion(Region &region, ArrayRef<Value> fixed) {
   OpBuilder &b = ir.b;
   Location loc = ir.loc;
   Block &block = region.front();
+  // `index` values are 32-bit here, as FlexAttention's int32 indices: the
+  // mods' integer work (a distance, a document id compare) then takes one
+  // instruction per score, and int-to-float conversions are 32-bit. The
+  // fixed arguments are below 2^31; a mod whose index arithmetic could
+  // exceed it (q_idx * seqlen) casts to i64 first.
   IRMapping map;
-  for (auto [arg, value] : llvm::zip(block.getArguments(), fixed)) {
-    Value bound = value;
-    if (arg.getType().isIndex())
-      bound = arith::IndexCastOp::create(b, loc, b.getIndexType(), value);
-    map.map(arg, bound);
-  }
+  auto narrow = [&](Value v) -> Value {
+    return v.getType() == ir.i32 ? v : ir.toI32(v);
+  };
+  for (auto [arg, value] : llvm::zip(block.getArguments(), fixed))
+    map.map(arg, arg.getType().isIndex() ? narrow(value) : value);
+  // An integer of `width` bits from a 32-bit index, or back.
+  auto resize = [&](Value v, Type to, bool isSigned) -> Value {
+    unsigned from = v.getType().getIntOrFloatBitWidth(),
+             width = to.getIntOrFloatBitWidth();
+    if (from == width)
+      return v;
+    if (from > width)
+      return arith::TruncIOp::create(b, loc, to, v);
+    return isSigned ? arith::ExtSIOp::create(b, loc, to, v).getResult()
+                    : arith::ExtUIOp::create(b, loc, to, v).getResult();
+  };
   // LLVM intrinsics by name: the NVPTX back end gives them one instruction
   // each (abs, sqrt.rn, cvt.rmi, ...), where the llvm.intr ops would go to
   // libdevice in the GPU-to-NVVM conversion.
@@ -75,14 +90,6 @@ Value ScoreMods::inlineRegion(Region &region, ArrayRef<Value> fixed) {
     std::string full = (name + (type.isF64() ? ".f64" : ".f32")).str();
     return LLVM::CallIntrinsicOp::create(b, loc, type,
                                          b.getStringAttr(full), args)
-        .getResult(0);
-  };
-  // 1 / x as rcp.approx.ftz (relative error below 2^-22): a full IEEE
-  // division is a dozen instructions per score.
-  auto reciprocal = [&](Value x) -> Value {
-    return LLVM::CallIntrinsicOp::create(
-               b, loc, ir.f32, b.getStringAttr("llvm.nvvm.rcp.approx.ftz.f"),
-               ValueRange{x})
         .getResult(0);
   };
   auto f32Unary = [&](Operation &op, function_ref<Value(Value)> f) {
@@ -98,10 +105,8 @@ Value ScoreMods::inlineRegion(Region &region, ArrayRef<Value> fixed) {
           p.captures[arg.getArgNumber() - fixed.size()];
       Value offset = ir.c64(0);
       for (auto [index, stride] : llvm::zip(extract.getIndices(), c.strides))
-        offset = ir.add(offset,
-                        ir.mul(arith::IndexCastOp::create(
-                                   b, loc, ir.i64, map.lookup(index)),
-                               stride));
+        offset = ir.add(
+            offset, ir.mul(resize(map.lookup(index), ir.i64, true), stride));
       Type type = extract.getType();
       Value address = ir.globalAddress(c.data, type, offset);
       map.map(extract.getResult(),
@@ -129,18 +134,22 @@ Value ScoreMods::inlineRegion(Region &region, ArrayRef<Value> fixed) {
       continue;
     }
     if (isa<math::TanhOp>(op)) {
-      // tanh x = sign(x) (1 - t) / (1 + t), t = 2^(-2 |x| log2 e): no
-      // overflow for any x, and relative error near 2^-21 (tanh.approx is
-      // only good to 2^-11).
+      // tanh.approx.f32 (sm_75+; relative error below 2^-10.9): one MUFU
+      // operation, as the softmax's exp2. The exact form, (1 - t) / (1 + t)
+      // with t = 2^(-2 |x| log2 e), takes two more (ex2 and rcp) and about
+      // ten other instructions per score, which made soft-capping cost
+      // 0.30 of the dense rate; FlashAttention-3's soft-cap uses the same
+      // approximation.
       f32Unary(op, [&](Value x) {
-        Value ax = intrinsic("llvm.fabs", x);
-        Value t = ir.exp2(
-            arith::MulFOp::create(b, loc, ax, ir.cF32(-2.0f * kLog2E)));
-        Value one = ir.cF32(1.0f);
-        Value r = arith::MulFOp::create(
-            b, loc, arith::SubFOp::create(b, loc, one, t),
-            reciprocal(arith::AddFOp::create(b, loc, one, t)));
-        return intrinsic("llvm.copysign", ValueRange{r, x});
+        return LLVM::InlineAsmOp::create(
+                   b, loc, ir.f32, ValueRange{x}, "tanh.approx.f32 $0, $1;",
+                   "=f,f", /*has_side_effects=*/false,
+                   /*is_align_stack=*/false,
+                   LLVM::tailcallkind::TailCallKind::None,
+                   LLVM::AsmDialectAttr::get(b.getContext(),
+                                             LLVM::AsmDialect::AD_ATT),
+                   /*operand_attrs=*/ArrayAttr())
+            .getResult(0);
       });
       continue;
     }
@@ -176,8 +185,26 @@ Value ScoreMods::inlineRegion(Region &region, ArrayRef<Value> fixed) {
                                                map.lookup(fma.getC())}));
       continue;
     }
-    // arith ops (the verifier admits nothing else).
-    b.clone(op, map);
+    // arith ops (the verifier admits nothing else), with index as i32.
+    if (auto cast = dyn_cast<arith::IndexCastOp>(op)) {
+      Type to = cast.getType().isIndex() ? ir.i32 : cast.getType();
+      map.map(cast.getResult(), resize(map.lookup(cast.getIn()), to, true));
+      continue;
+    }
+    if (auto cast = dyn_cast<arith::IndexCastUIOp>(op)) {
+      Type to = cast.getType().isIndex() ? ir.i32 : cast.getType();
+      map.map(cast.getResult(), resize(map.lookup(cast.getIn()), to, false));
+      continue;
+    }
+    if (auto constant = dyn_cast<arith::ConstantIndexOp>(op)) {
+      map.map(constant.getResult(),
+              ir.c32(static_cast<int32_t>(constant.value())));
+      continue;
+    }
+    Operation *clone = b.clone(op, map);
+    for (Value result : clone->getResults())
+      if (result.getType().isIndex())
+        result.setType(ir.i32);
   }
   llvm_unreachable("a verified mod region ends in attn.yield");
 }

@@ -4,7 +4,7 @@
 // description are cloned there from the attn op's regions, so every family
 // gets every mod from this one building block: arith ops are cloned as
 // they are, math ops become the fast NVVM forms the softmax uses
-// (ex2.approx, lg2.approx; the CUDA toolkit's libdevice is not linked at
+// (ex2.approx, lg2.approx, tanh.approx; the CUDA toolkit's libdevice is not linked at
 // run time), and tensor.extract of a captured tensor becomes a global load
 // through the pointer and strides the launch passes (KernelABI.h).
 #ifndef FLASHJIT_TEMPLATES_SCOREMODS_H
@@ -19,12 +19,14 @@ class ScoreMods;
 
 /// What masks and modifies one tile's scores beyond their values: the
 /// sequences (i64), the diagonal offset of the causal mask and the window
-/// (KernelIR::diagonalOffset), the mods (null: none) and the tile's batch
-/// and head (i64).
+/// (KernelIR::diagonalOffset), the mods (null: none), the tile's batch
+/// and head (i64), and whether the mask_mod applies on this tile (i1, a
+/// block-sparse mask's partial block; null: on every tile).
 struct ScoreRules {
   mlir::Value seqlenQ, seqlenK, diagonal;
   ScoreMods *mods = nullptr;
   mlir::Value batch, head;
+  mlir::Value maskModOn = {};
 };
 
 class ScoreMods {
@@ -46,8 +48,9 @@ public:
   bool hasScoreMod() const { return mods.scoreMod != nullptr; }
   bool hasMaskMod() const { return mods.maskMod != nullptr; }
 
-  /// The score_mod of a score in the family's units; indices are i64 and
-  /// clamped by the caller to the sequences (a captured tensor is read at
+  /// The score_mod of a score in the family's units; indices are i32 or
+  /// i64 (narrowed: the mods' index is 32-bit) and clamped by the caller
+  /// to the sequences (a captured tensor is read at
   /// them).
   mlir::Value score(mlir::Value s, mlir::Value batch, mlir::Value head,
                     mlir::Value row, mlir::Value column);

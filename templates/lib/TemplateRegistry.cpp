@@ -97,6 +97,21 @@ llvm::Expected<const KernelTemplate *> findTemplate(llvm::StringRef family) {
           .str());
 }
 
+llvm::Error checkSparseTile(const AttentionSpec &spec,
+                            const TileConfig &config) {
+  if (!spec.isBlockSparse() || (spec.sparseBlockM % config.blockM == 0 &&
+                                spec.sparseBlockN % config.blockN == 0))
+    return llvm::Error::success();
+  return llvm::createStringError(
+      llvm::formatv("tile {0} x {1} does not divide the sparse block {2} x "
+                    "{3}: a block-sparse kernel's block_m and block_n divide "
+                    "the block mask's (use a tile that does, or a coarser "
+                    "mask block)",
+                    config.blockM, config.blockN, spec.sparseBlockM,
+                    spec.sparseBlockN)
+          .str());
+}
+
 unsigned clusterSizeOf(const TileConfig &config) {
   const KernelTemplate *t = lookupTemplate(config.family);
   return t ? t->clusterSize() : 1;

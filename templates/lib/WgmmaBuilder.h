@@ -76,9 +76,8 @@ private:
   /// The store issuer of `tid`'s warpgroup waits until its TMA stores have
   /// read their shared rows.
   void waitForStores(Value tid);
-  /// K/V tiles of the query block starting at row m0 (i64): those the
-  /// causal mask and the window leave visible (KernelIR::kvTileRange).
-  KvTileRange kvTiles(const ForwardParams &p, Value m0);
+  /// K/V tiles of the tile at `at` (KernelIR::kvTileRange).
+  KvTileRange kvTiles(const ForwardParams &p, const BlockCoordinates &at);
   void ifThen(Value condition, function_ref<void()> body);
 
   // ---- the persistent tile loop (WgmmaPersistent.cpp) ---------------------

@@ -184,8 +184,10 @@ Value Builder::slotBarrier(int64_t first, Value slot) {
       add(c32(layout.barriers + 8 * first), mul(slot, c32(8))));
 }
 
-KvTileRange Builder::kvTiles(const ForwardParams &p, Value m0) {
-  return kvTileRange(p, m0, cfg.blockM, cfg.blockN);
+KvTileRange Builder::kvTiles(const ForwardParams &p,
+                             const BlockCoordinates &at) {
+  return kvTileRange(p, at.batch, at.head, mul(at.queryBlock, c64(cfg.blockM)),
+                     cfg.blockM, cfg.blockN);
 }
 
 void Builder::ifThen(Value condition, function_ref<void()> body) {
@@ -346,7 +348,7 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
   // tile count.
   auto consumeTile = [&](const BlockCoordinates &at, Value iteration) {
     Value m0 = mul(at.queryBlock, c64(cfg.blockM));
-    KvTileRange range = kvTiles(p, m0);
+    KvTileRange range = kvTiles(p, at);
     Value numTiles = toI32(range.count);
     Value consumerRow0 = add(
         m0, toI64(mul(consumer, c32(WgmmaForward::kRowsPerWarpgroup))));
@@ -355,19 +357,27 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
       return add(warpRow0, add(quadRow, c64(8 * h)));
     };
     // The scores of tile j (local index, i32) through the mask and the
-    // online softmax.
-    ScoreRules rules{p.seqlenQ, p.seqlenK, diagonal,
-                     spec.hasMods() ? &scoreMods : nullptr, at.batch,
-                     at.head};
-    auto maskTile = [&](SmallVector<Value> &s, Value j) {
-      softmax.mask(s, mul(add(range.first, toI64(j)), c64(cfg.blockN)),
-                   cfg.blockN, consumerRow0,
+    // online softmax. Its key tile is looked up where the loop body
+    // starts (`Visit`), so that a block-sparse list's load is under way
+    // while the products run.
+    struct Visit {
+      Value tile, maskMod;
+    };
+    auto visit = [&](Value j) {
+      return Visit{kvTile(range, j), maskModApplies(range, j)};
+    };
+    auto maskTile = [&](SmallVector<Value> &s, const Visit &v) {
+      ScoreRules rules{p.seqlenQ, p.seqlenK, diagonal,
+                       spec.hasMods() ? &scoreMods : nullptr, at.batch,
+                       at.head, v.maskMod};
+      softmax.mask(s, mul(v.tile, c64(cfg.blockN)), cfg.blockN,
+                   consumerRow0,
                    add(consumerRow0,
                        c64(WgmmaForward::kRowsPerWarpgroup - 1)),
                    quadCol, rules, myRow);
     };
-    auto softmaxStep = [&](SmallVector<Value> &s, Value j, ValueRange max,
-                           ValueRange sum) {
+    auto softmaxStep = [&](SmallVector<Value> &s, const Visit &j,
+                           ValueRange max, ValueRange sum) {
       maskTile(s, j);
       return softmax.update(s, max, sum, p.scaleLog2);
     };
@@ -376,7 +386,7 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
     // the max after all: S_j again (a wgmma, hence the warpgroup's vote),
     // which also waits for the P V in flight. With random scores only the
     // first tile of a row needs the max, and it takes it (softmaxStep).
-    auto boundedStep = [&](SmallVector<Value> &s, Value j, Value slot,
+    auto boundedStep = [&](SmallVector<Value> &s, const Visit &j, Value slot,
                            ValueRange max, ValueRange sum) {
       maskTile(s, j);
       FragmentSoftmax::Update fast =
@@ -418,6 +428,7 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
     // S_j while P V is still on the tensor cores, and rescales O once that
     // lands. Tile 0: S only.
     Value zero = c32(0);
+    Visit visit0 = visit(zero);
     Value slot0 = slotOf(at_(zero));
     barrierWait(kFull(slot0), parityOf(at_(zero)));
     beginProducts();
@@ -426,7 +437,7 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
     s0 = waitGroups(0, s0);
     release(kEmpty(slot0));
     FragmentSoftmax::Update first =
-        softmaxStep(s0, zero, ValueRange{negInfV, negInfV},
+        softmaxStep(s0, visit0, ValueRange{negInfV, negInfV},
                     ValueRange{zeroF, zeroF});
 
     // State: max[2], sum[2], O[outs], P of the previous tile.
@@ -441,6 +452,7 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
         b, loc, c32(1), numTiles, c32(1), init,
         [&](OpBuilder &, Location, Value j, ValueRange state) {
           Value prev = sub(j, c32(1));
+          Visit visitJ = visit(j);
           Value slot = slotOf(at_(j)), prevSlot = slotOf(at_(prev));
           barrierWait(kFull(slot), parityOf(at_(j)));
           barrierWait(vFull(prevSlot), parityOf(at_(prev)));
@@ -452,7 +464,7 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
           endProducts(Value());
           scores = waitGroups(1, scores);
           FragmentSoftmax::Update u = boundedStep(
-              scores, j, slot, state.slice(0, 2), state.slice(2, 2));
+              scores, visitJ, slot, state.slice(0, 2), state.slice(2, 2));
           release(kEmpty(slot));
           o = waitGroups(0, o);
           release(vEmpty(prevSlot));

@@ -127,6 +127,8 @@ llvm::Error WgmmaForward::checkConfig(const AttentionSpec &spec,
     return configError(llvm::formatv("config family '{0}' given to it",
                                      config.family)
                            .str());
+  if (auto err = checkSparseTile(spec, config))
+    return err;
   if (dtypeBytes(spec.dtype) != 2)
     return configError("only 2-byte elements (f16, bf16) are supported");
   int64_t consumers = consumersOf(config);

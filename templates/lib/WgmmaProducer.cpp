@@ -68,9 +68,9 @@ void Builder::emitProducer(const ForwardParams &p, Value tid) {
   // (i32; persistent only); returns its K/V tile count.
   auto loadTile = [&](const BlockCoordinates &at, Value iteration,
                       Value done) {
-    KvTileRange range = kvTiles(p, mul(at.queryBlock, c64(cfg.blockM)));
+    KvTileRange range = kvTiles(p, at);
     Value numTiles = range.count;
-    Value first = toI32(range.first);
+    Value first = toI32(kvTile(range, c32(0)));
     // Q after the first K: K_0 fills a slot freed early in the last tile,
     // Q waits until each consumer frees its rows (after its last S with O
     // staged apart, else once its O, staged there, is stored).
@@ -92,7 +92,10 @@ void Builder::emitProducer(const ForwardParams &p, Value tid) {
           freshBase([&] {
             // Persistent: j * block_n from an opaque j, so that LLVM keeps
             // no second induction variable for it.
-            Value row = add(persistent ? opaque(j) : j, first);
+            Value row =
+                spec.isBlockSparse()
+                    ? toI32(kvTile(range, j))
+                    : add(persistent ? opaque(j) : j, toI32(range.first));
             loadKV(at, row, g, /*isK=*/true);
             loadKV(at, row, g, /*isK=*/false);
           });

@@ -13,8 +13,12 @@ using namespace flashjit::test;
 
 namespace {
 void checkVariant(const AttentionSpec &spec, const std::string &family,
-                  int64_t batch, int64_t seqlenQ, int64_t seqlenK) {
+                  int64_t batch, int64_t seqlenQ, int64_t seqlenK,
+                  std::optional<HostBlockMask> blockMask = std::nullopt,
+                  double blockDensity = 0.25) {
   CheckOptions o;
+  o.blockMask = std::move(blockMask);
+  o.blockDensity = blockDensity;
   o.batch = batch;
   o.seqlenQ = seqlenQ;
   o.seqlenK = seqlenK;
@@ -25,7 +29,12 @@ void checkVariant(const AttentionSpec &spec, const std::string &family,
                                           /*documents=*/4, o.seed);
   REQUIRE_MESSAGE(bool(captures), llvm::toString(captures.takeError()));
   o.captures = std::move(*captures);
-  INFO(describe(spec, o) << " family " << family);
+  INFO(describe(spec, o) << " family " << family
+                         << (spec.isBlockSparse()
+                                 ? " sparse " + std::to_string(spec.sparseBlockM) +
+                                       "x" + std::to_string(spec.sparseBlockN) +
+                                       " density " + std::to_string(blockDensity)
+                                 : std::string()));
   KernelOptions options;
   options.family = family;
   auto kernel = gpuContext().compile(spec, options);
@@ -114,4 +123,51 @@ TEST_CASE("soft-cap at spread scores, f16, window with a mod") {
   REQUIRE(!presets::softcap(spec, 20.0));
   for (const char *family : kFamilies)
     checkVariant(spec, family, 1, 1000, 1000);
+}
+
+TEST_CASE("block-sparse: listed key blocks only, the mask_mod on partial ones") {
+  // Random lists (partial and full blocks in a shuffled order) of several
+  // densities, 0 included (every row empty), with and without a mask_mod
+  // and a causal mask; every family that offers it; odd lengths.
+  for (const char *family : kFamilies)
+    for (double density : {0.0, 0.3, 1.0})
+      for (int variant = 0; variant < 3; ++variant) {
+        AttentionSpec spec = baseSpec(128, variant == 1);
+        spec.sparseBlockM = spec.sparseBlockN = 128;
+        if (variant == 2)
+          REQUIRE(!presets::documentMask(spec));
+        for (auto [sq, sk] : kLengths) {
+          if (variant == 2 && sq != sk)
+            continue;
+          checkVariant(spec, family, 2, sq, sk, std::nullopt, density);
+        }
+      }
+}
+
+TEST_CASE("block-sparse: coarser mask blocks, shared lists, head dim 64, f16") {
+  std::mt19937_64 rng(freshSeed());
+  for (const char *family : kFamilies) {
+    // Mask blocks of 256 x 256: several kernel tiles per block each way.
+    AttentionSpec coarse = baseSpec(128, false);
+    coarse.sparseBlockM = coarse.sparseBlockN = 256;
+    checkVariant(coarse, family, 2, 1000, 4097, std::nullopt, 0.4);
+    // One list for every sequence and head (batch and head dims of 1).
+    AttentionSpec shared = baseSpec(64, true);
+    shared.dtype = DType::F16;
+    shared.sparseBlockM = shared.sparseBlockN = 128;
+    REQUIRE(!presets::prefixLM(shared));
+    checkVariant(shared, family, 2, 1000, 1000,
+                 HostBlockMask::random(shared, 2, 1000, 1000, 0.5,
+                                       /*fullLists=*/true, /*shareBatch=*/true,
+                                       /*shareHeads=*/true, rng));
+    // Partial lists only (no full lists), with a window.
+    AttentionSpec windowed = baseSpec(128, true);
+    windowed.windowLeft = 300;
+    windowed.sparseBlockM = windowed.sparseBlockN = 128;
+    checkVariant(windowed, family, 1, 4097, 4097,
+                 HostBlockMask::random(windowed, 1, 4097, 4097, 0.6,
+                                       /*fullLists=*/false,
+                                       /*shareBatch=*/false,
+                                       /*shareHeads=*/false, rng));
+  }
 }

@@ -25,9 +25,12 @@ int runAutotune();
 
 /// The attention described by --head-dim, --dtype, --causal, --heads,
 /// --kv-heads and the variant options (--window, --causal-align, --alibi,
-/// --softcap, --documents, --prefix-lm, --score-mod, --mask-mod), shared by
-/// compile and run.
+/// --softcap, --documents, --prefix-lm, --score-mod, --mask-mod,
+/// --sparse-block, --block-sparse), shared by compile and run.
 llvm::Expected<AttentionSpec> specFromOptions();
+/// The fraction of key blocks a random block mask lists (--block-sparse;
+/// 0.25 when only --sparse-block is given).
+double blockDensityFromOptions();
 /// Host data for the spec's captured tensors of the preset variants
 /// (presets::sampleCaptures with --documents), for a run of `batch`
 /// sequences of `seqlen` queries and keys.

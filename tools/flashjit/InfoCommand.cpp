@@ -22,6 +22,7 @@ int runInfo() {
   nlohmann::json j;
   j["flashjit"] = versions.flashjit;
   j["llvm"] = versions.llvm;
+  j["generator"] = versions.generator;
   nlohmann::json chips = nlohmann::json::array();
   for (const std::string &chip : Target::supportedChips()) {
     Target t = llvm::cantFail(Target::parse(chip));
@@ -51,7 +52,8 @@ int runInfo() {
     llvm::outs() << j.dump(2) << "\n";
     return 0;
   }
-  llvm::outs() << "flashjit " << versions.flashjit << "\n"
+  llvm::outs() << "flashjit " << versions.flashjit << " (generator "
+               << versions.generator << ")\n"
                << "LLVM/MLIR " << versions.llvm << " (NVPTX back end)\n"
                << "targets:";
   for (auto &c : chips)

@@ -113,6 +113,7 @@ int runRun() {
   if (!captures)
     return reportError("run", captures.takeError());
   options.captures = std::move(*captures);
+  options.blockDensity = blockDensityFromOptions();
   auto report = runAndCheck(**kernel, options);
   if (!report)
     return reportError("run", report.takeError());

@@ -7,6 +7,7 @@
 
 #include "flashjit/Compiler/Variants.h"
 
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -76,6 +77,20 @@ static cl::opt<std::string> maskModFile(
     "mask-mod", cl::desc("File holding a mask_mod func.func (no captures)"),
     cl::sub(compileCommand), cl::sub(runCommand), cl::cat(category));
 
+static cl::list<int64_t> sparseBlock(
+    "sparse-block",
+    cl::desc("Block-sparse attention with this block mask block, "
+             "block_m,block_n (e.g. 128,128)"),
+    cl::CommaSeparated, cl::sub(compileCommand), cl::sub(runCommand),
+    cl::cat(category));
+static cl::opt<double> blockSparse(
+    "block-sparse",
+    cl::desc("Block-sparse attention: a random block mask listing this "
+             "fraction of the key blocks (e.g. 0.25; block 128,128 unless "
+             "--sparse-block says)"),
+    cl::init(0), cl::sub(compileCommand), cl::sub(runCommand),
+    cl::cat(category));
+
 static llvm::Expected<std::string> readText(llvm::StringRef path) {
   auto buffer = llvm::MemoryBuffer::getFile(path);
   if (!buffer)
@@ -96,6 +111,21 @@ static llvm::Error applyVariantOptions(AttentionSpec &spec) {
           "--window takes two extents, left,right (-1: no limit)");
     if (auto err = presets::slidingWindow(spec, window[0], window[1]))
       return err;
+  }
+  if (blockSparse != 0 && !(blockSparse > 0 && blockSparse <= 1))
+    return llvm::createStringError(
+        llvm::formatv("--block-sparse is the fraction of key blocks listed, "
+                      "in (0, 1]; got {0}",
+                      double(blockSparse))
+            .str());
+  if (!sparseBlock.empty() && sparseBlock.size() != 2)
+    return llvm::createStringError(
+        "--sparse-block takes two sizes, block_m,block_n (e.g. 128,128)");
+  if (!sparseBlock.empty()) {
+    spec.sparseBlockM = sparseBlock[0];
+    spec.sparseBlockN = sparseBlock[1];
+  } else if (blockSparse > 0) {
+    spec.sparseBlockM = spec.sparseBlockN = 128;
   }
   int presetsGiven = int(alibi) + int(softcapValue != 0) +
                      int(documents > 0) + int(prefixLM);
@@ -134,6 +164,10 @@ capturesFromOptions(const AttentionSpec &spec, int64_t batch, int64_t seqlenQ,
                     int64_t seqlenK, uint64_t seed) {
   return presets::sampleCaptures(spec, batch, seqlenQ, seqlenK, documents,
                                  seed ^ 0x5eed);
+}
+
+double blockDensityFromOptions() {
+  return blockSparse > 0 ? double(blockSparse) : 0.25;
 }
 
 llvm::Expected<AttentionSpec> specFromOptions() {

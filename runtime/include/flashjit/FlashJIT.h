@@ -80,12 +80,32 @@ struct CapturedRef {
 /// Captured tensors one launch takes at most.
 constexpr unsigned kMaxCaptures = kMaxCapturedTensors;
 
+/// The block mask of a block-sparse spec (AttentionSpec::sparseBlockM,
+/// sparseBlockN) in FlexAttention's BlockMask layout: i32 device tensors
+/// over Mq = ceil(seqlen_q / sparseBlockM) query blocks and Nk =
+/// ceil(seqlen_k / sparseBlockN) key blocks; their batch and head
+/// dimensions may be 1 (one mask for every sequence or head). Query block
+/// qb of (b, h) visits the key blocks kvIndices[b, h, qb, 0 ..
+/// kvNumBlocks[b, h, qb]) with the mask_mod, then fullKvIndices[b, h, qb,
+/// 0 .. fullKvNumBlocks[b, h, qb]) without it. Shapes are checked here;
+/// the contents stay on the GPU and are not: a count is clamped to
+/// [0, Nk], an index outside [0, Nk) names no keys (it is skipped), and a
+/// block listed twice is attended twice.
+struct BlockMaskRef {
+  CapturedRef kvNumBlocks;     ///< [B or 1, H or 1, Mq]
+  CapturedRef kvIndices;       ///< [B or 1, H or 1, Mq, Nk or more]
+  CapturedRef fullKvNumBlocks; ///< as kvNumBlocks; data null: no full lists
+  CapturedRef fullKvIndices;   ///< as kvIndices; null with fullKvNumBlocks
+};
+
 struct ForwardArgs {
   TensorRef q, k, v, o;
   LseRef lse;
   /// One per AttentionSpec::captures, in order (shapes checked against
   /// the spec's; the mods' indices into them are the caller's contract).
   std::vector<CapturedRef> captures;
+  /// A block-sparse spec's block mask; unused (null) otherwise.
+  BlockMaskRef blockMask;
   /// Softmax scale; none: 1/sqrt(head_dim).
   std::optional<double> scale;
   /// The caller's stream (null: the legacy default stream).

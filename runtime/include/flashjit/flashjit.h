@@ -40,7 +40,7 @@ extern "C" {
 
 /* Raised when a function or a field is added (flashjit_get_version's
  * api_version tells what the loaded library implements). */
-#define FLASHJIT_C_API_VERSION 2
+#define FLASHJIT_C_API_VERSION 3
 
 typedef enum flashjit_status {
   FLASHJIT_STATUS_OK = 0,
@@ -101,6 +101,12 @@ typedef struct flashjit_attention_spec {
   int32_t capture_dtype[8];
   int32_t capture_rank[8];
   int64_t capture_shape[8][4];
+  /* ---- API version 3: block-sparse attention */
+  /* The block mask's block, query rows x keys (multiples of 16 up to 4096,
+   * e.g. 128 x 128); 0, 0 (default): dense. The mask itself is passed to
+   * flashjit_kernel_forward_block_sparse at each launch. */
+  int64_t sparse_block_m;
+  int64_t sparse_block_n;
 } flashjit_attention_spec_t;
 
 /* Element types of captured tensors. */
@@ -123,6 +129,8 @@ flashjit_attention_spec_init(flashjit_attention_spec_t *spec) {
   spec->window_right = -1;
   spec->score_mod = 0;
   spec->mask_mod = 0;
+  spec->sparse_block_m = 0;
+  spec->sparse_block_n = 0;
   for (int i = 0; i < 8; ++i) {
     spec->capture_dtype[i] = 0;
     spec->capture_rank[i] = 0;
@@ -232,6 +240,29 @@ FLASHJIT_API flashjit_status_t flashjit_kernel_forward_captures(
     flashjit_kernel_t kernel, const DLTensor *q, const DLTensor *k,
     const DLTensor *v, DLTensor *o, DLTensor *lse, double scale,
     const DLTensor *captures, int32_t num_captures, void *stream);
+
+/* flashjit_kernel_forward_captures for a block-sparse spec (sparse_block_m
+ * and _n set), with its block mask in FlexAttention's BlockMask layout:
+ * kDLInt 32-bit tensors on the context's device, 4-byte aligned, strides in
+ * elements or NULL for row-major, over Mq = ceil(seqlen_q / sparse_block_m)
+ * query blocks and Nk = ceil(seqlen_k / sparse_block_n) key blocks:
+ *   kv_num_blocks       [batch or 1, num_heads or 1, Mq]
+ *   kv_indices          [batch or 1, num_heads or 1, Mq, Nk or more]
+ *   full_kv_num_blocks  as kv_num_blocks, or NULL (no full blocks)
+ *   full_kv_indices     as kv_indices, or NULL with full_kv_num_blocks
+ * Query block qb of (b, h) visits key blocks kv_indices[b, h, qb, i] for i <
+ * kv_num_blocks[b, h, qb], applying the mask_mod there, then the full
+ * blocks without it; the causal mask and window apply everywhere. A batch or
+ * head dimension of 1 serves every sequence or head. Shapes are checked; the
+ * contents are read on the GPU only: counts are clamped to [0, Nk], indices
+ * outside [0, Nk) are skipped, a block listed twice is attended twice. */
+FLASHJIT_API flashjit_status_t flashjit_kernel_forward_block_sparse(
+    flashjit_kernel_t kernel, const DLTensor *q, const DLTensor *k,
+    const DLTensor *v, DLTensor *o, DLTensor *lse, double scale,
+    const DLTensor *captures, int32_t num_captures,
+    const DLTensor *kv_num_blocks, const DLTensor *kv_indices,
+    const DLTensor *full_kv_num_blocks, const DLTensor *full_kv_indices,
+    void *stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

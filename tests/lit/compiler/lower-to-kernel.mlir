@@ -141,3 +141,27 @@ func.func @beside(%q: tensor<?x4x?x64xf16>) -> tensor<?x4x?x64xf16> {
       -> tensor<?x4x?x64xf16>, tensor<?x4x?xf32>
   return %o : tensor<?x4x?x64xf16>
 }
+
+// -----
+
+// Block-sparse: the block mask's four lists follow the ABI's parameters
+// (a pointer and 3 or 4 strides each), and each tile's keys come from a
+// list entry.
+// CHECK-LABEL: gpu.func @block_sparse(
+// CHECK-SAME: %{{.+}}: !llvm.ptr<1>, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: !llvm.ptr<1>, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: !llvm.ptr<1>, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: !llvm.ptr<1>, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64)
+// CHECK: llvm.load %{{.+}} {alignment = 4 : i64} : !llvm.ptr<1> -> i32
+func.func @block_sparse(%q: tensor<?x4x?x64xf16>, %s: f32) -> tensor<?x4x?x64xf16> {
+  %o, %lse = attn.attention %q, %q, %q scale %s {sparse_block = array<i64: 64, 64>, config = #attn.tile_config<family = "cuda_core", block_m = 32, block_n = 16, stages = 1, warps = 2>}
+      : tensor<?x4x?x64xf16>, tensor<?x4x?x64xf16>, tensor<?x4x?x64xf16> -> tensor<?x4x?x64xf16>, tensor<?x4x?xf32>
+  return %o : tensor<?x4x?x64xf16>
+}
+
+// -----
+
+// A tile that does not divide the mask's block is refused.
+func.func @sparse_tile(%q: tensor<?x4x?x64xf16>, %s: f32) -> tensor<?x4x?x64xf16> {
+  // expected-error @+1 {{tile 32 x 16 does not divide the sparse block 48 x 64}}
+  %o, %lse = attn.attention %q, %q, %q scale %s {sparse_block = array<i64: 48, 64>, config = #attn.tile_config<family = "cuda_core", block_m = 32, block_n = 16, stages = 1, warps = 2>}
+      : tensor<?x4x?x64xf16>, tensor<?x4x?x64xf16>, tensor<?x4x?x64xf16> -> tensor<?x4x?x64xf16>, tensor<?x4x?xf32>
+  return %o : tensor<?x4x?x64xf16>
+}

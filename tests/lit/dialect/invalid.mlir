@@ -219,3 +219,11 @@ func.func @capture_signature(%q: tensor<2x8x64x64xbf16>, %s: f32, %c: tensor<8xf
   } : tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16> -> tensor<2x8x64x64xbf16>, tensor<2x8x64xf32>
   return
 }
+
+// -----
+
+func.func @sparse_block(%q: tensor<2x8x64x64xbf16>, %s: f32) {
+  // expected-error @+1 {{'attn.attention' op sparse_block is array<i64: 128, 100>: expected [block_m, block_n], each a multiple of 16 from 16 to 4096}}
+  %o, %lse = attn.attention %q, %q, %q scale %s {sparse_block = array<i64: 128, 100>} : tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16> -> tensor<2x8x64x64xbf16>, tensor<2x8x64xf32>
+  return
+}

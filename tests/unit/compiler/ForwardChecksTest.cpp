@@ -88,3 +88,65 @@ TEST_CASE("broadcast inputs (stride 0) are allowed") {
   a.v.strides[0] = 0;
   CHECK(check(a) == "");
 }
+
+TEST_CASE("a block mask is checked against the spec and the problem") {
+  AttentionSpec sparse = spec();
+  sparse.sparseBlockM = 64;
+  sparse.sparseBlockN = 32;
+  // q: 100 rows -> 2 query blocks; k: 120 keys -> 4 key blocks.
+  auto withMask = [](bool full) {
+    ForwardArgs a = good();
+    a.blockMask.kvNumBlocks =
+        CapturedRef::contiguous(fake(5), CaptureDType::I32, {2, 4, 2});
+    a.blockMask.kvIndices =
+        CapturedRef::contiguous(fake(6), CaptureDType::I32, {2, 4, 2, 4});
+    if (full) {
+      a.blockMask.fullKvNumBlocks =
+          CapturedRef::contiguous(fake(7), CaptureDType::I32, {1, 1, 2});
+      a.blockMask.fullKvIndices =
+          CapturedRef::contiguous(fake(8), CaptureDType::I32, {1, 4, 2, 5});
+    }
+    return a;
+  };
+  auto checkSparse = [&](const ForwardArgs &a) {
+    llvm::Error err = checkForwardArgs(sparse, a);
+    return err ? llvm::toString(std::move(err)) : std::string();
+  };
+  CHECK(checkSparse(withMask(false)) == "");
+  CHECK(checkSparse(withMask(true)) == "");
+  // A dense kernel takes no mask; a sparse one needs its partial lists.
+  CHECK(check(withMask(false)).find("not block-sparse") != std::string::npos);
+  CHECK(checkSparse(good()).find("needs kv_num_blocks and kv_indices") !=
+        std::string::npos);
+  struct Case {
+    std::function<void(ForwardArgs &)> mutate;
+    const char *message;
+  };
+  const Case cases[] = {
+      {[](ForwardArgs &a) { a.blockMask.kvNumBlocks.shape[2] = 3; },
+       "kv_num_blocks has shape [2, 4, 3]: expected [2 or 1, 4 or 1, 2]"},
+      {[](ForwardArgs &a) { a.blockMask.kvIndices.shape[3] = 3; },
+       "kv_indices has shape [2, 4, 2, 3]: expected [2 or 1, 4 or 1, 2, 4 "
+       "or more]"},
+      {[](ForwardArgs &a) { a.blockMask.kvIndices.shape[1] = 2; },
+       "kv_indices has shape [2, 2, 2, 4]"},
+      {[](ForwardArgs &a) { a.blockMask.kvIndices.dtype = CaptureDType::F32; },
+       "kv_indices is f32: expected i32"},
+      {[](ForwardArgs &a) { a.blockMask.fullKvIndices.data = nullptr; },
+       "full_kv_num_blocks and full_kv_indices come together"},
+      {[](ForwardArgs &a) {
+         a.blockMask.fullKvNumBlocks.data =
+             static_cast<const char *>(a.blockMask.fullKvNumBlocks.data) + 2;
+       },
+       "full_kv_num_blocks is not 4-byte aligned"},
+      {[](ForwardArgs &a) { a.blockMask.kvNumBlocks.strides[0] = -1; },
+       "negative stride"},
+  };
+  for (const Case &c : cases) {
+    ForwardArgs a = withMask(true);
+    c.mutate(a);
+    std::string message = checkSparse(a);
+    INFO("expected: " << c.message << "\ngot: " << message);
+    CHECK(message.find(c.message) != std::string::npos);
+  }
+}

@@ -68,3 +68,26 @@ TEST_CASE("targets: names, PTX features, compute capabilities") {
   REQUIRE_FALSE(bool(old));
   CHECK(errorOf(old.takeError()).find("needs 8.0") != std::string::npos);
 }
+
+TEST_CASE("block-sparse specs: sizes checked, a kernel of their own") {
+  AttentionSpec dense;
+  AttentionSpec sparse = dense;
+  sparse.sparseBlockM = sparse.sparseBlockN = 128;
+  CHECK(errorOf(sparse.validate()).empty());
+  CHECK(sparse.isBlockSparse());
+  CHECK(sparse.mayEmptyRows());
+  CHECK_FALSE(sparse.isPlain());
+  CHECK(sparse.canonical() != dense.canonical());
+  CHECK(sparse.canonical().find(";sparse=128x128") != std::string::npos);
+  AttentionSpec coarser = sparse;
+  coarser.sparseBlockN = 256;
+  CHECK(coarser.kernelName() != sparse.kernelName());
+  for (auto [m, n] : {std::pair<int64_t, int64_t>{128, 0}, {100, 128},
+                      {8192, 128}, {-128, 128}}) {
+    AttentionSpec bad = dense;
+    bad.sparseBlockM = m;
+    bad.sparseBlockN = n;
+    CHECK(errorOf(bad.validate()).find("multiples of 16 from 16 to 4096") !=
+          std::string::npos);
+  }
+}

@@ -272,7 +272,8 @@ TEST_CASE("the spec is read by its struct_size, and bad fields are named") {
   CHECK(flashjit_kernel_compile(c.ctx, &newer.v1, &kernel) ==
         FLASHJIT_STATUS_UNSUPPORTED);
   CHECK(kernel == nullptr);
-  CHECK(has(lastError(), "byte 40"));
+  CHECK(has(lastError(),
+            "byte " + std::to_string(sizeof(flashjit_attention_spec_t))));
 }
 
 TEST_CASE("an unsupported head dim is UNSUPPORTED and named") {
@@ -558,4 +559,42 @@ TEST_CASE("compile_config: a whole config, a family's choice, and refusals") {
   CHECK(has(lastError(), "needs sm_90 or newer"));
   CHECK(has(configOf(nullptr), "mma_sync:"));
   flashjit_context_destroy(ctx);
+}
+
+TEST_CASE("block-sparse through the C API: spec fields and the mask's checks") {
+  if (driverLoadable()) {
+    MESSAGE("libcuda.so.1 is loadable here: the no-device path is skipped");
+    return;
+  }
+  flashjit_attention_spec_t spec = smallSpec();
+  spec.sparse_block_m = 64;
+  spec.sparse_block_n = 16;
+  CompiledKernel k(spec);
+  const char *name = nullptr, *config = nullptr;
+  REQUIRE(flashjit_kernel_describe(k.kernel, &name, &config) ==
+          FLASHJIT_STATUS_OK);
+  // The tile divides the mask's block: block_n 16 at most.
+  CHECK(has(config, ":n16:"));
+  constexpr DLDataType kI32{kDLInt, 32, 1};
+  Args a;
+  // 40 rows -> 1 query block of 64; 40 keys -> 3 key blocks of 16.
+  Tensor counts(0x60000000, {2, 4, 1}, kI32), indices(0x61000000, {1, 4, 1, 3}, kI32);
+  auto forward = [&](const DLTensor *c, const DLTensor *i) {
+    return flashjit_kernel_forward_block_sparse(
+        k.kernel, &a.q.dl, &a.k.dl, &a.v.dl, &a.o.dl, &a.lse.dl, NAN, nullptr,
+        0, c, i, nullptr, nullptr, nullptr);
+  };
+  CHECK(forward(&counts.dl, &indices.dl) == FLASHJIT_STATUS_NO_DEVICE);
+  CHECK(forward(nullptr, nullptr) == FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(has(lastError(), "needs kv_num_blocks and kv_indices"));
+  Tensor narrow(0x62000000, {1, 4, 1, 2}, kI32);
+  CHECK(forward(&counts.dl, &narrow.dl) == FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(has(lastError(), "kv_indices has shape [1, 4, 1, 2]"));
+  // A dense kernel refuses a mask.
+  CompiledKernel dense;
+  CHECK(flashjit_kernel_forward_block_sparse(
+            dense.kernel, &a.q.dl, &a.k.dl, &a.v.dl, &a.o.dl, &a.lse.dl, NAN,
+            nullptr, 0, &counts.dl, &indices.dl, nullptr, nullptr,
+            nullptr) == FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(has(lastError(), "not block-sparse"));
 }

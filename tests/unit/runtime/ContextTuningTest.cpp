@@ -6,7 +6,9 @@
 // GPU is needed: the tuning options name the GPU the kernels are built for.
 #include "RuntimeTestUtil.h"
 
+#include "flashjit/Compiler/Compiler.h"
 #include "flashjit/FlashJIT.h"
+#include "flashjit/Runtime/KernelCache.h"
 
 #include <doctest/doctest.h>
 
@@ -233,4 +235,59 @@ TEST_CASE("an explicit config: built as named, cached under its own key") {
   CHECK(std::string(configSourceName(ConfigSource::Tuned)) == "tuned");
   CHECK(std::string(configSourceName(ConfigSource::Explicit)) == "explicit");
   CHECK(std::string(configSourceName(ConfigSource::Heuristic)) == "heuristic");
+}
+
+TEST_CASE("an entry written by another generator is not served") {
+  AttentionSpec spec = d128Spec();
+  KernelOptions pinned;
+  pinned.config = heuristicFor(spec);
+  // The kernel as this generator builds it, and the inputs of its key.
+  std::string fresh;
+  {
+    TempDir dir;
+    Warnings warnings;
+    auto kernel = makeContext(dir, warnings)->compile(spec, pinned);
+    REQUIRE(static_cast<bool>(kernel));
+    fresh = (*kernel)->ptx();
+  }
+  ToolchainVersions versions = toolchainVersions();
+  CHECK(versions.generator == generatorId());
+  CHECK(std::string(generatorId()).size() == 16);
+  CacheKeyInputs inputs{spec.canonical(),
+                        pinned.config->canonical(),
+                        "sm_90a",
+                        versions.flashjit,
+                        versions.llvm,
+                        std::to_string(llvm::cantFail(Target::parse("sm_90a"))
+                                           .ptxVersion()),
+                        versions.generator};
+  // An entry under `generator` whose PTX is marked (still valid PTX, so a
+  // GPU could load it), then a context's compile from that cache.
+  const std::string mark = "\n// marked entry\n";
+  auto servedFrom = [&](const std::string &generator) {
+    TempDir dir;
+    Warnings warnings;
+    CacheKeyInputs in = inputs;
+    in.generator = generator;
+    {
+      KernelCache cache(cacheOptions(dir / "cache", warnings));
+      auto written = cache.getOrBuild(in, [&]() -> llvm::Expected<CacheEntry> {
+        CacheEntry e;
+        e.info.name = spec.kernelName();
+        e.info.config = *pinned.config;
+        e.info.threadsPerBlock = 128;
+        e.info.numHeads = spec.numHeads;
+        e.ptx = fresh + mark;
+        return e;
+      });
+      REQUIRE(static_cast<bool>(written));
+    }
+    auto kernel = makeContext(dir, warnings)->compile(spec, pinned);
+    REQUIRE(static_cast<bool>(kernel));
+    return (*kernel)->ptx();
+  };
+  // The same generator's entry is served (so the check below can fail)...
+  CHECK(servedFrom(versions.generator) == fresh + mark);
+  // ...another generator's is not: the kernel is built again.
+  CHECK(servedFrom("0123456789abcdef") == fresh);
 }

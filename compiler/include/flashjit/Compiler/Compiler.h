@@ -56,9 +56,16 @@ llvm::Expected<CompiledKernel> compileDescription(llvm::StringRef mlirText,
 
 /// Versions that, with the spec, config and target, key the kernel cache.
 struct ToolchainVersions {
-  std::string flashjit; ///< e.g. "0.1.0"
-  std::string llvm;     ///< e.g. "22.1.8"
+  std::string flashjit;  ///< e.g. "0.1.0"
+  std::string llvm;      ///< e.g. "22.1.8"
+  std::string generator; ///< generatorId()
 };
+
+/// 16 hex digits hashing every source of the dialect, the templates and
+/// the compiler at build time: any change of the code that generates
+/// kernels changes it, so the kernel cache never serves an older
+/// generator's PTX under the same version string.
+const char *generatorId();
 ToolchainVersions toolchainVersions();
 
 } // namespace flashjit

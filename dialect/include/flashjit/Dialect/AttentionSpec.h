@@ -79,11 +79,21 @@ struct AttentionSpec {
   std::string maskMod;
   /// The tensors both functions take after their fixed arguments, in order.
   std::vector<CapturedTensor> captures;
+  /// Block-sparse attention: each launch lists, per batch, head and query
+  /// block of sparseBlockM rows, the key blocks of sparseBlockN keys it
+  /// visits (ForwardArgs::blockMask, FlexAttention's BlockMask format):
+  /// "partial" blocks, where the mask_mod applies, then "full" blocks,
+  /// where it does not. Key blocks not listed are never loaded. The
+  /// causal mask, the window and the sequence ends apply on every block.
+  /// The kernel's tile divides the mask's block (the autotuner only picks
+  /// such tiles); 128 x 128 is FlexAttention's default. 0: dense.
+  int64_t sparseBlockM = 0, sparseBlockN = 0;
 
   /// Checks what every template needs: head dim a multiple of 8 in
   /// [8, 256], heads positive, heads a multiple of KV heads, window
-  /// extents -1 or more, captures of rank 1 to 4, and that captures come
-  /// with a mod that reads them. The mods' text is checked when it is
+  /// extents -1 or more, captures of rank 1 to 4, that captures come
+  /// with a mod that reads them, and sparse block sizes both 0 or both
+  /// multiples of 16 up to 4096. The mods' text is checked when it is
   /// compiled.
   llvm::Error validate() const;
   /// Query heads per key/value head.
@@ -93,11 +103,16 @@ struct AttentionSpec {
   bool hasRightBound() const { return causal || windowRight >= 0; }
   int64_t rightExtent() const;
   bool hasLeftBound() const { return windowLeft >= 0; }
-  /// Whether any mask beyond the sequence ends applies.
-  bool hasStructuralMask() const { return hasRightBound() || hasLeftBound(); }
+  bool isBlockSparse() const { return sparseBlockM > 0; }
+  /// Whether any mask beyond the sequence ends applies (a block-sparse
+  /// mask included: each one makes the key tiles of query blocks differ).
+  bool hasStructuralMask() const {
+    return hasRightBound() || hasLeftBound() || isBlockSparse();
+  }
   bool hasMods() const { return !scoreMod.empty() || !maskMod.empty(); }
   /// Whether some query row may keep no key at all (its O is then 0 and
-  /// its LSE -inf): a mask_mod, a window, or a bottom-right diagonal.
+  /// its LSE -inf): a mask_mod, a window, a bottom-right diagonal, or a
+  /// block mask.
   bool mayEmptyRows() const;
   /// Whether the spec is plain causal or dense attention (no variant).
   bool isPlain() const;

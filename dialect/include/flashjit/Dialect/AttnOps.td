@@ -29,6 +29,9 @@ def Attn_AttentionOp : Attn_Op<"attention", [
     `window_right` bound the keys a query sees to
     `[q_idx + offset - window_left, q_idx + offset + window_right]` (the
     same diagonal offset). These structural masks become loop bounds.
+    `sparse_block = [M, N]` makes the attention block-sparse: each launch
+    lists, per batch, head and query block of M rows, the key blocks of N
+    keys to visit (partial ones, where `mask_mod` applies, then full ones).
 
     The optional `score_mod` region rewrites each score: its block
     arguments are `(score: f32, b: index, h: index, q_idx: index,
@@ -77,6 +80,7 @@ def Attn_AttentionOp : Attn_Op<"attention", [
     UnitAttr:$bottom_right,
     OptionalAttr<I64Attr>:$window_left,
     OptionalAttr<I64Attr>:$window_right,
+    OptionalAttr<DenseI64ArrayAttr>:$sparse_block,
     OptionalAttr<Attn_TileConfigAttr>:$config);
   let results = (outs AnyRankedTensor:$output, AnyRankedTensor:$lse);
   let regions = (region MaxSizedRegion<1>:$score_mod,

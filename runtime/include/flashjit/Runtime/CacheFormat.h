@@ -33,6 +33,9 @@ struct CacheKeyInputs {
   std::string flashjitVersion;
   std::string llvmVersion;
   std::string ptxVersion;
+  /// The generator's identity (generatorId() in Compiler.h); empty only
+  /// in tests that pin keys.
+  std::string generator;
 };
 
 /// 32 lower-case hex digits: a 128-bit hash of all inputs, each

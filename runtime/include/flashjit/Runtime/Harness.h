@@ -7,6 +7,7 @@
 
 #include "flashjit/Compiler/ModInterpreter.h"
 #include "flashjit/FlashJIT.h"
+#include "flashjit/Runtime/HostBlockMask.h"
 
 #include <cstdint>
 #include <random>
@@ -32,6 +33,10 @@ struct CheckOptions {
   /// The spec's captured tensors, row-major on the host; uploaded as f32
   /// or i32 as the spec says, and read by the reference's mods too.
   std::vector<HostCapture> captures;
+  /// A block-sparse spec's block mask (uploaded as given); none for a
+  /// block-sparse spec: a random one of `blockDensity`.
+  std::optional<HostBlockMask> blockMask;
+  double blockDensity = 0.25;
 };
 
 struct CheckReport {

@@ -30,11 +30,16 @@ struct ForwardLaunchParams {
   };
   std::array<Capture, kMaxCaptures> captures{};
   unsigned numCaptures = 0;
+  /// A block-sparse kernel's block mask, in the captures' layout (counts
+  /// rank 3, indices rank 4; broadcast dimensions get stride 0).
+  std::array<Capture, 4> blockMask{};
+  bool hasBlockMask = false;
 
-  static constexpr unsigned kMaxParams =
-      ForwardKernelArgs::kNumParams + kNumTensorMaps + kMaxCaptures * 5;
+  static constexpr unsigned kMaxParams = ForwardKernelArgs::kNumParams +
+                                         kNumTensorMaps + kMaxCaptures * 5 +
+                                         4 * 5;
   /// Pointers to args' parameters, then to the maps (none without them),
-  /// then to the captures; null after the last.
+  /// then to the captures and the block mask; null after the last.
   /// The array points into *this: keep *this alive until the launch returns.
   std::array<void *, kMaxParams> pointers();
 };

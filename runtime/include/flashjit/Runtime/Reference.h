@@ -6,6 +6,7 @@
 
 #include "flashjit/Compiler/ModInterpreter.h"
 #include "flashjit/Dialect/AttentionSpec.h"
+#include "flashjit/Runtime/HostBlockMask.h"
 #include <cstdint>
 #include <vector>
 
@@ -20,10 +21,13 @@ struct HostProblem {
   /// The spec's mods (null: none) and the tensors they read.
   const ModInterpreter *mods = nullptr;
   std::vector<HostCapture> captures;
+  /// A block-sparse spec's block mask (null: dense).
+  const HostBlockMask *blockMask = nullptr;
 };
 
 /// O (row of head_dim) and LSE of query row `row` of (batch, head), with
-/// the spec's causal mask, window (either alignment) and mods. A row that
+/// the spec's causal mask, window (either alignment), mods and block mask
+/// (a key block listed k times counts k times, as in the kernels). A row that
 /// keeps no key has O = 0 and LSE = -inf (the kernels' convention, as
 /// FlexAttention's). A mod that cannot be evaluated (a captured tensor read
 /// out of bounds) leaves `error` set.

@@ -119,6 +119,12 @@ llvm::Expected<const KernelTemplate *> findTemplate(llvm::StringRef family);
 /// The cluster size of `config`'s family (KernelTemplate::clusterSize); 1
 /// for a family no template has.
 unsigned clusterSizeOf(const TileConfig &config);
+/// What every template's checkConfig asks of a block-sparse spec: the
+/// config's block_m and block_n divide the mask's block, so that each
+/// query tile reads one row of the block mask and each key tile lies in
+/// one mask block.
+llvm::Error checkSparseTile(const AttentionSpec &spec,
+                            const TileConfig &config);
 
 } // namespace flashjit
 
