@@ -153,6 +153,23 @@ Value ScoreMods::inlineRegion(Region &region, ArrayRef<Value> fixed) {
       });
       continue;
     }
+    if (auto div = dyn_cast<arith::DivFOp>(op); div && div.getType().isF32()) {
+      // div.full.f32 (rcp and a multiply; within 2 ulp), as Triton divides
+      // in FlexAttention's mods: an IEEE division is a dozen instructions
+      // and a branch per score.
+      map.map(div.getResult(),
+              LLVM::InlineAsmOp::create(
+                  b, loc, ir.f32,
+                  ValueRange{map.lookup(div.getLhs()), map.lookup(div.getRhs())},
+                  "div.full.f32 $0, $1, $2;", "=f,f,f",
+                  /*has_side_effects=*/false, /*is_align_stack=*/false,
+                  LLVM::tailcallkind::TailCallKind::None,
+                  LLVM::AsmDialectAttr::get(b.getContext(),
+                                            LLVM::AsmDialect::AD_ATT),
+                  /*operand_attrs=*/ArrayAttr())
+                  .getResult(0));
+      continue;
+    }
     if (isa<math::SqrtOp>(op)) {
       f32Unary(op, [&](Value x) { return intrinsic("llvm.sqrt", x); });
       continue;
