@@ -390,50 +390,41 @@ class Kernel:
     def bind_captures(self, q, k, v, o, lse, captures, scale=None, stream=None):
         """bind for flashjit_kernel_forward_captures: `captures` are the
         spec's captured tensors (TensorArgs, f32 or i32) in its order."""
-        if not self.lib.has("flashjit_kernel_forward_captures"):
-            raise FlashjitError("flashjit_kernel_forward_captures", UNSUPPORTED,
-                                f"{self.lib.path} has no flashjit_kernel_forward_captures "
-                                "(C API version 1)")
-        fn, handle = self.lib.lib.flashjit_kernel_forward_captures, self.handle
-        args = [ctypes.byref(t.dl) for t in (q, k, v, o, lse)]
-        array = (DLTensor * max(1, len(captures)))(*[t.dl for t in captures])
-        count = ctypes.c_int32(len(captures))
-        scale = math.nan if scale is None else float(scale)
-        stream = ctypes.c_void_p(stream or 0)
-        keep = (q, k, v, o, lse, tuple(captures), array)  # outlive the closure
-
-        def launch():
-            status = fn(handle, *args, scale, array, count, stream)
-            if status != OK:
-                message = self.lib.lib.flashjit_last_error().decode(errors="replace")
-                raise FlashjitError("flashjit_kernel_forward_captures", status, message)
-        launch.keep = keep
-        return launch
-
+        return self._bind_with_captures("flashjit_kernel_forward_captures",
+                                        "C API version 1", q, k, v, o, lse,
+                                        captures, (), (), scale, stream)
 
     def bind_block_sparse(self, q, k, v, o, lse, block_mask, captures=(), scale=None,
                           stream=None):
         """bind for flashjit_kernel_forward_block_sparse (a spec made with
         sparse_block): `block_mask` is a BlockMaskArgs, `captures` the
         spec's captured tensors (TensorArgs) in its order."""
-        if not self.lib.has("flashjit_kernel_forward_block_sparse"):
-            raise FlashjitError("flashjit_kernel_forward_block_sparse", UNSUPPORTED,
-                                f"{self.lib.path} has no flashjit_kernel_forward_block_sparse "
-                                "(C API version 2 or older)")
-        fn, handle = self.lib.lib.flashjit_kernel_forward_block_sparse, self.handle
+        lists = [ctypes.byref(t.dl) if t is not None else None for t in block_mask.lists]
+        return self._bind_with_captures("flashjit_kernel_forward_block_sparse",
+                                        "C API version 2 or older", q, k, v, o, lse,
+                                        captures, lists, (block_mask,), scale, stream)
+
+    def _bind_with_captures(self, name, older, q, k, v, o, lse, captures, extra,
+                            keep_extra, scale, stream):
+        """The launch closure of `name`(kernel, q, k, v, o, lse, scale,
+        captures, count, *extra, stream), refused where the library (of
+        `older`) lacks it."""
+        if not self.lib.has(name):
+            raise FlashjitError(name, UNSUPPORTED, f"{self.lib.path} has no {name} ({older})")
+        fn, handle = getattr(self.lib.lib, name), self.handle
         args = [ctypes.byref(t.dl) for t in (q, k, v, o, lse)]
         array = (DLTensor * max(1, len(captures)))(*[t.dl for t in captures])
         count = ctypes.c_int32(len(captures))
-        lists = [ctypes.byref(t.dl) if t is not None else None for t in block_mask.lists]
         scale = math.nan if scale is None else float(scale)
         stream = ctypes.c_void_p(stream or 0)
-        keep = (q, k, v, o, lse, tuple(captures), array, block_mask)  # outlive the closure
+        # What the closure's pointers point into must outlive it.
+        keep = (q, k, v, o, lse, tuple(captures), array, tuple(keep_extra))
 
         def launch():
-            status = fn(handle, *args, scale, array, count, *lists, stream)
+            status = fn(handle, *args, scale, array, count, *extra, stream)
             if status != OK:
                 message = self.lib.lib.flashjit_last_error().decode(errors="replace")
-                raise FlashjitError("flashjit_kernel_forward_block_sparse", status, message)
+                raise FlashjitError(name, status, message)
         launch.keep = keep
         return launch
 

@@ -228,9 +228,7 @@ flashjit_status_t forwardKernel(const char *fn, flashjit_kernel_t kernel,
   if (blockMask) {
     const char *names[] = {"kv_num_blocks", "kv_indices",
                            "full_kv_num_blocks", "full_kv_indices"};
-    flashjit::CapturedRef *lists[] = {
-        &args.blockMask.kvNumBlocks, &args.blockMask.kvIndices,
-        &args.blockMask.fullKvNumBlocks, &args.blockMask.fullKvIndices};
+    auto lists = args.blockMask.lists();
     for (int l = 0; l < 4; ++l) {
       if (!blockMask[l])
         continue;

@@ -151,8 +151,21 @@ llvm::Expected<CheckReport> runAndCheck(const Kernel &kernel,
   args.o = tensorRef(opt.layout, o.data(), spec.dtype, B, H, Sq, D);
   args.lse = LseRef::contiguous(static_cast<float *>(lse.data()), B, H, Sq);
   args.scale = host.scale;
-  // The captured tensors, as the spec's dtypes.
-  std::vector<std::unique_ptr<DeviceBuffer>> captureBuffers;
+  // The captured tensors and the block mask: 4-byte words in device
+  // buffers that live until the checks are done.
+  std::vector<std::unique_ptr<DeviceBuffer>> buffers;
+  auto upload = [&](const void *words, size_t count, CaptureDType dtype,
+                    llvm::ArrayRef<int64_t> shape) -> llvm::Expected<CapturedRef> {
+    auto buffer = std::make_unique<DeviceBuffer>(drv);
+    if (auto err = buffer->allocate(std::max<size_t>(count, 1) * 4))
+      return std::move(err);
+    if (auto err =
+            FLASHJIT_CU(drv, cuMemcpyHtoD, buffer->ptr(), words, count * 4))
+      return std::move(err);
+    CapturedRef ref = CapturedRef::contiguous(buffer->data(), dtype, shape);
+    buffers.push_back(std::move(buffer));
+    return ref;
+  };
   for (size_t i = 0; i < opt.captures.size(); ++i) {
     const HostCapture &c = opt.captures[i];
     std::vector<uint32_t> words(c.values.size());
@@ -164,15 +177,11 @@ llvm::Expected<CheckReport> runAndCheck(const Kernel &kernel,
         words[e] = static_cast<uint32_t>(static_cast<int32_t>(c.values[e]));
       }
     }
-    auto buffer = std::make_unique<DeviceBuffer>(drv);
-    if (auto err = buffer->allocate(std::max<size_t>(words.size(), 1) * 4))
-      return std::move(err);
-    if (auto err = FLASHJIT_CU(drv, cuMemcpyHtoD, buffer->ptr(), words.data(),
-                               words.size() * 4))
-      return std::move(err);
-    args.captures.push_back(CapturedRef::contiguous(
-        buffer->data(), spec.captures[i].dtype, c.shape));
-    captureBuffers.push_back(std::move(buffer));
+    auto ref = upload(words.data(), words.size(), spec.captures[i].dtype,
+                      c.shape);
+    if (!ref)
+      return ref.takeError();
+    args.captures.push_back(*ref);
   }
   // The block mask: the caller's, or a random one of the density asked.
   HostBlockMask blockMask;
@@ -184,40 +193,19 @@ llvm::Expected<CheckReport> runAndCheck(const Kernel &kernel,
                                             /*shareBatch=*/false,
                                             /*shareHeads=*/false, rng);
     host.blockMask = &blockMask;
-    auto upload = [&](const std::vector<int32_t> &values,
-                      const std::vector<int64_t> &shape) -> llvm::Expected<CapturedRef> {
-      auto buffer = std::make_unique<DeviceBuffer>(drv);
-      if (auto err = buffer->allocate(std::max<size_t>(values.size(), 1) * 4))
-        return std::move(err);
-      if (auto err = FLASHJIT_CU(drv, cuMemcpyHtoD, buffer->ptr(),
-                                 values.data(), values.size() * 4))
-        return std::move(err);
-      CapturedRef ref =
-          CapturedRef::contiguous(buffer->data(), CaptureDType::I32, shape);
-      captureBuffers.push_back(std::move(buffer));
-      return ref;
-    };
-    struct List {
-      const std::vector<int32_t> &values;
-      std::vector<int64_t> shape;
-      CapturedRef &into;
-    };
-    std::vector<List> lists = {
-        {blockMask.kvNumBlocks, blockMask.countShape(),
-         args.blockMask.kvNumBlocks},
-        {blockMask.kvIndices, blockMask.indexShape(),
-         args.blockMask.kvIndices}};
-    if (blockMask.hasFullLists()) {
-      lists.push_back({blockMask.fullKvNumBlocks, blockMask.countShape(),
-                       args.blockMask.fullKvNumBlocks});
-      lists.push_back({blockMask.fullKvIndices, blockMask.indexShape(),
-                       args.blockMask.fullKvIndices});
-    }
-    for (List &l : lists) {
-      auto ref = upload(l.values, l.shape);
+    const std::vector<int32_t> *values[] = {
+        &blockMask.kvNumBlocks, &blockMask.kvIndices,
+        &blockMask.fullKvNumBlocks, &blockMask.fullKvIndices};
+    auto lists = args.blockMask.lists();
+    // Counts, indices, then the full lists when there are any.
+    for (unsigned l = 0; l < (blockMask.hasFullLists() ? 4u : 2u); ++l) {
+      auto ref = upload(values[l]->data(), values[l]->size(),
+                        CaptureDType::I32,
+                        l % 2 == 0 ? blockMask.countShape()
+                                   : blockMask.indexShape());
       if (!ref)
         return ref.takeError();
-      l.into = *ref;
+      *lists[l] = *ref;
     }
   }
   if (auto err = kernel.forward(args))

@@ -46,9 +46,7 @@ llvm::Error prepareForwardLaunch(const ForwardArgs &args, double scale,
   // The block mask's batch and head dimensions of size 1 serve every
   // sequence and head: stride 0. Without full lists, a null pointer.
   params.hasBlockMask = args.blockMask.kvNumBlocks.data != nullptr;
-  const CapturedRef *lists[] = {
-      &args.blockMask.kvNumBlocks, &args.blockMask.kvIndices,
-      &args.blockMask.fullKvNumBlocks, &args.blockMask.fullKvIndices};
+  auto lists = args.blockMask.lists();
   for (unsigned l = 0; l < 4; ++l) {
     ForwardLaunchParams::Capture &c = params.blockMask[l];
     c.data = lists[l]->data;

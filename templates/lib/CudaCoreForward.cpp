@@ -238,16 +238,10 @@ void Builder::build(StringRef name, const ModRegions &modRegions) {
                 b, loc, valid,
                 cmp(arith::CmpIPredicate::sge, column,
                     sub(diagonal, c64(spec.windowLeft))));
-          if (mods.hasMaskMod()) {
-            Value keep = mods.keep(batch, head, modRow, modColumn);
-            if (maskModOn)
-              keep = arith::OrIOp::create(
-                  b, loc, keep,
-                  arith::XOrIOp::create(b, loc, maskModOn,
-                                        arith::ConstantOp::create(
-                                            b, loc, b.getBoolAttr(true))));
-            valid = arith::AndIOp::create(b, loc, valid, keep);
-          }
+          if (mods.hasMaskMod())
+            valid = arith::AndIOp::create(
+                b, loc, valid,
+                mods.keep(batch, head, modRow, modColumn, maskModOn));
           s = arith::SelectOp::create(b, loc, valid, s, cF32(negInf));
           scores.push_back(s);
           rowMax = arith::MaxNumFOp::create(b, loc, rowMax, s);

@@ -31,7 +31,8 @@ void FragmentSoftmax::mask(MutableArrayRef<Value> s, Value n0, int64_t blockN,
   // The mods read captured tensors at (row, column): rows and columns past
   // the sequences (masked below) are clamped to the last ones. 32-bit, as
   // the mods' indices (ScoreMods.cpp).
-  Value lastRow32 = mods ? ir.toI32(ir.sub(rules.seqlenQ, ir.c64(1))) : Value();
+  Value lastRow32 =
+      mods ? ir.toI32(ir.sub(rules.seqlenQ, ir.c64(1))) : Value();
   Value lastColumn32 =
       mods ? ir.toI32(ir.sub(rules.seqlenK, ir.c64(1))) : Value();
   Value base32 = mods ? ir.toI32(base) : Value();
@@ -78,12 +79,6 @@ void FragmentSoftmax::mask(MutableArrayRef<Value> s, Value n0, int64_t blockN,
     // half: then one compare with a constant per score and bound, no
     // 64-bit column arithmetic.
     Value lastByLength = ir.sub(ir.sub(rules.seqlenK, ir.c64(1)), base);
-    Value notMaskModOn =
-        rules.maskModOn
-            ? arith::XOrIOp::create(
-                  b, loc, rules.maskModOn,
-                  arith::ConstantOp::create(b, loc, b.getBoolAttr(true)))
-            : Value();
     auto clamp32 = [&](Value bound) {
       return ir.toI32(
           ir.maxS(ir.minS(bound, ir.c64(blockN)), ir.c64(-1)));
@@ -108,14 +103,11 @@ void FragmentSoftmax::mask(MutableArrayRef<Value> s, Value n0, int64_t blockN,
           if (spec.hasLeftBound())
             valid = arith::AndIOp::create(
                 b, loc, valid, ir.cmp(Pred::sge, column, first[r / 2]));
-          if (hasMaskMod) {
-            // Kept by the mask_mod, or on a tile where it does not apply.
-            Value keep = mods->keep(rules.batch, rules.head,
-                                    modRow(mt, r / 2), modColumn(nt, r));
-            if (rules.maskModOn)
-              keep = arith::OrIOp::create(b, loc, keep, notMaskModOn);
-            valid = arith::AndIOp::create(b, loc, valid, keep);
-          }
+          if (hasMaskMod)
+            valid = arith::AndIOp::create(
+                b, loc, valid,
+                mods->keep(rules.batch, rules.head, modRow(mt, r / 2),
+                           modColumn(nt, r), rules.maskModOn));
           out.push_back(arith::SelectOp::create(
               b, loc, valid, s[scoreAt(mt, nt) + r], ir.cF32(kNegInf)));
         }

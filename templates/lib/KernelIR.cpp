@@ -148,11 +148,15 @@ Value KernelIR::cmp(arith::CmpIPredicate p, Value x, Value y) {
   return arith::CmpIOp::create(b, loc, p, x, y);
 }
 Value KernelIR::toI64(Value v) {
+  if (v.getType() == i64)
+    return v;
   if (v.getType().isIndex())
     return arith::IndexCastOp::create(b, loc, i64, v);
   return arith::ExtUIOp::create(b, loc, i64, v);
 }
 Value KernelIR::toI32(Value v) {
+  if (v.getType() == i32)
+    return v;
   if (v.getType().isIndex())
     return arith::IndexCastOp::create(b, loc, i32, v);
   return arith::TruncIOp::create(b, loc, i32, v);
@@ -245,7 +249,8 @@ KvTileRange KernelIR::kvTileRange(const ForwardParams &p, Value batch,
       return arith::SelectOp::create(b, loc, negative, c64(0),
                                      minS(raw, r.maskBlocks));
     };
-    r.numPartial = length(globalAddress(counts.data, i32, rowOf(counts)));
+    Value countAddress = globalAddress(counts.data, i32, rowOf(counts));
+    r.numPartial = length(countAddress);
     // No full lists: a null pointer. Their length is then 0 (read from
     // the partial length's address, which is valid).
     Value nullPtr = LLVM::ZeroOp::create(b, loc, globalPtr);
@@ -253,8 +258,7 @@ KvTileRange KernelIR::kvTileRange(const ForwardParams &p, Value batch,
                                      fullCounts.data, nullPtr);
     Value fullCountAddress = arith::SelectOp::create(
         b, loc, r.hasFull,
-        globalAddress(fullCounts.data, i32, rowOf(fullCounts)),
-        globalAddress(counts.data, i32, rowOf(counts)));
+        globalAddress(fullCounts.data, i32, rowOf(fullCounts)), countAddress);
     r.numFull = arith::SelectOp::create(b, loc, r.hasFull,
                                         length(fullCountAddress), c64(0));
     r.partialList = globalAddress(partial.data, i32, rowOf(partial));
@@ -296,8 +300,7 @@ KvTileRange KernelIR::kvTileRange(const ForwardParams &p, Value batch,
 }
 
 Value KernelIR::kvTile(const KvTileRange &r, Value j) {
-  if (j.getType() != i64)
-    j = toI64(j);
+  j = toI64(j);
   if (!spec.isBlockSparse())
     return add(r.first, j);
   // Position `at` in the lists (partial, then full) and the tile within
@@ -330,7 +333,7 @@ Value KernelIR::kvTile(const KvTileRange &r, Value j) {
 Value KernelIR::maskModApplies(const KvTileRange &r, Value j) {
   if (!spec.isBlockSparse())
     return Value();
-  Value at = j.getType() == i64 ? j : toI64(j);
+  Value at = toI64(j);
   if (r.tilesPerBlock > 1)
     at = divU(at, r.tilesPerBlock);
   return cmp(arith::CmpIPredicate::slt, at, r.numPartial);

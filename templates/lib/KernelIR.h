@@ -126,6 +126,8 @@ public:
   mlir::Value minS(mlir::Value x, mlir::Value y);
   mlir::Value maxS(mlir::Value x, mlir::Value y);
   mlir::Value cmp(mlir::arith::CmpIPredicate p, mlir::Value x, mlir::Value y);
+  /// An index, i32 or i64 value as i64 (zero-extended) or i32 (truncated);
+  /// a value of that type already is returned as it is.
   mlir::Value toI64(mlir::Value v);
   mlir::Value toI32(mlir::Value v);
   mlir::Value toIndex(mlir::Value i64Value);

@@ -50,10 +50,19 @@ Value ScoreMods::score(Value s, Value batch, Value head, Value row,
   return arith::MulFOp::create(b, ir.loc, modded, fromNatural);
 }
 
-Value ScoreMods::keep(Value batch, Value head, Value row, Value column) {
+Value ScoreMods::keep(Value batch, Value head, Value row, Value column,
+                      Value appliesHere) {
+  OpBuilder &b = ir.b;
+  auto yes = [&] {
+    return arith::ConstantOp::create(b, ir.loc, b.getBoolAttr(true));
+  };
   if (!hasMaskMod())
-    return arith::ConstantOp::create(ir.b, ir.loc, ir.b.getBoolAttr(true));
-  return inlineRegion(*mods.maskMod, {batch, head, row, column});
+    return yes();
+  Value kept = inlineRegion(*mods.maskMod, {batch, head, row, column});
+  if (!appliesHere)
+    return kept;
+  return arith::OrIOp::create(
+      b, ir.loc, kept, arith::XOrIOp::create(b, ir.loc, appliesHere, yes()));
 }
 
 Value ScoreMods::inlineRegion(Region &region, ArrayRef<Value> fixed) {
@@ -66,11 +75,8 @@ Value ScoreMods::inlineRegion(Region &region, ArrayRef<Value> fixed) {
   // fixed arguments are below 2^31; a mod whose index arithmetic could
   // exceed it (q_idx * seqlen) casts to i64 first.
   IRMapping map;
-  auto narrow = [&](Value v) -> Value {
-    return v.getType() == ir.i32 ? v : ir.toI32(v);
-  };
   for (auto [arg, value] : llvm::zip(block.getArguments(), fixed))
-    map.map(arg, arg.getType().isIndex() ? narrow(value) : value);
+    map.map(arg, arg.getType().isIndex() ? ir.toI32(value) : value);
   // An integer of `width` bits from a 32-bit index, or back.
   auto resize = [&](Value v, Type to, bool isSigned) -> Value {
     unsigned from = v.getType().getIntOrFloatBitWidth(),
@@ -90,6 +96,19 @@ Value ScoreMods::inlineRegion(Region &region, ArrayRef<Value> fixed) {
     std::string full = (name + (type.isF64() ? ".f64" : ".f32")).str();
     return LLVM::CallIntrinsicOp::create(b, loc, type,
                                          b.getStringAttr(full), args)
+        .getResult(0);
+  };
+  // One PTX instruction on f32 operands, free of side effects (so LLVM may
+  // CSE and hoist it as any arithmetic).
+  auto ptx = [&](StringRef text, StringRef constraints,
+                 ValueRange operands) -> Value {
+    return LLVM::InlineAsmOp::create(
+               b, loc, ir.f32, operands, text, constraints,
+               /*has_side_effects=*/false, /*is_align_stack=*/false,
+               LLVM::tailcallkind::TailCallKind::None,
+               LLVM::AsmDialectAttr::get(b.getContext(),
+                                         LLVM::AsmDialect::AD_ATT),
+               /*operand_attrs=*/ArrayAttr())
         .getResult(0);
   };
   auto f32Unary = [&](Operation &op, function_ref<Value(Value)> f) {
@@ -137,19 +156,10 @@ Value ScoreMods::inlineRegion(Region &region, ArrayRef<Value> fixed) {
       // tanh.approx.f32 (sm_75+; relative error below 2^-10.9): one MUFU
       // operation, as the softmax's exp2. The exact form, (1 - t) / (1 + t)
       // with t = 2^(-2 |x| log2 e), takes two more (ex2 and rcp) and about
-      // ten other instructions per score, which made soft-capping cost
-      // 0.30 of the dense rate; FlashAttention-3's soft-cap uses the same
-      // approximation.
+      // ten other instructions per score. FlashAttention-3's soft-cap uses
+      // the same approximation.
       f32Unary(op, [&](Value x) {
-        return LLVM::InlineAsmOp::create(
-                   b, loc, ir.f32, ValueRange{x}, "tanh.approx.f32 $0, $1;",
-                   "=f,f", /*has_side_effects=*/false,
-                   /*is_align_stack=*/false,
-                   LLVM::tailcallkind::TailCallKind::None,
-                   LLVM::AsmDialectAttr::get(b.getContext(),
-                                             LLVM::AsmDialect::AD_ATT),
-                   /*operand_attrs=*/ArrayAttr())
-            .getResult(0);
+        return ptx("tanh.approx.f32 $0, $1;", "=f,f", x);
       });
       continue;
     }
@@ -158,16 +168,8 @@ Value ScoreMods::inlineRegion(Region &region, ArrayRef<Value> fixed) {
       // in FlexAttention's mods: an IEEE division is a dozen instructions
       // and a branch per score.
       map.map(div.getResult(),
-              LLVM::InlineAsmOp::create(
-                  b, loc, ir.f32,
-                  ValueRange{map.lookup(div.getLhs()), map.lookup(div.getRhs())},
-                  "div.full.f32 $0, $1, $2;", "=f,f,f",
-                  /*has_side_effects=*/false, /*is_align_stack=*/false,
-                  LLVM::tailcallkind::TailCallKind::None,
-                  LLVM::AsmDialectAttr::get(b.getContext(),
-                                            LLVM::AsmDialect::AD_ATT),
-                  /*operand_attrs=*/ArrayAttr())
-                  .getResult(0));
+              ptx("div.full.f32 $0, $1, $2;", "=f,f,f",
+                  {map.lookup(div.getLhs()), map.lookup(div.getRhs())}));
       continue;
     }
     if (isa<math::SqrtOp>(op)) {

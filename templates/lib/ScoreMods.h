@@ -3,10 +3,11 @@
 // register with its (batch, head, query row, key column). The mods of the
 // description are cloned there from the attn op's regions, so every family
 // gets every mod from this one building block: arith ops are cloned as
-// they are, math ops become the fast NVVM forms the softmax uses
-// (ex2.approx, lg2.approx, tanh.approx; the CUDA toolkit's libdevice is not linked at
-// run time), and tensor.extract of a captured tensor becomes a global load
-// through the pointer and strides the launch passes (KernelABI.h).
+// they are (index as i32), math ops and f32 division become the fast NVVM
+// forms the softmax uses (ex2.approx, lg2.approx, tanh.approx, div.full;
+// the CUDA toolkit's libdevice is not linked at run time), and
+// tensor.extract of a captured tensor becomes a global load through the
+// pointer and strides the launch passes (KernelABI.h).
 #ifndef FLASHJIT_TEMPLATES_SCOREMODS_H
 #define FLASHJIT_TEMPLATES_SCOREMODS_H
 
@@ -50,13 +51,13 @@ public:
 
   /// The score_mod of a score in the family's units; indices are i32 or
   /// i64 (narrowed: the mods' index is 32-bit) and clamped by the caller
-  /// to the sequences (a captured tensor is read at
-  /// them).
+  /// to the sequences (a captured tensor is read at them).
   mlir::Value score(mlir::Value s, mlir::Value batch, mlir::Value head,
                     mlir::Value row, mlir::Value column);
-  /// The mask_mod: i1, true where the score is kept.
+  /// The mask_mod: i1, true where the score is kept. With `appliesHere`
+  /// (i1, ScoreRules::maskModOn), true too where it is false.
   mlir::Value keep(mlir::Value batch, mlir::Value head, mlir::Value row,
-                   mlir::Value column);
+                   mlir::Value column, mlir::Value appliesHere = {});
 
 private:
   /// Clones `region`'s ops with its leading block arguments bound to

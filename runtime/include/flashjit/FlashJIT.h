@@ -96,6 +96,14 @@ struct BlockMaskRef {
   CapturedRef kvIndices;       ///< [B or 1, H or 1, Mq, Nk or more]
   CapturedRef fullKvNumBlocks; ///< as kvNumBlocks; data null: no full lists
   CapturedRef fullKvIndices;   ///< as kvIndices; null with fullKvNumBlocks
+
+  /// The four tensors in the order above (the kernel's parameter order).
+  std::array<CapturedRef *, 4> lists() {
+    return {&kvNumBlocks, &kvIndices, &fullKvNumBlocks, &fullKvIndices};
+  }
+  std::array<const CapturedRef *, 4> lists() const {
+    return {&kvNumBlocks, &kvIndices, &fullKvNumBlocks, &fullKvIndices};
+  }
 };
 
 struct ForwardArgs {
