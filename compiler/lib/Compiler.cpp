@@ -7,6 +7,7 @@
 #include "flashjit/Compiler/ConfigChoice.h"
 #include "flashjit/Compiler/Description.h"
 #include "flashjit/Compiler/Pipeline.h"
+#include "flashjit/Templates/BlockMaskKernel.h"
 #include "flashjit/Templates/KernelTemplate.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -104,23 +105,17 @@ namespace {
 /// whose lock the caller holds) and packages the result.
 llvm::Expected<CompiledKernel>
 runPipeline(MLIRContext &ctx, ModuleOp module, const AttentionSpec &spec,
-            const KernelTemplate &tmpl, const TileConfig &config,
-            const Target &target, const CompileOptions &options,
-            std::string &diagnostics, llvm::StringRef kernelName) {
+            KernelInfo info, KernelKind kind, const Target &target,
+            const CompileOptions &options, std::string &diagnostics) {
   PassManager pm(&ctx);
   pm.enableVerifier(options.verifyEachPass);
-  buildAttentionPipeline(pm, target, "", options.stopAfter);
+  buildAttentionPipeline(pm, target, "", options.stopAfter, kind);
   if (failed(pm.run(module)))
     return llvm::createStringError("compiling " + spec.canonical() + " for " +
                                    target.chip + " failed:\n" + diagnostics);
 
   CompiledKernel result;
-  TemplateResources resources = tmpl.resources(spec, config);
-  result.info.name = kernelName.str();
-  result.info.config = config;
-  result.info.threadsPerBlock = resources.threadsPerBlock;
-  result.info.sharedMemoryBytes = resources.sharedMemoryBytes;
-  result.info.numHeads = spec.numHeads;
+  result.info = std::move(info);
   if (options.stopAfter == Stage::PTX) {
     auto ptx = extractPTX(module);
     if (!ptx)
@@ -130,6 +125,20 @@ runPipeline(MLIRContext &ctx, ModuleOp module, const AttentionSpec &spec,
     result.text = printOp(module);
   }
   return result;
+}
+
+/// What the runtime needs to launch the forward kernel `name` of `config`.
+KernelInfo forwardKernelInfo(const AttentionSpec &spec,
+                             const KernelTemplate &tmpl,
+                             const TileConfig &config, llvm::StringRef name) {
+  TemplateResources resources = tmpl.resources(spec, config);
+  KernelInfo info;
+  info.name = name.str();
+  info.config = config;
+  info.threadsPerBlock = resources.threadsPerBlock;
+  info.sharedMemoryBytes = resources.sharedMemoryBytes;
+  info.numHeads = spec.numHeads;
+  return info;
 }
 
 /// Checks that a template supports the spec on the target with the config
@@ -187,8 +196,36 @@ llvm::Expected<CompiledKernel> compileAttention(const AttentionSpec &spec,
     return llvm::createStringError(llvm::toString(module.takeError()) +
                                    (diagnostics.text.empty() ? "" : ":\n") +
                                    diagnostics.text);
-  return runPipeline(shared.context, **module, spec, **tmpl, config, *target,
-                     options, diagnostics.text, spec.kernelName());
+  return runPipeline(shared.context, **module, spec,
+                     forwardKernelInfo(spec, **tmpl, config, spec.kernelName()),
+                     KernelKind::Forward, *target, options, diagnostics.text);
+}
+
+llvm::Expected<CompiledKernel>
+compileBlockMaskKernel(const AttentionSpec &spec,
+                       const CompileOptions &options) {
+  auto target = Target::parse(options.target.chip);
+  if (!target)
+    return target.takeError();
+  if (auto err = spec.validate())
+    return std::move(err);
+  if (!spec.isBlockSparse())
+    return llvm::createStringError(
+        "only a block-sparse spec has a block mask to build (set "
+        "AttentionSpec::sparseBlockM and sparseBlockN): " +
+        spec.canonical());
+  SharedContext &shared = sharedContext();
+  std::lock_guard<std::mutex> lock(shared.mutex);
+  DiagnosticCollector diagnostics(shared.context);
+  auto module = buildDescription(shared.context, spec, std::nullopt);
+  if (!module)
+    return llvm::createStringError(llvm::toString(module.takeError()) +
+                                   (diagnostics.text.empty() ? "" : ":\n") +
+                                   diagnostics.text);
+  return runPipeline(
+      shared.context, **module, spec,
+      blockMaskKernelInfo(spec, spec.kernelName() + "_block_mask"),
+      KernelKind::BlockMask, *target, options, diagnostics.text);
 }
 
 llvm::Expected<CompiledKernel> compileDescription(llvm::StringRef mlirText,
@@ -226,8 +263,9 @@ llvm::Expected<CompiledKernel> compileDescription(llvm::StringRef mlirText,
     ops[0].setConfigAttr(toAttr(&shared.context, config));
   auto func = ops[0]->getParentOfType<func::FuncOp>();
   std::string name = func ? func.getSymName().str() : spec.kernelName();
-  return runPipeline(shared.context, *module, spec, **tmpl, config, *target,
-                     options, diagnostics.text, name);
+  return runPipeline(shared.context, *module, spec,
+                     forwardKernelInfo(spec, **tmpl, config, name),
+                     KernelKind::Forward, *target, options, diagnostics.text);
 }
 
 } // namespace flashjit

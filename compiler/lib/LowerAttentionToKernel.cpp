@@ -4,6 +4,7 @@
 // descriptions, checks they can be lowered, and swaps them for kernels.
 #include "flashjit/Compiler/ConfigAttr.h"
 #include "flashjit/Compiler/Passes.h"
+#include "flashjit/Templates/BlockMaskKernel.h"
 #include "flashjit/Templates/KernelTemplate.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -61,12 +62,59 @@ LogicalResult checkKernelFunction(attn::AttentionOp op, func::FuncOp func) {
   return success();
 }
 
+/// The op's score_mod and mask_mod regions (null where empty).
+ModRegions modRegionsOf(attn::AttentionOp op) {
+  ModRegions mods;
+  if (!op.getScoreMod().empty())
+    mods.scoreMod = &op.getScoreMod();
+  if (!op.getMaskMod().empty())
+    mods.maskMod = &op.getMaskMod();
+  return mods;
+}
+
+/// The kernel module's builder at its end, after checking that no kernel
+/// is named `name` yet.
+FailureOr<OpBuilder> kernelBuilder(attn::AttentionOp op, ModuleOp module,
+                                   StringRef name) {
+  gpu::GPUModuleOp kernels = getOrCreateKernelModule(module);
+  if (kernels.lookupSymbol(name))
+    return op.emitOpError("a kernel named '") << name << "' already exists";
+  OpBuilder b(kernels.getBodyRegion());
+  b.setInsertionPointToEnd(kernels.getBody());
+  return b;
+}
+
+/// A template bug must be an error here, not a crash in the LLVM
+/// translation later (the pipeline runs without per-pass verification).
+LogicalResult verifyBuilt(attn::AttentionOp op, ModuleOp module,
+                          StringRef name, const Twine &builder) {
+  gpu::GPUModuleOp kernels = getOrCreateKernelModule(module);
+  if (auto kernel = kernels.lookupSymbol(name); !kernel || failed(verify(kernel)))
+    return op.emitOpError(builder)
+           << " built an invalid kernel @" << name
+           << " (a flashjit bug: please report it)";
+  return success();
+}
+
+/// Builds the block-mask kernel of `op` (kernel=block-mask).
+LogicalResult lowerToBlockMaskKernel(attn::AttentionOp op, ModuleOp module) {
+  auto func = cast<func::FuncOp>(op->getParentOp());
+  std::string name = (func.getSymName() + "_block_mask").str();
+  FailureOr<OpBuilder> b = kernelBuilder(op, module, name);
+  if (failed(b))
+    return failure();
+  if (auto err = buildBlockMaskKernel(*b, op.getLoc(), op.getSpec(), name,
+                                      modRegionsOf(op)))
+    return op.emitOpError(llvm::toString(std::move(err)));
+  if (failed(verifyBuilt(op, module, name, "the block-mask builder")))
+    return failure();
+  func.erase();
+  return success();
+}
+
 /// Lowers `op`, whose function has passed checkKernelFunction.
 LogicalResult lowerOne(attn::AttentionOp op, ModuleOp module) {
-  auto func = dyn_cast<func::FuncOp>(op->getParentOp());
-  if (!func)
-    return op.emitOpError("must be directly inside a func.func whose name "
-                          "becomes the kernel's name");
+  auto func = cast<func::FuncOp>(op->getParentOp());
   attn::TileConfigAttr configAttr = op.getConfigAttr();
   if (!configAttr)
     return op.emitOpError(
@@ -79,43 +127,49 @@ LogicalResult lowerOne(attn::AttentionOp op, ModuleOp module) {
     return op.emitOpError(llvm::toString(tmpl.takeError()));
   std::string name = func.getSymName().str();
 
-  gpu::GPUModuleOp kernels = getOrCreateKernelModule(module);
-  if (kernels.lookupSymbol(name))
-    return op.emitOpError("a kernel named '") << name << "' already exists";
-  OpBuilder b(kernels.getBodyRegion());
-  b.setInsertionPointToEnd(kernels.getBody());
-  ModRegions mods;
-  if (!op.getScoreMod().empty())
-    mods.scoreMod = &op.getScoreMod();
-  if (!op.getMaskMod().empty())
-    mods.maskMod = &op.getMaskMod();
-  if (auto err = (*tmpl)->build(b, op.getLoc(), spec, config, name, mods))
+  FailureOr<OpBuilder> b = kernelBuilder(op, module, name);
+  if (failed(b))
+    return failure();
+  if (auto err =
+          (*tmpl)->build(*b, op.getLoc(), spec, config, name, modRegionsOf(op)))
     return op.emitOpError(llvm::toString(std::move(err)));
-  // A template bug must be an error here, not a crash in the LLVM
-  // translation later (the pipeline runs without per-pass verification).
-  if (auto kernel = kernels.lookupSymbol(name); !kernel || failed(verify(kernel)))
-    return op.emitOpError("the ")
-           << config.family << " template built an invalid kernel for "
-           << config.canonical() << " (a flashjit bug: please report it)";
+  if (failed(verifyBuilt(op, module, name,
+                         "the " + config.family + " template (config " +
+                             config.canonical() + ")")))
+    return failure();
   func.erase();
   return success();
 }
 
 struct LowerAttentionToKernelPass
     : impl::LowerAttentionToKernelBase<LowerAttentionToKernelPass> {
+  using Base::Base;
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    const bool blockMask = kernel == "block-mask";
+    if (!blockMask && kernel != "forward") {
+      module.emitError("attn-lower-to-kernel: unknown kernel '")
+          << kernel << "': expected forward or block-mask";
+      return signalPassFailure();
+    }
     // Collected first: lowering erases the op's function.
     SmallVector<attn::AttentionOp> ops;
     module.walk([&](attn::AttentionOp op) { ops.push_back(op); });
     // Every function is checked before any is erased, so a second
     // attention in a function is reported rather than freed under the walk.
+    for (attn::AttentionOp op : ops) {
+      auto func = dyn_cast<func::FuncOp>(op->getParentOp());
+      if (!func) {
+        op.emitOpError("must be directly inside a func.func whose name "
+                       "becomes the kernel's name");
+        return signalPassFailure();
+      }
+      if (failed(checkKernelFunction(op, func)))
+        return signalPassFailure();
+    }
     for (attn::AttentionOp op : ops)
-      if (auto func = dyn_cast<func::FuncOp>(op->getParentOp()))
-        if (failed(checkKernelFunction(op, func)))
-          return signalPassFailure();
-    for (attn::AttentionOp op : ops)
-      if (failed(lowerOne(op, module)))
+      if (failed(blockMask ? lowerToBlockMaskKernel(op, module)
+                           : lowerOne(op, module)))
         return signalPassFailure();
   }
 };

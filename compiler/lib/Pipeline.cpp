@@ -21,12 +21,16 @@ static GreedyRewriteConfig bottomUpCanonicalization() {
 }
 
 void buildAttentionPipeline(OpPassManager &pm, const Target &target,
-                            llvm::StringRef device, Stage stopAfter) {
-  // 1. Description: attach the tile config chosen for the target.
-  AttachTileConfigOptions configOptions;
-  configOptions.chip = target.chip;
-  configOptions.device = device.str();
-  pm.addPass(createAttachTileConfig(configOptions));
+                            llvm::StringRef device, Stage stopAfter,
+                            KernelKind kind) {
+  // 1. Description: attach the tile config chosen for the target (the
+  //    block-mask kernel has no tile config).
+  if (kind == KernelKind::Forward) {
+    AttachTileConfigOptions configOptions;
+    configOptions.chip = target.chip;
+    configOptions.device = device.str();
+    pm.addPass(createAttachTileConfig(configOptions));
+  }
   if (stopAfter == Stage::Description)
     return;
 
@@ -34,7 +38,9 @@ void buildAttentionPipeline(OpPassManager &pm, const Target &target,
   //    kernels are unrolled straight-line code of many thousand ops; the
   //    canonicalizer walks them bottom-up, because its default top-down
   //    walk costs 10-50x as long here for the same result.
-  pm.addPass(createLowerAttentionToKernel());
+  LowerAttentionToKernelOptions lowerOptions;
+  lowerOptions.kernel = kind == KernelKind::BlockMask ? "block-mask" : "forward";
+  pm.addPass(createLowerAttentionToKernel(lowerOptions));
   pm.addPass(createCanonicalizerPass(bottomUpCanonicalization()));
   pm.addPass(createCSEPass());
   if (stopAfter == Stage::Kernel)
@@ -76,7 +82,7 @@ void registerAttentionPipeline() {
   registerPassPipeline(
       "flashjit-pipeline",
       "Lower attn.attention to PTX (chip=..., device=..., "
-      "stop-after=attn|kernel|llvm|ptx)",
+      "stop-after=attn|kernel|llvm|ptx, kernel=forward|block-mask)",
       [](OpPassManager &pm, StringRef optionText,
          function_ref<LogicalResult(const Twine &)> errorHandler) {
         auto options = PipelineOptions::createFromString(optionText);
@@ -89,7 +95,13 @@ void registerAttentionPipeline() {
         auto stage = parseStage(options->stopAfter);
         if (!stage)
           return errorHandler(llvm::toString(stage.takeError()));
-        buildAttentionPipeline(pm, *target, options->device, *stage);
+        if (options->kernel != "forward" && options->kernel != "block-mask")
+          return errorHandler("unknown kernel '" + options->kernel +
+                              "': expected forward or block-mask");
+        buildAttentionPipeline(pm, *target, options->device, *stage,
+                               options->kernel == "block-mask"
+                                   ? KernelKind::BlockMask
+                                   : KernelKind::Forward);
         return success();
       },
       [](function_ref<void(const detail::PassOptions &)> optHandler) {

@@ -184,6 +184,43 @@ readSpec(const flashjit_attention_spec_t *given) {
   return spec;
 }
 
+/// `num_captures` DLTensors of captured tensors, appended to `out`.
+llvm::Error readCaptures(const DLTensor *captures, int32_t num_captures,
+                         int device, std::vector<flashjit::CapturedRef> &out) {
+  if (num_captures < 0 || num_captures > 8 ||
+      (num_captures > 0 && !captures))
+    return flashjit::makeError(
+        ErrorCode::InvalidArgument,
+        llvm::formatv("num_captures is {0} with captures {1}: expected 0 to "
+                      "8 DLTensors",
+                      num_captures, captures ? "given" : "null"));
+  for (int32_t i = 0; i < num_captures; ++i) {
+    std::string name = "captures[" + std::to_string(i) + "]";
+    auto ref = flashjit::toCapturedRef(name.c_str(), &captures[i], device);
+    if (!ref)
+      return ref.takeError();
+    out.push_back(*ref);
+  }
+  return llvm::Error::success();
+}
+
+/// The block mask's four DLTensors (a null one: not given) into `mask`.
+llvm::Error readBlockMask(const DLTensor *const *lists, int device,
+                          flashjit::BlockMaskRef &mask) {
+  const char *names[] = {"kv_num_blocks", "kv_indices", "full_kv_num_blocks",
+                         "full_kv_indices"};
+  auto refs = mask.lists();
+  for (int l = 0; l < 4; ++l) {
+    if (!lists[l])
+      continue;
+    auto ref = flashjit::toCapturedRef(names[l], lists[l], device);
+    if (!ref)
+      return ref.takeError();
+    *refs[l] = *ref;
+  }
+  return llvm::Error::success();
+}
+
 /// flashjit_kernel_forward(_captures) once inside guarded(): `fn` names
 /// the entry point in messages.
 flashjit_status_t forwardKernel(const char *fn, flashjit_kernel_t kernel,
@@ -210,35 +247,13 @@ flashjit_status_t forwardKernel(const char *fn, flashjit_kernel_t kernel,
   if (!lseRef)
     return fail(fn, lseRef.takeError());
   args.lse = *lseRef;
-  if (num_captures < 0 || num_captures > 8 ||
-      (num_captures > 0 && !captures))
-    return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
-                llvm::formatv("num_captures is {0} with captures {1}: "
-                              "expected 0 to 8 DLTensors",
-                              num_captures, captures ? "given" : "null")
-                    .str());
-  for (int32_t i = 0; i < num_captures; ++i) {
-    std::string name = "captures[" + std::to_string(i) + "]";
-    auto ref = flashjit::toCapturedRef(name.c_str(), &captures[i],
-                                       kernel->device);
-    if (!ref)
-      return fail(fn, ref.takeError());
-    args.captures.push_back(*ref);
-  }
-  if (blockMask) {
-    const char *names[] = {"kv_num_blocks", "kv_indices",
-                           "full_kv_num_blocks", "full_kv_indices"};
-    auto lists = args.blockMask.lists();
-    for (int l = 0; l < 4; ++l) {
-      if (!blockMask[l])
-        continue;
-      auto ref = flashjit::toCapturedRef(names[l], blockMask[l],
-                                         kernel->device);
-      if (!ref)
-        return fail(fn, ref.takeError());
-      *lists[l] = *ref;
-    }
-  }
+  if (llvm::Error err = readCaptures(captures, num_captures, kernel->device,
+                                    args.captures))
+    return fail(fn, std::move(err));
+  if (blockMask)
+    if (llvm::Error err = readBlockMask(blockMask, kernel->device,
+                                        args.blockMask))
+      return fail(fn, std::move(err));
   if (!std::isnan(scale))
     args.scale = scale;
   args.stream = static_cast<CUstream>(stream);
@@ -455,6 +470,37 @@ flashjit_status_t flashjit_kernel_forward_block_sparse(
                                full_kv_indices};
     return forwardKernel(fn, kernel, q, k, v, o, lse, scale, captures,
                          num_captures, stream, lists);
+  });
+}
+
+flashjit_status_t flashjit_context_build_block_mask(
+    flashjit_context_t ctx, const flashjit_attention_spec_t *spec,
+    const DLTensor *captures, int32_t num_captures, int64_t seqlen_q,
+    int64_t seqlen_k, DLTensor *kv_num_blocks, DLTensor *kv_indices,
+    DLTensor *full_kv_num_blocks, DLTensor *full_kv_indices, void *stream) {
+  return guarded(__func__, [&](const char *fn) {
+    if (!ctx)
+      return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT, "ctx is a null handle");
+    auto parsed = readSpec(spec);
+    if (!parsed)
+      return fail(fn, parsed.takeError());
+    flashjit::BlockMaskBuildArgs args;
+    args.seqlenQ = seqlen_q;
+    args.seqlenK = seqlen_k;
+    args.stream = static_cast<CUstream>(stream);
+    if (llvm::Error err =
+            readCaptures(captures, num_captures, ctx->device, args.captures))
+      return fail(fn, std::move(err));
+    const DLTensor *lists[] = {kv_num_blocks, kv_indices, full_kv_num_blocks,
+                               full_kv_indices};
+    if (llvm::Error err = readBlockMask(lists, ctx->device, args.blockMask))
+      return fail(fn, std::move(err));
+    auto builder = ctx->context->blockMaskBuilder(*parsed);
+    if (!builder)
+      return fail(fn, builder.takeError());
+    if (llvm::Error err = (*builder)->build(args))
+      return fail(fn, std::move(err));
+    return succeed();
   });
 }
 

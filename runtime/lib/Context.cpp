@@ -17,6 +17,7 @@
 #include "flashjit/Runtime/Launch.h"
 #include "flashjit/Runtime/ModuleLoader.h"
 #include "flashjit/Runtime/TensorMaps.h"
+#include "flashjit/Templates/BlockMaskKernel.h"
 #include "flashjit/Templates/KernelTemplate.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -248,6 +249,8 @@ struct Context::KernelTable {
   }
   std::mutex mutex;
   std::map<Key, std::shared_ptr<const Kernel>> bySpec;
+  /// Block-mask kernels, by the spec's canonical text.
+  std::map<std::string, std::shared_ptr<const BlockMaskBuilder>> builders;
 };
 
 struct Context::WarnedEntries {
@@ -433,45 +436,98 @@ Context::compile(const AttentionSpec &spec, const KernelOptions &options) {
   return Kernels->bySpec.try_emplace(tableKey, *kernel).first->second;
 }
 
-llvm::Expected<std::shared_ptr<const Kernel>>
-Context::build(const AttentionSpec &spec, const ResolvedConfig &resolved) {
-  const TileConfig &config = resolved.config;
+namespace {
+/// A cache entry with its module, loaded when there is a device.
+struct LoadedEntry {
+  std::shared_ptr<const CacheEntry> entry;
+  std::unique_ptr<LoadedModule> module;
+};
+
+/// The entry of (spec, config) from the kernel cache, or built by
+/// `compileIt` on a miss, then loaded on `device` when there is one.
+llvm::Expected<LoadedEntry>
+loadOrBuild(KernelCache &cache, const Target &target, bool hasDevice,
+            int device, const AttentionSpec &spec, const TileConfig &config,
+            llvm::function_ref<llvm::Expected<CompiledKernel>()> compileIt) {
   ToolchainVersions versions = toolchainVersions();
   CacheKeyInputs inputs{spec.canonical(),
                         config.canonical(),
-                        TargetChip.chip,
+                        target.chip,
                         versions.flashjit,
                         versions.llvm,
-                        std::to_string(TargetChip.ptxVersion()),
+                        std::to_string(target.ptxVersion()),
                         versions.generator};
   std::string key = KernelCache::makeKey(inputs);
-  auto entry = Cache->getOrBuild(
-      key, inputs, [&]() -> llvm::Expected<CacheEntry> {
+  auto entry = cache.getOrBuild(key, inputs, [&]() -> llvm::Expected<CacheEntry> {
+    auto compiled = compileIt();
+    if (!compiled)
+      return compiled.takeError();
+    CacheEntry e;
+    e.info = compiled->info;
+    e.ptx = std::move(compiled->text);
+    return e;
+  });
+  if (!entry)
+    return withCode(ErrorCode::CompileError, entry.takeError());
+  LoadedEntry loaded{*entry, nullptr};
+  if (hasDevice) {
+    auto module = LoadedModule::load((*entry)->info, (*entry)->ptx,
+                                     (*entry)->cubin, device);
+    if (!module)
+      return withCode(ErrorCode::DriverError, module.takeError());
+    loaded.module = std::make_unique<LoadedModule>(std::move(*module));
+  }
+  return std::move(loaded);
+}
+} // namespace
+
+llvm::Expected<std::shared_ptr<const Kernel>>
+Context::build(const AttentionSpec &spec, const ResolvedConfig &resolved) {
+  const TileConfig &config = resolved.config;
+  auto loaded = loadOrBuild(
+      *Cache, TargetChip, Device.has_value(), Options.device, spec, config,
+      [&]() -> llvm::Expected<CompiledKernel> {
         CompileOptions options;
         options.target = TargetChip;
         options.config = config;
-        auto compiled = compileAttention(spec, options);
-        if (!compiled)
-          return compiled.takeError();
-        CacheEntry e;
-        e.info = compiled->info;
-        e.ptx = std::move(compiled->text);
-        return e;
+        return compileAttention(spec, options);
       });
-  if (!entry)
-    return withCode(ErrorCode::CompileError, entry.takeError());
+  if (!loaded)
+    return loaded.takeError();
+  return std::make_shared<const Kernel>(
+      spec, loaded->entry->info, loaded->entry->ptx, std::move(loaded->module),
+      DeviceError, resolved.origin);
+}
 
-  std::unique_ptr<LoadedModule> module;
-  if (Device) {
-    auto loaded = LoadedModule::load((*entry)->info, (*entry)->ptx,
-                                     (*entry)->cubin, Options.device);
-    if (!loaded)
-      return withCode(ErrorCode::DriverError, loaded.takeError());
-    module = std::make_unique<LoadedModule>(std::move(*loaded));
+llvm::Expected<std::shared_ptr<const BlockMaskBuilder>>
+Context::blockMaskBuilder(const AttentionSpec &spec) {
+  if (auto err = spec.validate())
+    return withCode(ErrorCode::InvalidArgument, std::move(err));
+  if (!spec.isBlockSparse())
+    return makeError(ErrorCode::InvalidArgument,
+                     "only a block-sparse spec has a block mask to build (set "
+                     "AttentionSpec::sparseBlockM and sparseBlockN): " +
+                         spec.canonical());
+  std::string key = spec.canonical();
+  {
+    std::lock_guard<std::mutex> lock(Kernels->mutex);
+    if (auto it = Kernels->builders.find(key); it != Kernels->builders.end())
+      return it->second;
   }
-  return std::make_shared<const Kernel>(spec, (*entry)->info, (*entry)->ptx,
-                                        std::move(module), DeviceError,
-                                        resolved.origin);
+  auto loaded = loadOrBuild(*Cache, TargetChip, Device.has_value(),
+                            Options.device, spec, blockMaskConfig(spec),
+                            [&]() -> llvm::Expected<CompiledKernel> {
+                              CompileOptions options;
+                              options.target = TargetChip;
+                              return compileBlockMaskKernel(spec, options);
+                            });
+  if (!loaded)
+    return loaded.takeError();
+  auto builder = std::make_shared<const BlockMaskBuilder>(
+      spec, loaded->entry->info, loaded->entry->ptx, std::move(loaded->module),
+      DeviceError);
+  std::lock_guard<std::mutex> lock(Kernels->mutex);
+  return Kernels->builders.try_emplace(key, builder).first->second;
 }
 
 } // namespace flashjit

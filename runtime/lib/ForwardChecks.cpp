@@ -96,10 +96,11 @@ llvm::Error checkTensor(const char *name, const TensorRef &t,
   return llvm::Error::success();
 }
 
-/// The block mask's four tensors against the spec and the problem.
-llvm::Error checkBlockMask(const AttentionSpec &spec,
-                           const ForwardArgs &args) {
-  const BlockMaskRef &m = args.blockMask;
+} // namespace
+
+llvm::Error checkBlockMask(const AttentionSpec &spec, const BlockMaskRef &m,
+                           int64_t batch, int64_t heads, int64_t seqlenQ,
+                           int64_t seqlenK) {
   const bool anyGiven = m.kvNumBlocks.data || m.kvIndices.data ||
                         m.fullKvNumBlocks.data || m.fullKvIndices.data;
   if (!spec.isBlockSparse()) {
@@ -108,11 +109,10 @@ llvm::Error checkBlockMask(const AttentionSpec &spec,
                   "(set AttentionSpec::sparseBlockM and sparseBlockN)");
     return llvm::Error::success();
   }
-  const int64_t batch = args.q.shape[0], heads = args.q.shape[1];
   const int64_t queryBlocks =
-      (args.q.shape[2] + spec.sparseBlockM - 1) / spec.sparseBlockM;
+      (seqlenQ + spec.sparseBlockM - 1) / spec.sparseBlockM;
   const int64_t keyBlocks =
-      (args.k.shape[2] + spec.sparseBlockN - 1) / spec.sparseBlockN;
+      (seqlenK + spec.sparseBlockN - 1) / spec.sparseBlockN;
   if (!m.kvNumBlocks.data || !m.kvIndices.data)
     return fail("the kernel is block-sparse: its block mask needs "
                 "kv_num_blocks and kv_indices (full_kv_num_blocks and "
@@ -145,7 +145,7 @@ llvm::Error checkBlockMask(const AttentionSpec &spec,
           "block mask {0} has shape {1}: expected {2} (sparse block {3} x "
           "{4}, seqlen q {5}, seqlen k {6})",
           name, shapeText(shape), want, spec.sparseBlockM, spec.sparseBlockN,
-          args.q.shape[2], args.k.shape[2]));
+          seqlenQ, seqlenK));
     for (int d = 0; d < rank; ++d)
       if (t.strides[d] < 0)
         return fail(llvm::formatv("block mask {0} has a negative stride in "
@@ -162,7 +162,111 @@ llvm::Error checkBlockMask(const AttentionSpec &spec,
   return check("full_kv_indices", m.fullKvIndices, true);
 }
 
-} // namespace
+llvm::Error checkCaptures(const AttentionSpec &spec,
+                          llvm::ArrayRef<CapturedRef> captures) {
+  if (captures.size() != spec.captures.size())
+    return fail(llvm::formatv("the kernel's mods read {0} captured tensors, "
+                              "the call gives {1}",
+                              spec.captures.size(), captures.size()));
+  for (size_t i = 0; i < captures.size(); ++i) {
+    const CapturedRef &c = captures[i];
+    const CapturedTensor &want = spec.captures[i];
+    std::string name = "captured tensor '" + want.name + "'";
+    if (!c.data)
+      return fail(name + " is a null pointer");
+    if (reinterpret_cast<uintptr_t>(c.data) % 4 != 0)
+      return fail(name + " is not 4-byte aligned");
+    if (c.dtype != want.dtype)
+      return fail(llvm::formatv("{0} has dtype {1}, the mods read {2}", name,
+                                captureDTypeName(c.dtype),
+                                captureDTypeName(want.dtype)));
+    if (c.rank != static_cast<int>(want.shape.size()))
+      return fail(llvm::formatv("{0} has rank {1}, the mods read {2} ({3})",
+                                name, c.rank, want.shape.size(),
+                                want.typeText()));
+    for (int d = 0; d < c.rank; ++d) {
+      if (c.shape[d] < 1 || (want.shape[d] >= 0 && c.shape[d] != want.shape[d]))
+        return fail(llvm::formatv("{0} has size {1} in dimension {2}; the "
+                                  "mods read {3}",
+                                  name, c.shape[d], d, want.typeText()));
+      if (c.strides[d] < 0)
+        return fail(llvm::formatv("{0} has a negative stride in dimension "
+                                  "{1}",
+                                  name, d));
+    }
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error checkBlockMaskOutput(const AttentionSpec &spec,
+                                 const BlockMaskRef &m, int64_t seqlenQ,
+                                 int64_t seqlenK) {
+  if (!spec.isBlockSparse())
+    return fail("only a block-sparse spec has a block mask to build (set "
+                "AttentionSpec::sparseBlockM and sparseBlockN)");
+  if (seqlenQ < 1 || seqlenK < 1 || seqlenQ >= (int64_t(1) << 31) ||
+      seqlenK >= (int64_t(1) << 31))
+    return fail(llvm::formatv("seqlens must be in [1, 2^31), got q {0} and "
+                              "k {1}",
+                              seqlenQ, seqlenK));
+  if (!m.kvNumBlocks.data)
+    return fail("the block mask to write needs kv_num_blocks and kv_indices "
+                "(full_kv_num_blocks and full_kv_indices are optional)");
+  // The lists' batch and head dimensions say which masks to build (the
+  // problem's, or 1 for a mask shared by every sequence or head); all four
+  // lists must agree on them.
+  const int64_t batch = m.kvNumBlocks.shape[0], heads = m.kvNumBlocks.shape[1];
+  if (batch < 1 || batch > 65535 || heads < 1 || heads > 65535)
+    return fail(llvm::formatv("kv_num_blocks has batch {0} and heads {1}: "
+                              "each must be in [1, 65535]",
+                              batch, heads));
+  if (heads != 1 && heads != spec.numHeads)
+    return fail(llvm::formatv("kv_num_blocks has {0} heads: the kernel has "
+                              "{1} query heads (or give 1 for one mask "
+                              "shared by every head)",
+                              heads, spec.numHeads));
+  if (auto err = checkBlockMask(spec, m, batch, heads, seqlenQ, seqlenK))
+    return err;
+  const char *names[] = {"kv_num_blocks", "kv_indices", "full_kv_num_blocks",
+                         "full_kv_indices"};
+  auto lists = m.lists();
+  std::vector<ByteRange> written;
+  for (unsigned l = 0; l < 4; ++l) {
+    const CapturedRef &t = *lists[l];
+    if (!t.data)
+      continue;
+    if (t.shape[0] != batch || t.shape[1] != heads)
+      return fail(llvm::formatv("{0} has batch {1} and heads {2}, "
+                                "kv_num_blocks {3} and {4}: the lists of a "
+                                "mask to build agree on both",
+                                names[l], t.shape[0], t.shape[1], batch,
+                                heads));
+    bool injective =
+        t.rank == 3 ? isInjective(std::array<int64_t, 3>{t.shape[0],
+                                                         t.shape[1],
+                                                         t.shape[2]},
+                                  std::array<int64_t, 3>{t.strides[0],
+                                                         t.strides[1],
+                                                         t.strides[2]})
+                    : isInjective(t.shape, t.strides);
+    if (!injective)
+      return fail(llvm::formatv("{0}'s strides make distinct entries share "
+                                "memory",
+                                names[l]));
+    std::array<int64_t, 4> shape = t.shape, strides = t.strides;
+    if (t.rank == 3)
+      shape[3] = 1, strides[3] = 0;
+    ByteRange range = byteRange(t.data, shape, strides, 4);
+    for (const ByteRange &other : written)
+      if (overlaps(range, other))
+        return fail(llvm::formatv("{0} overlaps another list of the block "
+                                  "mask in memory",
+                                  names[l]));
+    written.push_back(range);
+  }
+  return llvm::Error::success();
+}
+
 
 llvm::Error checkForwardArgs(const AttentionSpec &spec,
                              const ForwardArgs &args) {
@@ -230,38 +334,9 @@ llvm::Error checkForwardArgs(const AttentionSpec &spec,
                                 "the kernel would read what it writes",
                                 name));
   }
-  if (args.captures.size() != spec.captures.size())
-    return fail(llvm::formatv("the kernel's mods read {0} captured tensors, "
-                              "the call gives {1}",
-                              spec.captures.size(), args.captures.size()));
-  for (size_t i = 0; i < args.captures.size(); ++i) {
-    const CapturedRef &c = args.captures[i];
-    const CapturedTensor &want = spec.captures[i];
-    std::string name = "captured tensor '" + want.name + "'";
-    if (!c.data)
-      return fail(name + " is a null pointer");
-    if (reinterpret_cast<uintptr_t>(c.data) % 4 != 0)
-      return fail(name + " is not 4-byte aligned");
-    if (c.dtype != want.dtype)
-      return fail(llvm::formatv("{0} has dtype {1}, the mods read {2}", name,
-                                captureDTypeName(c.dtype),
-                                captureDTypeName(want.dtype)));
-    if (c.rank != static_cast<int>(want.shape.size()))
-      return fail(llvm::formatv("{0} has rank {1}, the mods read {2} ({3})",
-                                name, c.rank, want.shape.size(),
-                                want.typeText()));
-    for (int d = 0; d < c.rank; ++d) {
-      if (c.shape[d] < 1 || (want.shape[d] >= 0 && c.shape[d] != want.shape[d]))
-        return fail(llvm::formatv("{0} has size {1} in dimension {2}; the "
-                                  "mods read {3}",
-                                  name, c.shape[d], d, want.typeText()));
-      if (c.strides[d] < 0)
-        return fail(llvm::formatv("{0} has a negative stride in dimension "
-                                  "{1}",
-                                  name, d));
-    }
-  }
-  if (auto err = checkBlockMask(spec, args))
+  if (auto err = checkCaptures(spec, args.captures))
+    return err;
+  if (auto err = checkBlockMask(spec, args.blockMask, q[0], q[1], q[2], k[2]))
     return err;
   // The kernels keep the running max of the unscaled scores and fold the
   // scale into one multiply-add per score, which needs scale > 0.

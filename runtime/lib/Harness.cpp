@@ -52,6 +52,55 @@ std::vector<int64_t> rowsToCheck(int64_t seqlen, int64_t wanted,
     rows.push_back(pick(rng));
   return rows;
 }
+
+/// 4-byte words in device buffers that live as long as this.
+class DeviceWords {
+public:
+  explicit DeviceWords(const CudaDriver &drv) : drv(drv) {}
+
+  /// `count` words (at least one allocated), shaped row-major.
+  llvm::Expected<CapturedRef> upload(const void *words, size_t count,
+                                     CaptureDType dtype,
+                                     llvm::ArrayRef<int64_t> shape) {
+    auto buffer = std::make_unique<DeviceBuffer>(drv);
+    if (auto err = buffer->allocate(std::max<size_t>(count, 1) * 4))
+      return std::move(err);
+    if (auto err =
+            FLASHJIT_CU(drv, cuMemcpyHtoD, buffer->ptr(), words, count * 4))
+      return std::move(err);
+    CapturedRef ref = CapturedRef::contiguous(buffer->data(), dtype, shape);
+    buffers.push_back(std::move(buffer));
+    return ref;
+  }
+
+  /// The spec's captured tensors as f32 or i32 words, appended to `out`.
+  llvm::Error uploadCaptures(const AttentionSpec &spec,
+                             llvm::ArrayRef<HostCapture> captures,
+                             std::vector<CapturedRef> &out) {
+    for (size_t i = 0; i < captures.size() && i < spec.captures.size(); ++i) {
+      const HostCapture &c = captures[i];
+      std::vector<uint32_t> words(c.values.size());
+      for (size_t e = 0; e < words.size(); ++e) {
+        if (spec.captures[i].dtype == CaptureDType::F32) {
+          float f = static_cast<float>(c.values[e]);
+          std::memcpy(&words[e], &f, 4);
+        } else {
+          words[e] = static_cast<uint32_t>(static_cast<int32_t>(c.values[e]));
+        }
+      }
+      auto ref = upload(words.data(), words.size(), spec.captures[i].dtype,
+                        c.shape);
+      if (!ref)
+        return ref.takeError();
+      out.push_back(*ref);
+    }
+    return llvm::Error::success();
+  }
+
+private:
+  const CudaDriver &drv;
+  std::vector<std::unique_ptr<DeviceBuffer>> buffers;
+};
 } // namespace
 
 std::vector<uint16_t> makeRandomInput(std::vector<float> &host, DType dtype,
@@ -153,36 +202,9 @@ llvm::Expected<CheckReport> runAndCheck(const Kernel &kernel,
   args.scale = host.scale;
   // The captured tensors and the block mask: 4-byte words in device
   // buffers that live until the checks are done.
-  std::vector<std::unique_ptr<DeviceBuffer>> buffers;
-  auto upload = [&](const void *words, size_t count, CaptureDType dtype,
-                    llvm::ArrayRef<int64_t> shape) -> llvm::Expected<CapturedRef> {
-    auto buffer = std::make_unique<DeviceBuffer>(drv);
-    if (auto err = buffer->allocate(std::max<size_t>(count, 1) * 4))
-      return std::move(err);
-    if (auto err =
-            FLASHJIT_CU(drv, cuMemcpyHtoD, buffer->ptr(), words, count * 4))
-      return std::move(err);
-    CapturedRef ref = CapturedRef::contiguous(buffer->data(), dtype, shape);
-    buffers.push_back(std::move(buffer));
-    return ref;
-  };
-  for (size_t i = 0; i < opt.captures.size(); ++i) {
-    const HostCapture &c = opt.captures[i];
-    std::vector<uint32_t> words(c.values.size());
-    for (size_t e = 0; e < words.size(); ++e) {
-      if (spec.captures[i].dtype == CaptureDType::F32) {
-        float f = static_cast<float>(c.values[e]);
-        std::memcpy(&words[e], &f, 4);
-      } else {
-        words[e] = static_cast<uint32_t>(static_cast<int32_t>(c.values[e]));
-      }
-    }
-    auto ref = upload(words.data(), words.size(), spec.captures[i].dtype,
-                      c.shape);
-    if (!ref)
-      return ref.takeError();
-    args.captures.push_back(*ref);
-  }
+  DeviceWords words(drv);
+  if (auto err = words.uploadCaptures(spec, opt.captures, args.captures))
+    return std::move(err);
   // The block mask: the caller's, or a random one of the density asked.
   HostBlockMask blockMask;
   if (spec.isBlockSparse()) {
@@ -199,10 +221,10 @@ llvm::Expected<CheckReport> runAndCheck(const Kernel &kernel,
     auto lists = args.blockMask.lists();
     // Counts, indices, then the full lists when there are any.
     for (unsigned l = 0; l < (blockMask.hasFullLists() ? 4u : 2u); ++l) {
-      auto ref = upload(values[l]->data(), values[l]->size(),
-                        CaptureDType::I32,
-                        l % 2 == 0 ? blockMask.countShape()
-                                   : blockMask.indexShape());
+      auto ref = words.upload(values[l]->data(), values[l]->size(),
+                              CaptureDType::I32,
+                              l % 2 == 0 ? blockMask.countShape()
+                                         : blockMask.indexShape());
       if (!ref)
         return ref.takeError();
       *lists[l] = *ref;
@@ -289,6 +311,65 @@ llvm::Expected<CheckReport> runAndCheck(const Kernel &kernel,
     report.tflops = flops / (report.medianMs * 1e-3) / 1e12;
   }
   return report;
+}
+
+} // namespace flashjit
+
+namespace flashjit {
+
+llvm::Expected<HostBlockMask>
+buildBlockMaskOnGpu(const BlockMaskBuilder &builder,
+                    llvm::ArrayRef<HostCapture> captures, int64_t batch,
+                    int64_t heads, int64_t seqlenQ, int64_t seqlenK,
+                    bool fullLists) {
+  auto driver = CudaDriver::get();
+  if (!driver)
+    return driver.takeError();
+  const CudaDriver &drv = *driver;
+  const AttentionSpec &spec = builder.spec();
+  auto [queryBlocks, keyBlocks] =
+      BlockMaskBuilder::blockCounts(spec, seqlenQ, seqlenK);
+  HostBlockMask mask;
+  mask.batch = batch;
+  mask.heads = heads;
+  mask.queryBlocks = queryBlocks;
+  mask.indexColumns = keyBlocks;
+  const size_t counts = static_cast<size_t>(batch * heads * queryBlocks);
+  const size_t indices = counts * static_cast<size_t>(keyBlocks);
+
+  BlockMaskBuildArgs args;
+  args.seqlenQ = seqlenQ;
+  args.seqlenK = seqlenK;
+  DeviceWords words(drv);
+  if (auto err = words.uploadCaptures(spec, captures, args.captures))
+    return std::move(err);
+  // The lists, poisoned with -1 (0xFFFFFFFF): an entry the kernel does
+  // not write stays -1, which a forward kernel skips.
+  std::vector<int32_t> poison(indices, -1);
+  std::vector<int32_t> *values[] = {&mask.kvNumBlocks, &mask.kvIndices,
+                                    &mask.fullKvNumBlocks,
+                                    &mask.fullKvIndices};
+  auto lists = args.blockMask.lists();
+  for (unsigned l = 0; l < (fullLists ? 4u : 2u); ++l) {
+    const bool isIndices = l % 2 == 1;
+    auto ref = words.upload(poison.data(), isIndices ? indices : counts,
+                            CaptureDType::I32,
+                            isIndices ? mask.indexShape() : mask.countShape());
+    if (!ref)
+      return ref.takeError();
+    *lists[l] = *ref;
+    values[l]->resize(isIndices ? indices : counts);
+  }
+  if (auto err = builder.build(args))
+    return std::move(err);
+  if (auto err = FLASHJIT_CU(drv, cuCtxSynchronize))
+    return std::move(err);
+  for (unsigned l = 0; l < (fullLists ? 4u : 2u); ++l)
+    if (auto err = FLASHJIT_CU(drv, cuMemcpyDtoH, values[l]->data(),
+                               reinterpret_cast<CUdeviceptr>(lists[l]->data),
+                               values[l]->size() * 4))
+      return std::move(err);
+  return mask;
 }
 
 } // namespace flashjit

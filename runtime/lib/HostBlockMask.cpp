@@ -65,6 +65,72 @@ HostBlockMask HostBlockMask::random(const AttentionSpec &spec, int64_t batch,
   return m;
 }
 
+llvm::Expected<HostBlockMask>
+HostBlockMask::fromMask(const AttentionSpec &spec,
+                        llvm::ArrayRef<HostCapture> captures, int64_t batch,
+                        int64_t heads, int64_t seqlenQ, int64_t seqlenK,
+                        bool fullLists) {
+  std::unique_ptr<ModInterpreter> mods;
+  if (!spec.maskMod.empty()) {
+    auto created = ModInterpreter::create(spec);
+    if (!created)
+      return created.takeError();
+    mods = std::move(*created);
+  }
+  const int64_t blockM = spec.sparseBlockM, blockN = spec.sparseBlockN;
+  HostBlockMask m;
+  m.batch = batch;
+  m.heads = heads;
+  m.queryBlocks = (seqlenQ + blockM - 1) / blockM;
+  m.indexColumns = (seqlenK + blockN - 1) / blockN;
+  const int64_t rows = batch * heads * m.queryBlocks;
+  m.kvNumBlocks.assign(rows, 0);
+  m.kvIndices.assign(rows * m.indexColumns, -1);
+  if (fullLists) {
+    m.fullKvNumBlocks.assign(rows, 0);
+    m.fullKvIndices.assign(rows * m.indexColumns, -1);
+  }
+  const int64_t offset =
+      spec.causalAlign == CausalAlign::BottomRight ? seqlenK - seqlenQ : 0;
+  // The pair (q, k) is kept: inside both sequences, the causal mask and
+  // window, and the mask_mod.
+  auto kept = [&](int64_t b, int64_t h, int64_t q,
+                  int64_t k) -> llvm::Expected<bool> {
+    if (q >= seqlenQ || k >= seqlenK)
+      return false;
+    if (spec.hasRightBound() && k > q + offset + spec.rightExtent())
+      return false;
+    if (spec.hasLeftBound() && k < q + offset - spec.windowLeft)
+      return false;
+    if (!mods)
+      return true;
+    return mods->keep(b, h, q, k, captures);
+  };
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t qb = 0; qb < m.queryBlocks; ++qb) {
+        const int64_t row = (b * heads + h) * m.queryBlocks + qb;
+        for (int64_t kb = 0; kb < m.indexColumns; ++kb) {
+          bool some = false, every = true;
+          for (int64_t i = 0; i < blockM && (every || !some); ++i)
+            for (int64_t j = 0; j < blockN && (every || !some); ++j) {
+              auto keep = kept(b, h, qb * blockM + i, kb * blockN + j);
+              if (!keep)
+                return keep.takeError();
+              some |= *keep;
+              every &= *keep;
+            }
+          if (every && fullLists)
+            m.fullKvIndices[row * m.indexColumns + m.fullKvNumBlocks[row]++] =
+                static_cast<int32_t>(kb);
+          else if (some)
+            m.kvIndices[row * m.indexColumns + m.kvNumBlocks[row]++] =
+                static_cast<int32_t>(kb);
+        }
+      }
+  return m;
+}
+
 double listedPairs(const AttentionSpec &spec, const HostBlockMask &mask,
                    int64_t batch, int64_t seqlenQ, int64_t seqlenK) {
   const int64_t keyBlocks =

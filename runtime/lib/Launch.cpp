@@ -8,6 +8,41 @@
 
 namespace flashjit {
 
+void VariantLaunchParams::fill(llvm::ArrayRef<CapturedRef> given,
+                               const BlockMaskRef &mask) {
+  numCaptures = static_cast<unsigned>(
+      std::min<size_t>(given.size(), kMaxCaptures));
+  for (unsigned c = 0; c < numCaptures; ++c)
+    captures[c] = {given[c].data, given[c].rank, given[c].strides};
+  // The block mask's batch and head dimensions of size 1 serve every
+  // sequence and head: stride 0. Without full lists, a null pointer.
+  hasBlockMask = mask.kvNumBlocks.data != nullptr;
+  auto lists = mask.lists();
+  for (unsigned l = 0; l < 4; ++l) {
+    Capture &c = blockMask[l];
+    c.data = lists[l]->data;
+    c.rank = l % 2 == 0 ? 3 : 4;
+    c.strides = lists[l]->strides;
+    for (int d = 0; d < 2; ++d)
+      if (lists[l]->shape[d] == 1)
+        c.strides[d] = 0;
+  }
+}
+
+unsigned VariantLaunchParams::appendPointers(void **p, unsigned i) {
+  auto add = [&](Capture &c) {
+    p[i++] = &c.data;
+    for (int d = 0; d < c.rank; ++d)
+      p[i++] = &c.strides[d];
+  };
+  for (unsigned c = 0; c < numCaptures; ++c)
+    add(captures[c]);
+  if (hasBlockMask)
+    for (Capture &c : blockMask)
+      add(c);
+  return i;
+}
+
 std::array<void *, ForwardLaunchParams::kMaxParams>
 ForwardLaunchParams::pointers() {
   std::array<void *, kMaxParams> p{};
@@ -20,16 +55,16 @@ ForwardLaunchParams::pointers() {
     p[i++] = &maps.v;
     p[i++] = &maps.o;
   }
-  auto add = [&](Capture &c) {
-    p[i++] = &c.data;
-    for (int d = 0; d < c.rank; ++d)
-      p[i++] = &c.strides[d];
-  };
-  for (unsigned c = 0; c < numCaptures; ++c)
-    add(captures[c]);
-  if (hasBlockMask)
-    for (Capture &c : blockMask)
-      add(c);
+  variant.appendPointers(p.data(), i);
+  return p;
+}
+
+std::array<void *, BlockMaskLaunchParams::kMaxParams>
+BlockMaskLaunchParams::pointers() {
+  std::array<void *, kMaxParams> p{};
+  p[0] = &seqlenQ;
+  p[1] = &seqlenK;
+  variant.appendPointers(p.data(), 2);
   return p;
 }
 
@@ -39,23 +74,7 @@ llvm::Error prepareForwardLaunch(const ForwardArgs &args, double scale,
                                  int deviceOrdinal) {
   params.args = toKernelArgs(args, scale);
   params.hasTensorMaps = false;
-  params.numCaptures = static_cast<unsigned>(args.captures.size());
-  for (unsigned c = 0; c < params.numCaptures; ++c)
-    params.captures[c] = {args.captures[c].data, args.captures[c].rank,
-                          args.captures[c].strides};
-  // The block mask's batch and head dimensions of size 1 serve every
-  // sequence and head: stride 0. Without full lists, a null pointer.
-  params.hasBlockMask = args.blockMask.kvNumBlocks.data != nullptr;
-  auto lists = args.blockMask.lists();
-  for (unsigned l = 0; l < 4; ++l) {
-    ForwardLaunchParams::Capture &c = params.blockMask[l];
-    c.data = lists[l]->data;
-    c.rank = l % 2 == 0 ? 3 : 4;
-    c.strides = lists[l]->strides;
-    for (int d = 0; d < 2; ++d)
-      if (lists[l]->shape[d] == 1)
-        c.strides[d] = 0;
-  }
+  params.variant.fill(args.captures, args.blockMask);
   if (!layouts)
     return llvm::Error::success();
   auto drv = CudaDriver::get();

@@ -22,6 +22,48 @@ KernelIR::KernelIR(OpBuilder &b, Location loc, const AttentionSpec &spec)
   globalPtr = LLVM::LLVMPointerType::get(b.getContext(), /*addressSpace=*/1);
 }
 
+void KernelIR::appendVariantArgTypes(SmallVectorImpl<Type> &argTypes) {
+  for (const CapturedTensor &c : spec.captures) {
+    argTypes.push_back(globalPtr);
+    argTypes.append(c.shape.size(), i64);
+  }
+  if (spec.isBlockSparse())
+    for (int64_t rank : {3, 4, 3, 4}) {
+      argTypes.push_back(globalPtr);
+      argTypes.append(rank, i64);
+    }
+}
+
+void KernelIR::bindVariantArgs(ValueRange args, unsigned at,
+                               ForwardParams &p) {
+  for (const CapturedTensor &c : spec.captures) {
+    ForwardParams::Capture capture;
+    capture.data = args[at++];
+    for (size_t d = 0; d < c.shape.size(); ++d)
+      capture.strides.push_back(args[at++]);
+    p.captures.push_back(capture);
+  }
+  if (spec.isBlockSparse())
+    for (int64_t rank : {3, 4, 3, 4}) {
+      ForwardParams::Capture list;
+      list.data = args[at++];
+      for (int64_t d = 0; d < rank; ++d)
+        list.strides.push_back(args[at++]);
+      p.blockMask.push_back(list);
+    }
+}
+
+gpu::GPUFuncOp KernelIR::beginKernel(StringRef name, ArrayRef<Type> argTypes,
+                                     int64_t threads) {
+  auto func = gpu::GPUFuncOp::create(b, loc, name,
+                                     b.getFunctionType(argTypes, {}));
+  func->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
+  func.setKnownBlockSizeAttr(
+      b.getDenseI32ArrayAttr({static_cast<int32_t>(threads), 1, 1}));
+  b.setInsertionPointToStart(&func.getBody().front());
+  return func;
+}
+
 ForwardParams KernelIR::beginForwardKernel(StringRef name, int64_t threads,
                                            bool withTensorMaps) {
   SmallVector<Type> argTypes(5, globalPtr);
@@ -32,17 +74,8 @@ ForwardParams KernelIR::beginForwardKernel(StringRef name, int64_t threads,
     argTypes.append(kNumTensorMaps,
                     LLVM::LLVMPointerType::get(b.getContext()));
   const unsigned capturesAt = argTypes.size();
-  for (const CapturedTensor &c : spec.captures) {
-    argTypes.push_back(globalPtr);
-    argTypes.append(c.shape.size(), i64);
-  }
-  if (spec.isBlockSparse())
-    for (int64_t rank : {3, 4, 3, 4}) {
-      argTypes.push_back(globalPtr);
-      argTypes.append(rank, i64);
-    }
-  auto func = gpu::GPUFuncOp::create(b, loc, name,
-                                     b.getFunctionType(argTypes, {}));
+  appendVariantArgTypes(argTypes);
+  gpu::GPUFuncOp func = beginKernel(name, argTypes, threads);
   if (withTensorMaps) {
     SmallVector<int32_t> positions;
     for (unsigned i = 0; i < kNumTensorMaps; ++i)
@@ -50,13 +83,8 @@ ForwardParams KernelIR::beginForwardKernel(StringRef name, int64_t threads,
     func->setAttr("flashjit.tensor_map_args",
                   b.getDenseI32ArrayAttr(positions));
   }
-  func->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
-  func.setKnownBlockSizeAttr(
-      b.getDenseI32ArrayAttr({static_cast<int32_t>(threads), 1, 1}));
-  Block &entry = func.getBody().front();
-  b.setInsertionPointToStart(&entry);
 
-  ValueRange args = entry.getArguments();
+  ValueRange args = func.getBody().front().getArguments();
   ForwardParams p;
   p.q = args[0];
   p.k = args[1];
@@ -76,22 +104,19 @@ ForwardParams KernelIR::beginForwardKernel(StringRef name, int64_t threads,
   if (withTensorMaps)
     p.tensorMaps.assign(args.begin() + numAbiParams,
                         args.begin() + numAbiParams + kNumTensorMaps);
-  unsigned at = capturesAt;
-  for (const CapturedTensor &c : spec.captures) {
-    ForwardParams::Capture capture;
-    capture.data = args[at++];
-    for (size_t d = 0; d < c.shape.size(); ++d)
-      capture.strides.push_back(args[at++]);
-    p.captures.push_back(capture);
-  }
-  if (spec.isBlockSparse())
-    for (int64_t rank : {3, 4, 3, 4}) {
-      ForwardParams::Capture list;
-      list.data = args[at++];
-      for (int64_t d = 0; d < rank; ++d)
-        list.strides.push_back(args[at++]);
-      p.blockMask.push_back(list);
-    }
+  bindVariantArgs(args, capturesAt, p);
+  return p;
+}
+
+ForwardParams KernelIR::beginBlockMaskKernel(StringRef name, int64_t threads) {
+  SmallVector<Type> argTypes = {i32, i32};
+  appendVariantArgTypes(argTypes);
+  gpu::GPUFuncOp func = beginKernel(name, argTypes, threads);
+  ValueRange args = func.getBody().front().getArguments();
+  ForwardParams p;
+  p.seqlenQ = arith::ExtSIOp::create(b, loc, i64, args[0]);
+  p.seqlenK = arith::ExtSIOp::create(b, loc, i64, args[1]);
+  bindVariantArgs(args, 2, p);
   return p;
 }
 
@@ -221,6 +246,18 @@ Value KernelIR::diagonalOffset(const ForwardParams &p) {
   return c64(0);
 }
 
+std::pair<Value, Value> KernelIR::visibleKeys(const ForwardParams &p,
+                                             Value m0, int64_t blockM) {
+  Value diagonal = diagonalOffset(p);
+  Value lo = c64(0), hi = p.seqlenK;
+  if (spec.hasLeftBound())
+    lo = maxS(lo, sub(add(m0, diagonal), c64(spec.windowLeft)));
+  if (spec.hasRightBound())
+    hi = minS(hi, add(add(m0, diagonal),
+                      c64(blockM + spec.rightExtent())));
+  return {lo, hi};
+}
+
 KvTileRange KernelIR::kvTileRange(const ForwardParams &p, Value batch,
                                   Value head, Value m0, int64_t blockM,
                                   int64_t blockN) {
@@ -282,14 +319,7 @@ KvTileRange KernelIR::kvTileRange(const ForwardParams &p, Value batch,
     r.count = divU(add(kvEnd, c64(blockN - 1)), blockN);
     return r;
   }
-  Value diagonal = diagonalOffset(p);
-  // Keys [lo, hi) are visible to some row of [m0, m0 + blockM).
-  Value lo = c64(0), hi = p.seqlenK;
-  if (spec.hasLeftBound())
-    lo = maxS(lo, sub(add(m0, diagonal), c64(spec.windowLeft)));
-  if (spec.hasRightBound())
-    hi = minS(hi, add(add(m0, diagonal),
-                      c64(blockM + spec.rightExtent())));
+  auto [lo, hi] = visibleKeys(p, m0, blockM);
   Value lastTile = divU(sub(p.seqlenK, c64(1)), blockN);
   r.first = minS(divU(lo, blockN), lastTile);
   // hi <= 0 (no key for any row): end at the first tile; the max below

@@ -88,6 +88,10 @@ public:
   /// named in `flashjit.tensor_map_args` for MarkGridConstantParams.
   ForwardParams beginForwardKernel(llvm::StringRef name, int64_t threads,
                                    bool withTensorMaps = false);
+  /// The same for the block-mask kernel (BlockMaskKernel.h): its
+  /// parameters are the seqlens (i32; widened to i64 in the result), then
+  /// the captured tensors and the four lists, as the forward kernel's.
+  ForwardParams beginBlockMaskKernel(llvm::StringRef name, int64_t threads);
   BlockCoordinates blockCoordinates();
   /// The tile numbering of a persistent kernel with `blockM` query rows per
   /// tile (PersistentTiles.cpp).
@@ -98,6 +102,11 @@ public:
   /// The key column of query row 0's diagonal (i64): 0, or seqlenK -
   /// seqlenQ for bottom-right alignment (AttentionSpec::causalAlign).
   mlir::Value diagonalOffset(const ForwardParams &p);
+  /// Keys [lo, hi) (i64; 0 <= lo, hi <= seqlenK, empty when hi <= lo)
+  /// hold every key the causal mask and the window leave visible to some
+  /// query row of [m0, m0 + blockM).
+  std::pair<mlir::Value, mlir::Value>
+  visibleKeys(const ForwardParams &p, mlir::Value m0, int64_t blockM);
   /// The K/V tiles of block_n keys that query rows [m0, m0 + blockM) of
   /// (batch, head) visit (i64 values).
   KvTileRange kvTileRange(const ForwardParams &p, mlir::Value batch,
@@ -155,6 +164,18 @@ public:
   mlir::Location loc;
   const AttentionSpec &spec;
   mlir::Type elt, f32, i64, i32, globalPtr;
+
+private:
+  /// A kernel of `argTypes` with a known block size; the insertion point
+  /// moves into its body.
+  mlir::gpu::GPUFuncOp beginKernel(llvm::StringRef name,
+                                   llvm::ArrayRef<mlir::Type> argTypes,
+                                   int64_t threads);
+  /// The parameters of the spec's captured tensors and block mask (a
+  /// pointer and one i64 stride per dimension each), in the ABI's order,
+  /// and their values from `args` starting at `at`.
+  void appendVariantArgTypes(llvm::SmallVectorImpl<mlir::Type> &argTypes);
+  void bindVariantArgs(mlir::ValueRange args, unsigned at, ForwardParams &p);
 };
 
 } // namespace flashjit

@@ -8,6 +8,8 @@
 
 #include "flashjit/Compiler/Variants.h"
 
+#include <tuple>
+
 using namespace flashjit;
 using namespace flashjit::test;
 
@@ -15,7 +17,8 @@ namespace {
 void checkVariant(const AttentionSpec &spec, const std::string &family,
                   int64_t batch, int64_t seqlenQ, int64_t seqlenK,
                   std::optional<HostBlockMask> blockMask = std::nullopt,
-                  double blockDensity = 0.25) {
+                  double blockDensity = 0.25,
+                  const std::vector<HostCapture> *givenCaptures = nullptr) {
   CheckOptions o;
   o.blockMask = std::move(blockMask);
   o.blockDensity = blockDensity;
@@ -25,10 +28,14 @@ void checkVariant(const AttentionSpec &spec, const std::string &family,
   o.seed = freshSeed();
   o.rowsPerHead = 40;
   // Four documents per sequence for the document mask.
-  auto captures = presets::sampleCaptures(spec, batch, seqlenQ, seqlenK,
-                                          /*documents=*/4, o.seed);
-  REQUIRE_MESSAGE(bool(captures), llvm::toString(captures.takeError()));
-  o.captures = std::move(*captures);
+  if (givenCaptures) {
+    o.captures = *givenCaptures;
+  } else {
+    auto captures = presets::sampleCaptures(spec, batch, seqlenQ, seqlenK,
+                                            /*documents=*/4, o.seed);
+    REQUIRE_MESSAGE(bool(captures), llvm::toString(captures.takeError()));
+    o.captures = std::move(*captures);
+  }
   INFO(describe(spec, o) << " family " << family
                          << (spec.isBlockSparse()
                                  ? " sparse " + std::to_string(spec.sparseBlockM) +
@@ -169,5 +176,87 @@ TEST_CASE("block-sparse: coarser mask blocks, shared lists, head dim 64, f16") {
                                        /*fullLists=*/false,
                                        /*shareBatch=*/false,
                                        /*shareHeads=*/false, rng));
+  }
+}
+
+TEST_CASE("block masks built on the GPU from the mask_mod, causal mask and "
+          "window") {
+  // The block-mask kernel's lists must equal the host's pair-by-pair
+  // classification exactly (counts and sorted indices), and the forward
+  // kernels must be exact with those very lists (poison -1 past each
+  // count included).
+  struct Case {
+    const char *what;
+    int preset; // 0 none, 1 documents, 2 prefix-LM
+    bool causal;
+    CausalAlign align;
+    int64_t windowLeft, blockM, blockN, batch, listBatch, listHeads, sq, sk;
+    bool fullLists;
+  };
+  const Case cases[] = {
+      {"documents", 1, false, CausalAlign::TopLeft, -1, 128, 128, 2, 2, 1,
+       1000, 1000, true},
+      {"documents, causal, 256x128 blocks", 1, true, CausalAlign::TopLeft,
+       -1, 256, 128, 1, 1, 1, 4097, 4097, true},
+      {"documents, one mask for the batch", 1, true, CausalAlign::TopLeft, -1,
+       128, 128, 2, 1, 1, 17, 17, true},
+      {"prefix-LM, Sq != Sk", 2, false, CausalAlign::TopLeft, -1, 128, 128, 2,
+       2, 4, 300, 1000, true},
+      {"causal window, bottom-right, no mask_mod, no full lists", 0, true,
+       CausalAlign::BottomRight, 300, 128, 128, 1, 1, 1, 1000, 4097, false},
+  };
+  for (const Case &c : cases) {
+    AttentionSpec spec = baseSpec(128, c.causal);
+    spec.causalAlign = c.align;
+    spec.windowLeft = c.windowLeft;
+    spec.sparseBlockM = c.blockM;
+    spec.sparseBlockN = c.blockN;
+    if (c.preset == 1)
+      REQUIRE(!presets::documentMask(spec));
+    if (c.preset == 2)
+      REQUIRE(!presets::prefixLM(spec));
+    const uint64_t seed = freshSeed();
+    INFO(c.what << ": " << spec.canonical() << " sq=" << c.sq << " sk="
+                << c.sk << " seed=" << seed);
+    auto captures = presets::sampleCaptures(spec, c.batch, c.sq, c.sk,
+                                            /*documents=*/4, seed);
+    REQUIRE_MESSAGE(bool(captures), llvm::toString(captures.takeError()));
+
+    auto builder = gpuContext().blockMaskBuilder(spec);
+    REQUIRE_MESSAGE(bool(builder), llvm::toString(builder.takeError()));
+    auto onGpu = buildBlockMaskOnGpu(**builder, *captures, c.listBatch,
+                                     c.listHeads, c.sq, c.sk, c.fullLists);
+    REQUIRE_MESSAGE(bool(onGpu), llvm::toString(onGpu.takeError()));
+    auto onHost = HostBlockMask::fromMask(spec, *captures, c.listBatch,
+                                          c.listHeads, c.sq, c.sk,
+                                          c.fullLists);
+    REQUIRE_MESSAGE(bool(onHost), llvm::toString(onHost.takeError()));
+
+    REQUIRE(onGpu->kvNumBlocks == onHost->kvNumBlocks);
+    REQUIRE(onGpu->fullKvNumBlocks == onHost->fullKvNumBlocks);
+    const int64_t rows = c.listBatch * c.listHeads * onHost->queryBlocks;
+    int64_t listed = 0;
+    for (int64_t row = 0; row < rows; ++row) {
+      for (auto [counts, gpu, host] :
+           {std::tuple{&onHost->kvNumBlocks, &onGpu->kvIndices,
+                       &onHost->kvIndices},
+            std::tuple{&onHost->fullKvNumBlocks, &onGpu->fullKvIndices,
+                       &onHost->fullKvIndices}}) {
+        if (counts->empty())
+          continue;
+        const int64_t n = (*counts)[row], at = row * onHost->indexColumns;
+        listed += n;
+        CHECK(std::equal(gpu->begin() + at, gpu->begin() + at + n,
+                         host->begin() + at));
+        // Nothing written past the count.
+        if (n < onHost->indexColumns)
+          CHECK((*gpu)[at + n] == -1);
+      }
+    }
+    CHECK(listed > 0);
+    for (const char *family : {"wgmma", "wgmma_persistent", "mma_sync",
+                               "cuda_core"})
+      checkVariant(spec, family, c.batch, c.sq, c.sk, *onGpu, 0.0,
+                   &*captures);
   }
 }

@@ -28,9 +28,9 @@ int runAutotune();
 /// --softcap, --documents, --prefix-lm, --score-mod, --mask-mod,
 /// --sparse-block, --block-sparse), shared by compile and run.
 llvm::Expected<AttentionSpec> specFromOptions();
-/// The fraction of key blocks a random block mask lists (--block-sparse;
-/// 0.25 when only --sparse-block is given).
-double blockDensityFromOptions();
+/// The fraction of key blocks a random block mask lists (--block-sparse);
+/// none when only --sparse-block is given: the mask is built on the GPU.
+std::optional<double> randomBlockDensity();
 /// Host data for the spec's captured tensors of the preset variants
 /// (presets::sampleCaptures with --documents), for a run of `batch`
 /// sequences of `seqlen` queries and keys.

@@ -7,6 +7,7 @@
 #include "flashjit/Runtime/Harness.h"
 #include "flashjit/Runtime/KernelCache.h"
 
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 #include <nlohmann/json.hpp>
 
@@ -58,6 +59,88 @@ static cl::opt<std::string>
                         "(e.g. mma_sync), instead of the tuned or heuristic "
                         "one"),
                cl::sub(runCommand), cl::cat(category));
+
+namespace {
+/// Pairs up to which `run` checks a GPU-built block mask against the
+/// host's pair-by-pair evaluation (an interpreter: about a second).
+constexpr double kHostMaskCheckPairs = 64.0 * 1024 * 1024;
+
+struct BuiltMask {
+  nlohmann::json json;
+  std::string line;
+  bool matchesHost = true;
+};
+
+/// Builds the spec's block mask on the GPU into options.blockMask, timed,
+/// and compares it with the host's classification when small enough.
+llvm::Expected<BuiltMask> buildMask(Context &ctx, const AttentionSpec &spec,
+                                    CheckOptions &options) {
+  auto builder = ctx.blockMaskBuilder(spec);
+  if (!builder)
+    return builder.takeError();
+  const int64_t heads = spec.numHeads;
+  auto start = std::chrono::steady_clock::now();
+  auto onGpu = buildBlockMaskOnGpu(**builder, options.captures, options.batch,
+                                   heads, options.seqlenQ, options.seqlenK,
+                                   /*fullLists=*/true);
+  if (!onGpu)
+    return onGpu.takeError();
+  double ms = std::chrono::duration<double, std::milli>(
+                  std::chrono::steady_clock::now() - start)
+                  .count();
+  BuiltMask out;
+  int64_t listed = 0, full = 0;
+  for (int32_t n : onGpu->kvNumBlocks)
+    listed += n;
+  for (int32_t n : onGpu->fullKvNumBlocks)
+    full += n;
+  const double blocks = double(onGpu->kvNumBlocks.size()) *
+                        double(onGpu->indexColumns);
+  const double pairs = double(options.batch) * heads * options.seqlenQ *
+                       options.seqlenK;
+  std::string hostCheck = "not checked on the host (above 2^26 pairs)";
+  if (pairs <= kHostMaskCheckPairs) {
+    auto onHost = HostBlockMask::fromMask(
+        spec, options.captures, options.batch, heads,
+        options.seqlenQ, options.seqlenK, /*fullLists=*/true);
+    if (!onHost)
+      return onHost.takeError();
+    // Equal counts and equal lists up to each count.
+    auto same = [&](const std::vector<int32_t> &counts,
+                    const std::vector<int32_t> &a,
+                    const std::vector<int32_t> &b) {
+      for (size_t row = 0; row < counts.size(); ++row)
+        for (int32_t i = 0; i < counts[row]; ++i)
+          if (a[row * onHost->indexColumns + i] !=
+              b[row * onHost->indexColumns + i])
+            return false;
+      return true;
+    };
+    out.matchesHost =
+        onGpu->kvNumBlocks == onHost->kvNumBlocks &&
+        onGpu->fullKvNumBlocks == onHost->fullKvNumBlocks &&
+        same(onHost->kvNumBlocks, onGpu->kvIndices, onHost->kvIndices) &&
+        same(onHost->fullKvNumBlocks, onGpu->fullKvIndices,
+             onHost->fullKvIndices);
+    hostCheck = out.matchesHost ? "equal to the host's evaluation"
+                                : "DIFFERS from the host's evaluation";
+  }
+  out.json = {{"source", "gpu"},
+              {"build_ms", ms},
+              {"partial_blocks", listed},
+              {"full_blocks", full},
+              {"listed_fraction", blocks > 0 ? (listed + full) / blocks : 0.0},
+              {"host_checked", pairs <= kHostMaskCheckPairs},
+              {"matches_host", out.matchesHost}};
+  out.line = llvm::formatv("built on the GPU in {0:F2} ms (transfers "
+                           "included): {1} partial and {2} full of {3} "
+                           "blocks; {4}",
+                           ms, listed, full, int64_t(blocks), hostCheck)
+                 .str();
+  options.blockMask = std::move(*onGpu);
+  return out;
+}
+} // namespace
 
 int runRun() {
   auto spec = specFromOptions();
@@ -113,7 +196,27 @@ int runRun() {
   if (!captures)
     return reportError("run", captures.takeError());
   options.captures = std::move(*captures);
-  options.blockDensity = blockDensityFromOptions();
+  // Block-sparse: a random mask of the density asked, or the mask built on
+  // the GPU from the spec's mask, checked against the host's evaluation
+  // where that is affordable.
+  nlohmann::json maskJson;
+  std::string maskLine;
+  if (spec->isBlockSparse()) {
+    if (auto density = randomBlockDensity()) {
+      options.blockDensity = *density;
+      maskJson = {{"source", "random"}, {"density", *density}};
+      maskLine =
+          llvm::formatv("random, {0:P0} of the key blocks", *density).str();
+    } else {
+      auto built = buildMask(**ctx, *spec, options);
+      if (!built)
+        return reportError("run", built.takeError());
+      maskJson = built->json;
+      maskLine = built->line;
+      if (!built->matchesHost)
+        return 1;
+    }
+  }
   auto report = runAndCheck(**kernel, options);
   if (!report)
     return reportError("run", report.takeError());
@@ -149,6 +252,8 @@ int runRun() {
         {"passed", report->passed},
         {"median_ms", report->medianMs},
         {"tflops", report->tflops}};
+    if (!maskJson.is_null())
+      j["block_mask"] = maskJson;
     llvm::outs() << j.dump(2) << "\n";
   } else {
     llvm::outs() << info.name << " on " << (*ctx)->device()->name << " ("
@@ -162,6 +267,7 @@ int runRun() {
                  << "  kernel ready in " << llvm::format("%.2f", compileMs)
                  << " ms (memory hits " << stats.memoryHits << ", disk hits "
                  << stats.diskHits << ", builds " << stats.builds << ")\n"
+                 << (maskLine.empty() ? "" : "  block mask: " + maskLine + "\n")
                  << "  check: " << report->summary() << "\n";
     if (options.iterations > 0)
       llvm::outs() << "  time: " << llvm::format("%.3f", report->medianMs)

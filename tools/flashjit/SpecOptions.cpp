@@ -80,7 +80,9 @@ static cl::opt<std::string> maskModFile(
 static cl::list<int64_t> sparseBlock(
     "sparse-block",
     cl::desc("Block-sparse attention with this block mask block, "
-             "block_m,block_n (e.g. 128,128)"),
+             "block_m,block_n (e.g. 128,128); `run` builds the block mask on "
+             "the GPU from the mask_mod, causal mask and window unless "
+             "--block-sparse asks for a random one"),
     cl::CommaSeparated, cl::sub(compileCommand), cl::sub(runCommand),
     cl::cat(category));
 static cl::opt<double> blockSparse(
@@ -166,8 +168,10 @@ capturesFromOptions(const AttentionSpec &spec, int64_t batch, int64_t seqlenQ,
                                  seed ^ 0x5eed);
 }
 
-double blockDensityFromOptions() {
-  return blockSparse > 0 ? double(blockSparse) : 0.25;
+std::optional<double> randomBlockDensity() {
+  if (blockSparse > 0)
+    return double(blockSparse);
+  return std::nullopt;
 }
 
 llvm::Expected<AttentionSpec> specFromOptions() {

@@ -204,6 +204,63 @@ private:
   std::string DeviceError;
 };
 
+/// What BlockMaskBuilder::build takes.
+struct BlockMaskBuildArgs {
+  /// One per AttentionSpec::captures, as ForwardArgs::captures: the
+  /// mask_mod reads them.
+  std::vector<CapturedRef> captures;
+  /// The lists to write, in ForwardArgs::blockMask's layout for a problem
+  /// of seqlenQ x seqlenK. Their batch and head sizes (the same in all four)
+  /// say which masks are built: the problem's, or 1 for one mask that
+  /// every sequence or head shares (the mask_mod then sees b = 0 or h = 0).
+  /// Without full lists every kept block is listed as partial.
+  BlockMaskRef blockMask;
+  int64_t seqlenQ = 0, seqlenK = 0;
+  /// The caller's stream (null: the legacy default stream).
+  CUstream stream = nullptr;
+};
+
+/// The block-mask kernel of a block-sparse spec (Context::blockMaskBuilder):
+/// it evaluates the spec's mask (its mask_mod, causal mask and window) on
+/// every (query, key) pair on the GPU and lists, per query block, the key
+/// blocks where every pair is kept (full) and where some are (partial), in
+/// ascending order, as FlexAttention's create_block_mask does. A pair
+/// outside the sequences counts as dropped, so the last blocks of a
+/// sequence whose length is not a multiple of the block are partial.
+/// Entries past each list's count are not written. The work is one
+/// mask evaluation per pair of a visited block: run it once per mask and
+/// reuse the lists for every forward() that shares it.
+class BlockMaskBuilder {
+public:
+  const AttentionSpec &spec() const { return Spec; }
+  const KernelInfo &info() const { return Info; }
+  const std::string &ptx() const { return Ptx; }
+
+  /// Checks every argument (checkBlockMaskOutput, the captures), then
+  /// launches on args.stream. A failed check launches nothing.
+  llvm::Error build(const BlockMaskBuildArgs &args) const;
+  /// The checks of build() alone (no device needed).
+  llvm::Error check(const BlockMaskBuildArgs &args) const;
+
+  /// Query blocks (Mq) and key blocks (Nk) of the spec's sparse block for
+  /// a problem: the lists are [B, H, Mq] and [B, H, Mq, Nk].
+  static std::array<int64_t, 2> blockCounts(const AttentionSpec &spec,
+                                            int64_t seqlenQ, int64_t seqlenK);
+
+  BlockMaskBuilder(AttentionSpec spec, KernelInfo info, std::string ptx,
+                   std::unique_ptr<LoadedModule> module,
+                   std::string deviceError);
+  ~BlockMaskBuilder();
+
+private:
+  AttentionSpec Spec;
+  KernelInfo Info;
+  std::string Ptx;
+  /// Null when there is no GPU; DeviceError then says why.
+  std::unique_ptr<LoadedModule> Module;
+  std::string DeviceError;
+};
+
 struct ContextOptions {
   /// Device ordinal used to pick the target and to launch.
   int device = 0;
@@ -248,6 +305,11 @@ public:
   /// The kernel of `spec` with exactly `config`.
   llvm::Expected<std::shared_ptr<const Kernel>>
   compile(const AttentionSpec &spec, const TileConfig &config);
+
+  /// The block-mask kernel of a block-sparse `spec`, from memory, the disk
+  /// cache or compiled now (and loaded on the GPU), like compile().
+  llvm::Expected<std::shared_ptr<const BlockMaskBuilder>>
+  blockMaskBuilder(const AttentionSpec &spec);
 
   /// The config compile() would build and where it comes from, without
   /// compiling. Errors: a bad spec or seqlen, or no config fits.

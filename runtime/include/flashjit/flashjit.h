@@ -40,7 +40,7 @@ extern "C" {
 
 /* Raised when a function or a field is added (flashjit_get_version's
  * api_version tells what the loaded library implements). */
-#define FLASHJIT_C_API_VERSION 3
+#define FLASHJIT_C_API_VERSION 4
 
 typedef enum flashjit_status {
   FLASHJIT_STATUS_OK = 0,
@@ -263,6 +263,27 @@ FLASHJIT_API flashjit_status_t flashjit_kernel_forward_block_sparse(
     const DLTensor *kv_num_blocks, const DLTensor *kv_indices,
     const DLTensor *full_kv_num_blocks, const DLTensor *full_kv_indices,
     void *stream);
+
+/* (API version 4) Builds the block mask of a block-sparse spec on the GPU,
+ * as FlexAttention's create_block_mask does: the spec's mask (its mask_mod
+ * with `captures` as in flashjit_kernel_forward_captures, its causal mask
+ * and window) is evaluated on every (query, key) pair of a seqlen_q x
+ * seqlen_k problem, and each query block's key blocks are listed where
+ * every pair is kept (full) and where some are (partial), in ascending
+ * order, in the layout flashjit_kernel_forward_block_sparse reads. A pair
+ * outside the sequences counts as dropped. The lists are written (kDLInt
+ * 32-bit, on the context's device, not overlapping); their batch and head
+ * dims (the same in all four; 1 for one mask shared by every sequence or
+ * head, the mask_mod then sees b = 0 or h = 0) say which masks are built.
+ * full_kv_num_blocks and full_kv_indices may be NULL: every kept block is
+ * then partial. Entries past each count are not written. The block-mask
+ * kernel is compiled (and cached) on first use per spec; the launch runs on
+ * `stream`. */
+FLASHJIT_API flashjit_status_t flashjit_context_build_block_mask(
+    flashjit_context_t ctx, const flashjit_attention_spec_t *spec,
+    const DLTensor *captures, int32_t num_captures, int64_t seqlen_q,
+    int64_t seqlen_k, DLTensor *kv_num_blocks, DLTensor *kv_indices,
+    DLTensor *full_kv_num_blocks, DLTensor *full_kv_indices, void *stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

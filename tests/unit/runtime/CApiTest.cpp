@@ -598,3 +598,43 @@ TEST_CASE("block-sparse through the C API: spec fields and the mask's checks") {
             nullptr) == FLASHJIT_STATUS_INVALID_ARGUMENT);
   CHECK(has(lastError(), "not block-sparse"));
 }
+
+TEST_CASE("a block mask built through the C API: checked, then launched") {
+  if (driverLoadable()) {
+    MESSAGE("libcuda.so.1 is loadable here: the no-device path is skipped");
+    return;
+  }
+  flashjit_attention_spec_t spec = smallSpec();
+  spec.causal = 1;
+  spec.sparse_block_m = 64;
+  spec.sparse_block_n = 16;
+  Ctx c;
+  constexpr DLDataType kI32{kDLInt, 32, 1};
+  // 40 x 40 -> 1 query block of 64 and 3 key blocks of 16; one mask for
+  // every head.
+  Tensor counts(0x60000000, {2, 1, 1}, kI32),
+      indices(0x61000000, {2, 1, 1, 3}, kI32);
+  auto build = [&](const flashjit_attention_spec_t *s, DLTensor *n,
+                   DLTensor *i, int64_t seqlen) {
+    return flashjit_context_build_block_mask(c.ctx, s, nullptr, 0, seqlen,
+                                             seqlen, n, i, nullptr, nullptr,
+                                             nullptr);
+  };
+  // The kernel compiles without a GPU; the launch needs one.
+  CHECK(build(&spec, &counts.dl, &indices.dl, 40) == FLASHJIT_STATUS_NO_DEVICE);
+  CHECK(has(lastError(), "no GPU"));
+  CHECK(build(&spec, &counts.dl, &indices.dl, 200) ==
+        FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(has(lastError(), "kv_num_blocks has shape"));
+  CHECK(build(&spec, nullptr, nullptr, 40) == FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(has(lastError(), "needs kv_num_blocks"));
+  flashjit_attention_spec_t dense = smallSpec();
+  CHECK(build(&dense, &counts.dl, &indices.dl, 40) ==
+        FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(has(lastError(), "block-sparse"));
+  CHECK(flashjit_context_build_block_mask(nullptr, &spec, nullptr, 0, 40, 40,
+                                          &counts.dl, &indices.dl, nullptr,
+                                          nullptr, nullptr) ==
+        FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(has(lastError(), "ctx is a null handle"));
+}

@@ -26,6 +26,10 @@ enum class Stage {
 llvm::Expected<Stage> parseStage(llvm::StringRef name);
 const char *stageName(Stage stage);
 
+/// The kernels a spec has: its forward pass, and for a block-sparse spec
+/// the kernel that builds its block mask on the GPU (BlockMaskKernel.h).
+enum class KernelKind { Forward, BlockMask };
+
 struct CompileOptions {
   Target target;
   /// Tile config to build; none: the autotuner's heuristic for `target`.
@@ -46,6 +50,12 @@ struct CompiledKernel {
 /// Never aborts: bad specs, targets and configs come back as errors.
 llvm::Expected<CompiledKernel> compileAttention(const AttentionSpec &spec,
                                                 const CompileOptions &options);
+
+/// Builds the block-mask kernel of a block-sparse `spec` from the same
+/// description (its mask_mod, causal mask and window); options.config is
+/// ignored. Its KernelInfo comes from blockMaskKernelInfo.
+llvm::Expected<CompiledKernel>
+compileBlockMaskKernel(const AttentionSpec &spec, const CompileOptions &options);
 
 /// Parses `mlirText` (a module holding one func with one attn.attention,
 /// as `compile --emit attn` prints) and lowers it like compileAttention.

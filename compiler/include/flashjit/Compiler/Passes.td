@@ -34,7 +34,16 @@ def LowerAttentionToKernel
     names: a loop over K/V tiles with online softmax (running max and sum,
     accumulator rescaled once per tile) that writes O and the log-sum-exp.
     The kernel's parameters follow templates/KernelABI.h.
+
+    With `kernel=block-mask`, each function becomes instead the kernel that
+    builds the block mask of its block-sparse attention on the GPU
+    (templates/BlockMaskKernel.h), named `<function>_block_mask`; it needs
+    no tile config.
   }];
+  let options = [
+    Option<"kernel", "kernel", "std::string", /*default=*/"\"forward\"",
+           "Which kernel to build: forward, or block-mask">,
+  ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::gpu::GPUDialect",
     "::mlir::LLVM::LLVMDialect", "::mlir::memref::MemRefDialect",

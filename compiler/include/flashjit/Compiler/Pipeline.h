@@ -23,6 +23,10 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
       *this, "stop-after",
       llvm::cl::desc("Last stage to run: attn, kernel, llvm or ptx"),
       llvm::cl::init("ptx")};
+  Option<std::string> kernel{
+      *this, "kernel",
+      llvm::cl::desc("Kernel to build: forward, or block-mask"),
+      llvm::cl::init("forward")};
 };
 
 /// Adds the passes from `attn.attention` to a `gpu.binary` holding PTX:
@@ -32,9 +36,12 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
 ///  4. in gpu.module: convert-gpu-to-nvvm, canonicalize, cse
 ///  5. gpu-module-to-binary (format isa = PTX text)
 /// Post-condition of each stage: `Stage` in Compiler.h. The chip must come
-/// from Target::parse (LLVM aborts on an unknown chip/feature pair).
+/// from Target::parse (LLVM aborts on an unknown chip/feature pair). For
+/// KernelKind::BlockMask, step 1 is skipped and step 2 builds the
+/// block-mask kernel.
 void buildAttentionPipeline(mlir::OpPassManager &pm, const Target &target,
-                            llvm::StringRef device, Stage stopAfter);
+                            llvm::StringRef device, Stage stopAfter,
+                            KernelKind kind = KernelKind::Forward);
 
 /// Registers "flashjit-pipeline" for flashjit-opt.
 void registerAttentionPipeline();

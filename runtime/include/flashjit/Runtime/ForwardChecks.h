@@ -14,6 +14,24 @@ namespace flashjit {
 /// outputs whose strides overlap or that overlap an input.
 llvm::Error checkForwardArgs(const AttentionSpec &spec, const ForwardArgs &args);
 
+/// The captured tensors of a launch against the spec's (count, dtype,
+/// rank, sizes, alignment, strides).
+llvm::Error checkCaptures(const AttentionSpec &spec,
+                          llvm::ArrayRef<CapturedRef> captures);
+
+/// A block mask's four tensors against the spec (given, or none for a
+/// dense spec) and a problem of batch x heads x seqlenQ x seqlenK.
+llvm::Error checkBlockMask(const AttentionSpec &spec, const BlockMaskRef &mask,
+                           int64_t batch, int64_t heads, int64_t seqlenQ,
+                           int64_t seqlenK);
+
+/// A block mask a block-mask kernel writes (BlockMaskBuilder::build): as
+/// checkBlockMask for the lists' own batch and head sizes, which all four
+/// share, and lists that do not overlap.
+llvm::Error checkBlockMaskOutput(const AttentionSpec &spec,
+                                 const BlockMaskRef &mask, int64_t seqlenQ,
+                                 int64_t seqlenK);
+
 /// The kernel's parameters for `args` (call checkForwardArgs first).
 ForwardKernelArgs toKernelArgs(const ForwardArgs &args, double scale);
 

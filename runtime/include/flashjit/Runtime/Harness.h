@@ -70,6 +70,17 @@ std::vector<uint16_t> makeRandomInput(std::vector<float> &host, DType dtype,
 llvm::Expected<CheckReport> runAndCheck(const Kernel &kernel,
                                         const CheckOptions &options);
 
+/// Builds the spec's block mask on the GPU with `builder` from host
+/// captures (uploaded as runAndCheck does), as `batch` x `heads` lists (1 to
+/// share one mask) of `seqlenQ` x `seqlenK`, with or without full lists,
+/// and returns the lists as the GPU wrote them: entries past each count
+/// hold the poison -1. Needs a GPU.
+llvm::Expected<HostBlockMask>
+buildBlockMaskOnGpu(const BlockMaskBuilder &builder,
+                    llvm::ArrayRef<HostCapture> captures, int64_t batch,
+                    int64_t heads, int64_t seqlenQ, int64_t seqlenK,
+                    bool fullLists);
+
 } // namespace flashjit
 
 #endif

@@ -7,6 +7,7 @@
 #ifndef FLASHJIT_RUNTIME_HOSTBLOCKMASK_H
 #define FLASHJIT_RUNTIME_HOSTBLOCKMASK_H
 
+#include "flashjit/Compiler/ModInterpreter.h"
 #include "flashjit/Dialect/AttentionSpec.h"
 
 #include <cstdint>
@@ -45,6 +46,16 @@ struct HostBlockMask {
                               int64_t seqlenQ, int64_t seqlenK, double density,
                               bool fullLists, bool shareBatch, bool shareHeads,
                               std::mt19937_64 &rng);
+  /// The mask a block-mask kernel builds (BlockMaskBuilder), evaluated on
+  /// the host pair by pair: `batch` x `heads` lists (1 to share one, the
+  /// mask_mod then sees b = 0 or h = 0), full lists or not, indices in
+  /// ascending order and -1 past each count. The spec's mask_mod is
+  /// interpreted (ModInterpreter) over `captures`; an error says what does
+  /// not parse or which read failed.
+  static llvm::Expected<HostBlockMask>
+  fromMask(const AttentionSpec &spec, llvm::ArrayRef<HostCapture> captures,
+           int64_t batch,
+           int64_t heads, int64_t seqlenQ, int64_t seqlenK, bool fullLists);
 };
 
 /// The (query, key) pairs of one head that the block mask lists and the

@@ -7,6 +7,7 @@
 #ifndef FLASHJIT_RUNTIME_LAUNCH_H
 #define FLASHJIT_RUNTIME_LAUNCH_H
 
+#include "flashjit/FlashJIT.h"
 #include "flashjit/Runtime/TensorMaps.h"
 #include "flashjit/Templates/KernelABI.h"
 
@@ -16,13 +17,10 @@
 
 namespace flashjit {
 
-/// What cuLaunchKernel gets for one forward launch: the kernel's parameters
-/// and, for a kernel that loads with TMA, the tensor maps of Q, K and V.
-struct ForwardLaunchParams {
-  ForwardKernelArgs args;
-  ForwardTensorMaps maps;
-  bool hasTensorMaps = false;
-  /// The captured tensors (KernelABI.h): a pointer and `rank` strides each.
+/// The parameters a kernel takes after its own (KernelABI.h): the
+/// captured tensors of the spec's mods, then a block-sparse spec's block
+/// mask, a pointer and `rank` strides each.
+struct VariantLaunchParams {
   struct Capture {
     const void *data = nullptr;
     int rank = 0;
@@ -30,17 +28,45 @@ struct ForwardLaunchParams {
   };
   std::array<Capture, kMaxCaptures> captures{};
   unsigned numCaptures = 0;
-  /// A block-sparse kernel's block mask, in the captures' layout (counts
-  /// rank 3, indices rank 4; broadcast dimensions get stride 0).
+  /// Counts rank 3, indices rank 4; broadcast dimensions (size 1) get
+  /// stride 0, absent full lists a null pointer.
   std::array<Capture, 4> blockMask{};
   bool hasBlockMask = false;
 
+  static constexpr unsigned kMaxParams = kMaxCaptures * 5 + 4 * 5;
+  /// Copies `captures` (at most kMaxCaptures, as checked before) and, when
+  /// its kv_num_blocks is given, `mask`.
+  void fill(llvm::ArrayRef<CapturedRef> captures, const BlockMaskRef &mask);
+  /// Stores pointers to each parameter at p[at], p[at + 1], ...; returns
+  /// the index after the last.
+  unsigned appendPointers(void **p, unsigned at);
+};
+
+/// What cuLaunchKernel gets for one forward launch: the kernel's parameters
+/// and, for a kernel that loads with TMA, the tensor maps of Q, K and V.
+struct ForwardLaunchParams {
+  ForwardKernelArgs args;
+  ForwardTensorMaps maps;
+  bool hasTensorMaps = false;
+  VariantLaunchParams variant;
+
   static constexpr unsigned kMaxParams = ForwardKernelArgs::kNumParams +
-                                         kNumTensorMaps + kMaxCaptures * 5 +
-                                         4 * 5;
+                                         kNumTensorMaps +
+                                         VariantLaunchParams::kMaxParams;
   /// Pointers to args' parameters, then to the maps (none without them),
   /// then to the captures and the block mask; null after the last.
   /// The array points into *this: keep *this alive until the launch returns.
+  std::array<void *, kMaxParams> pointers();
+};
+
+/// What cuLaunchKernel gets for one launch of a block-mask kernel
+/// (BlockMaskKernel.h): the seqlens, the captures and the lists it writes.
+struct BlockMaskLaunchParams {
+  int32_t seqlenQ = 0, seqlenK = 0;
+  VariantLaunchParams variant;
+
+  static constexpr unsigned kMaxParams = 2 + VariantLaunchParams::kMaxParams;
+  /// As ForwardLaunchParams::pointers.
   std::array<void *, kMaxParams> pointers();
 };
 
