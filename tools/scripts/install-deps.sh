@@ -2,12 +2,13 @@
 # Installs what flashjit needs to build and test on Debian 12 (bookworm):
 # LLVM/MLIR 22, lit/FileCheck, nlohmann/json, doctest, DLPack (the C API's
 # tensor header), CMake and Ninja, and the -dev packages LLVM's CMake config
-# asks for. Only missing packages are installed. The CUDA toolkit (cuda.h;
-# ptxas for the PTX tests) is expected to be there already (/usr/local/cuda).
+# asks for; make and pkg-config build the C example against an install.
+# Only missing packages are installed. The CUDA toolkit (cuda.h; ptxas for
+# the PTX tests) is expected to be there already (/usr/local/cuda).
 set -euo pipefail
-packages=(cmake ninja-build g++ python3 llvm-22-dev libmlir-22-dev mlir-22-tools
-          llvm-22-tools nlohmann-json3-dev doctest-dev libdlpack-dev libzstd-dev
-          zlib1g-dev libxml2-dev libedit-dev libffi-dev libz3-dev)
+packages=(cmake ninja-build g++ make pkgconf python3 llvm-22-dev libmlir-22-dev
+          mlir-22-tools llvm-22-tools nlohmann-json3-dev doctest-dev libdlpack-dev
+          libzstd-dev zlib1g-dev libxml2-dev libedit-dev libffi-dev libz3-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, builds, runs every test
 # (doctest unit tests, lit tests, ptxas checks, GPU tests - skipped without
-# a GPU).
+# a GPU), then installs the build and builds and runs the examples against
+# the install.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bash tools/scripts/install-deps.sh
 bash tools/scripts/build.sh
 ctest --test-dir build --output-on-failure
+bash tools/scripts/test-install.sh build
