@@ -10,16 +10,20 @@ list says what was not covered. GPU tests also carry the `gpu` marker
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 HERE = Path(__file__).resolve().parent
-# Run from a checkout without installing: the package is next to tests/.
-if str(HERE.parent) not in sys.path:
+try:  # the installed package, else the one next to tests/ (a plain checkout)
+    import flashjit  # noqa: F401
+except ImportError:
     sys.path.insert(0, str(HERE.parent))
 
 REPO = HERE.parent.parent
+# Kernels the tests compile go to a private disk cache unless one is chosen.
+os.environ.setdefault("FLASHJIT_CACHE_DIR", tempfile.mkdtemp(prefix="flashjit-test-cache-"))
 HEADER = REPO / "runtime" / "include" / "flashjit" / "flashjit.h"
 
 

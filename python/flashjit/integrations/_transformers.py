@@ -14,9 +14,7 @@ visible here and goes to SDPA (or is refused) instead.
 """
 
 import warnings
-from typing import Optional
-
-import torch
+from typing import Any, Optional
 
 from ..errors import UnsupportedError
 
@@ -49,8 +47,8 @@ def _unsupported(attention_mask, dropout, kwargs) -> Optional[str]:
     return None
 
 
-def flashjit_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
-                               value: torch.Tensor, attention_mask: Optional[torch.Tensor],
+def flashjit_attention_forward(module: Any, query: Any, key: Any, value: Any,
+                               attention_mask: Optional[Any],
                                dropout: float = 0.0, scaling: Optional[float] = None,
                                is_causal: Optional[bool] = None, softcap: Optional[float] = None,
                                **kwargs):
@@ -89,6 +87,29 @@ def flashjit_attention_forward(module: torch.nn.Module, query: torch.Tensor, key
     return out.transpose(1, 2).contiguous(), None
 
 
+def _misrouted(name: str) -> Optional[str]:
+    """Why transformers would not call a function registered as `name`
+    (None when it would). transformers 5 treats every implementation whose
+    name contains "flash" as a FlashAttention request and tries to load
+    FlashAttention kernels for it, and an "org/repo" name as a hub kernel."""
+    if not isinstance(name, str) or not name:
+        return "the name must be a non-empty string"
+    try:
+        from transformers.utils.generic import is_flash_attention_requested
+    except ImportError:
+        flash = False
+    else:
+        flash = is_flash_attention_requested(requested_attention_implementation=name)
+    if flash:
+        return ("transformers reads an attn_implementation containing 'flash' as a "
+                "FlashAttention request and would look for FlashAttention kernels instead")
+    if "/" in name or ":" in name or name.startswith("paged|"):
+        return "transformers reads names with '/', ':' or 'paged|' as hub kernels or paged variants"
+    if name in ("eager", "sdpa", "flex_attention"):
+        return f"{name!r} is one of transformers' own implementations"
+    return None
+
+
 def register(name: str, *, fallback: str = "sdpa") -> str:
     if fallback not in _FALLBACKS:
         raise ValueError(f"fallback {fallback!r}: expected 'sdpa' or 'error'")
@@ -98,6 +119,10 @@ def register(name: str, *, fallback: str = "sdpa") -> str:
         raise ImportError(
             "flashjit.integrations.register_transformers needs transformers (4.53 or later, "
             "with AttentionInterface): pip install transformers") from e
+    problem = _misrouted(name)
+    if problem is not None:
+        raise ValueError(f"cannot register flashjit as attn_implementation={name!r}: {problem}; "
+                         "choose another name (the default is 'FlashJIT')")
     _fallback_mode["value"] = fallback
     AttentionInterface.register(name, flashjit_attention_forward)
     try:
