@@ -12,8 +12,8 @@ imported when attention/sdpa are first touched, and the library on the first
 call that needs it (see flashjit._library for where it is looked for).
 """
 
-from .errors import (CompileError, DriverError, FlashjitError, InternalError,
-                     InvalidArgumentError, LaunchError, LibraryNotFoundError,
+from .errors import (CompileError, DriverError, FlashjitError, GraphCaptureError,
+                     InternalError, InvalidArgumentError, LaunchError, LibraryNotFoundError,
                      NoDeviceError, UnsupportedError)
 from .runtime import Context, Kernel, Version, library_path, version
 from .spec import AttentionSpec, Capture, softcap_score_mod
@@ -23,10 +23,11 @@ __version__ = "0.4.0"
 
 # Names served by flashjit._torch, which imports torch.
 _TORCH_NAMES = ("attention", "sdpa", "attention_forward", "attention_backward", "context",
-                "get_kernel", "clear_cache", "GraphCaptureError", "NO_BACKWARD")
+                "get_kernel", "clear_cache", "NO_BACKWARD")
 
 __all__ = [
     "AttentionSpec", "Capture", "CompileError", "Context", "DriverError", "FlashjitError",
+    "GraphCaptureError",
     "InternalError", "InvalidArgumentError", "Kernel", "LaunchError", "LibraryNotFoundError",
     "NoDeviceError", "UnsupportedError", "Version", "dltensor", "library_path",
     "softcap_score_mod", "version", *_TORCH_NAMES,

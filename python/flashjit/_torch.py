@@ -28,7 +28,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 
 from . import _dlpack
-from .errors import FlashjitError, InvalidArgumentError, UnsupportedError
+from .errors import GraphCaptureError, InvalidArgumentError, UnsupportedError
 from .runtime import Context, Kernel
 from .spec import AttentionSpec, Capture, softcap_score_mod
 
@@ -40,12 +40,6 @@ _DTYPES = {torch.float16: "f16", torch.bfloat16: "bf16"}
 _CAPTURE_DTYPES = {torch.float32: "f32", torch.int32: "i32"}
 _ALIGN = {"top_left": 0, "bottom_right": 1}
 _ALIGN_NAMES = {0: "top_left", 1: "bottom_right"}
-
-
-class GraphCaptureError(FlashjitError):
-    """A flashjit call inside CUDA graph capture that needs work a capture
-    cannot record (compiling a kernel, or a persistent kernel's first launch
-    on the capturing stream)."""
 
 
 # ---------------------------------------------------------------------------

@@ -97,6 +97,13 @@ class LibraryNotFoundError(FlashjitError, OSError):
     status = None
 
 
+class GraphCaptureError(FlashjitError):
+    """A call inside CUDA graph capture that needs work a capture cannot
+    record: compiling a kernel, or a persistent kernel's first launch on the
+    capturing stream (found in Python; no library status)."""
+    status = None
+
+
 _BY_STATUS = {cls.status: cls for cls in (
     InvalidArgumentError, UnsupportedError, NoDeviceError, CompileError,
     DriverError, LaunchError, InternalError)}
