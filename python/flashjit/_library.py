@@ -191,7 +191,7 @@ def _load() -> Library:
     tried: List[str] = []
     env = os.environ.get(ENV_VAR)
     if env:
-        path = Path(env).expanduser()
+        path = Path(env).expanduser().resolve()  # dlopen reads a relative path from the cwd
         if not path.exists():
             raise LibraryNotFoundError(
                 f"${ENV_VAR} is {env!r}, which does not exist: set it to the path of "

@@ -233,7 +233,6 @@ class Kernel:
             status = lib.fn("flashjit_kernel_forward_block_sparse")(
                 handle, *pointers, c_scale, array, len(captured),
                 *[b.pointer if b is not None else None for b in lists], c_stream)
-            keep = (tensors, captured, lists, array)  # noqa: F841  (alive through the call)
         elif captured:
             status = lib.fn("flashjit_kernel_forward_captures")(
                 handle, *pointers, c_scale, array, len(captured), c_stream)

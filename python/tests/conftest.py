@@ -77,8 +77,8 @@ def cache_dir(tmp_path):
 @pytest.fixture
 def has_gpu(lib):
     """Whether the library sees a GPU (a context reports it)."""
-    import flashjit
-    with flashjit.Context(0, cache_dir="") as ctx:
+    from flashjit import Context
+    with Context(0, cache_dir="") as ctx:
         return ctx.has_device
 
 
