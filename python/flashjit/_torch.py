@@ -1,0 +1,482 @@
+"""flashjit for PyTorch: attention(), sdpa() and the flashjit:: custom ops.
+
+Why: PyTorch users want one call on CUDA tensors that works eagerly, under
+torch.compile and inside CUDA graphs. So the kernel launch lives in a
+torch.library custom op (flashjit::attention_forward) with a fake
+implementation: torch.compile traces the op from shapes alone, and the real
+implementation runs only on real tensors. The op allocates O and LSE itself,
+picks the kernel from a cache keyed by the spec and the device (one Context
+per device), and launches on the caller's current CUDA stream.
+
+Its autograd formula calls a second op, flashjit::attention_backward, which
+raises NotImplementedError until flashjit has a backward kernel: forward
+works on tensors that require grad (and compiles, since the fake backward
+has shapes), and only running backward fails. A backward kernel replaces
+that op's body and nothing else.
+
+CUDA graphs: compiling a kernel (module load) and the first launch of a
+persistent kernel on a stream (the library allocates and zeroes that
+stream's tile counter) cannot be captured. The op refuses both inside a
+capture with a message saying to run the call once on the capture stream
+first, instead of letting the capture fail inside the driver.
+"""
+
+import math
+import threading
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from . import _dlpack
+from .errors import GraphCaptureError, InvalidArgumentError, UnsupportedError
+from .runtime import Context, Kernel
+from .spec import AttentionSpec, Capture, softcap_score_mod
+
+NO_BACKWARD = ("flashjit has no backward pass yet: flashjit.attention computes the forward "
+               "only. Run it under torch.no_grad() (or detach q, k, v), or use "
+               "torch.nn.functional.scaled_dot_product_attention where gradients are needed")
+
+_DTYPES = {torch.float16: "f16", torch.bfloat16: "bf16"}
+_CAPTURE_DTYPES = {torch.float32: "f32", torch.int32: "i32"}
+_ALIGN = {"top_left": 0, "bottom_right": 1}
+_ALIGN_NAMES = {0: "top_left", 1: "bottom_right"}
+
+
+# ---------------------------------------------------------------------------
+# Contexts and the kernel cache
+# ---------------------------------------------------------------------------
+
+_lock = threading.RLock()
+_contexts: Dict[int, Context] = {}
+_kernels: Dict[tuple, Kernel] = {}
+# (kernel handle, stream) pairs a persistent kernel has launched on.
+_primed: set = set()
+
+
+def _device_index(device) -> int:
+    if device is None:
+        return torch.cuda.current_device()
+    if isinstance(device, int):
+        return device
+    device = torch.device(device)
+    if device.type != "cuda":
+        raise InvalidArgumentError(f"flashjit runs on CUDA devices, not {device}")
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+def context(device=None) -> Context:
+    """The shared Context of a CUDA device (created on first use; the
+    library's default kernel cache directory)."""
+    index = _device_index(device)
+    ctx = _contexts.get(index)
+    if ctx is None:
+        with _lock:
+            ctx = _contexts.get(index)
+            if ctx is None:
+                ctx = _contexts[index] = Context(index)
+    return ctx
+
+
+def clear_cache() -> None:
+    """Releases every cached kernel and context (the disk cache stays)."""
+    with _lock:
+        for kernel in _kernels.values():
+            kernel.release()
+        _kernels.clear()
+        _primed.clear()
+        for ctx in _contexts.values():
+            ctx.close()
+        _contexts.clear()
+
+
+def _seqlen_bucket(n: int) -> int:
+    """The power of two at or above n: the length hint kernels are cached by
+    (the tuning database keys configs by length ranges)."""
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def get_kernel(spec: AttentionSpec, device=None, *, config: Optional[str] = None,
+               seqlen: Optional[int] = None) -> Kernel:
+    """The cached kernel for `spec` on `device` (compiled on first use)."""
+    index = _device_index(device)
+    key = (spec, index, config, _seqlen_bucket(seqlen) if seqlen else 0)
+    kernel = _kernels.get(key)
+    if kernel is None:
+        with _lock:
+            kernel = _kernels.get(key)
+            if kernel is None:
+                kernel = context(index).compile(spec, config=config, seqlen=key[3] or None)
+                _kernels[key] = kernel
+    return kernel
+
+
+# ---------------------------------------------------------------------------
+# Argument checks
+# ---------------------------------------------------------------------------
+
+def _shape(t) -> list:
+    return list(t.shape)
+
+
+def _check_inputs(q, k, v, scale, causal_align, softcap, score_mod, captures, capture_dims,
+                  sparse_block_m, sparse_block_n, block_mask) -> None:
+    """Checks that read only metadata, so they run on fake tensors too (the
+    error then surfaces while torch.compile traces)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise InvalidArgumentError(
+                f"{name} has {t.dim()} dimensions (shape {_shape(t)}): flashjit takes "
+                "[batch, heads, seqlen, head_dim] tensors (flashjit.attention(..., "
+                "layout='bshd') takes [batch, seqlen, heads, head_dim])")
+        if t.dtype not in _DTYPES:
+            raise InvalidArgumentError(
+                f"{name} is {t.dtype}: flashjit kernels take torch.float16 or torch.bfloat16; "
+                f"convert with {name}.to(torch.bfloat16)")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise InvalidArgumentError(
+            f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}")
+    if k.shape[3] != q.shape[3] or v.shape[3] != q.shape[3]:
+        raise InvalidArgumentError(
+            f"q, k and v must have the same head_dim (last dimension), got {q.shape[3]}, "
+            f"{k.shape[3]} and {v.shape[3]}")
+    if k.shape[0] != q.shape[0] or v.shape[0] != q.shape[0]:
+        raise InvalidArgumentError(
+            f"q, k and v must have the same batch size, got {q.shape[0]}, {k.shape[0]} and "
+            f"{v.shape[0]}")
+    if k.shape[1] != v.shape[1] or k.shape[2] != v.shape[2]:
+        raise InvalidArgumentError(
+            f"k and v must have the same heads and seqlen: k is {_shape(k)}, v is {_shape(v)}")
+    if k.shape[1] == 0 and q.shape[1] != 0 or k.shape[1] != 0 and q.shape[1] % k.shape[1] != 0:
+        raise InvalidArgumentError(
+            f"q has {q.shape[1]} heads, which is not a multiple of k/v's {k.shape[1]}: "
+            "grouped-query attention needs heads = kv_heads x group size")
+    if scale is not None and not (math.isfinite(scale) and scale > 0):
+        raise InvalidArgumentError(f"scale must be a positive finite number or None, got {scale}")
+    if causal_align not in _ALIGN_NAMES:
+        raise InvalidArgumentError(f"causal_align code {causal_align}: expected 0 or 1")
+    if softcap is not None:
+        if score_mod is not None:
+            raise InvalidArgumentError(
+                "softcap and score_mod both given: softcap is a score_mod; write the cap into "
+                "your score_mod instead")
+        if not (math.isfinite(softcap) and softcap > 0):
+            raise InvalidArgumentError(f"softcap must be a positive finite number, got {softcap}")
+    if sum(c.dim() for c in captures) != len(capture_dims):
+        raise InvalidArgumentError(
+            f"capture_dims lists {len(capture_dims)} dims for captured tensors of ranks "
+            f"{[c.dim() for c in captures]}")
+    for i, c in enumerate(captures):
+        if c.dtype not in _CAPTURE_DTYPES:
+            raise InvalidArgumentError(
+                f"captures[{i}] is {c.dtype}: flashjit's mods read torch.float32 or torch.int32 "
+                "tensors; convert it with .to(torch.float32) or .to(torch.int32)")
+    if (sparse_block_m == 0) != (sparse_block_n == 0):
+        raise InvalidArgumentError(
+            f"sparse block ({sparse_block_m}, {sparse_block_n}): give both sizes, or neither")
+    if block_mask and len(block_mask) not in (2, 4):
+        raise InvalidArgumentError(
+            f"block_mask has {len(block_mask)} tensors: give (kv_num_blocks, kv_indices) or "
+            "those and (full_kv_num_blocks, full_kv_indices)")
+    if bool(block_mask) != (sparse_block_m != 0):
+        raise InvalidArgumentError(
+            "a block mask needs its block size and a block size needs a block mask: pass "
+            "block_mask with sparse_block=(m, n), or a FlexAttention BlockMask")
+    for i, t in enumerate(block_mask):
+        if t.dtype != torch.int32:
+            raise InvalidArgumentError(
+                f"block mask tensor {i} is {t.dtype}: block masks are torch.int32 (as "
+                "FlexAttention's BlockMask)")
+
+
+def _check_devices(q, k, v, captures, block_mask) -> int:
+    if q.device.type != "cuda":
+        raise InvalidArgumentError(
+            f"q is on {q.device}: flashjit runs on CUDA tensors; move q, k and v with .cuda()")
+    named = [("k", k), ("v", v)] + [(f"captures[{i}]", c) for i, c in enumerate(captures)] \
+        + [(f"block mask tensor {i}", t) for i, t in enumerate(block_mask)]
+    for name, t in named:
+        if t.device != q.device:
+            raise InvalidArgumentError(
+                f"{name} is on {t.device} but q is on {q.device}: put every tensor on q's device")
+    return q.device.index if q.device.index is not None else torch.cuda.current_device()
+
+
+def _kernel_strides(name: str, t) -> Optional[List[int]]:
+    """Checks the memory layout the library takes and returns the strides to
+    hand it (None: the tensor's own). A dimension of extent 1 is never
+    stepped, so where PyTorch left an unusable stride on one (any value is
+    legal there), a valid one is put in its place."""
+    strides = list(t.stride())
+    shape = list(t.shape)
+    if strides[3] != 1 and shape[3] != 1:
+        raise InvalidArgumentError(
+            f"{name} has strides {strides}: its last dimension (head_dim) must be contiguous "
+            f"(stride 1); call {name}.contiguous()")
+    changed = strides[3] != 1
+    strides[3] = 1
+    for d in range(3):
+        if shape[d] == 1 and (strides[d] <= 0 or strides[d] % 8 != 0):
+            span = max([shape[e] * abs(strides[e]) for e in range(4) if e != d] + [8])
+            strides[d] = -(-span // 8) * 8
+            changed = True
+    if any(s < 0 or s % 8 != 0 for s in strides[:3]):
+        raise InvalidArgumentError(
+            f"{name} has strides {list(t.stride())}: flashjit needs the batch, head and seqlen "
+            "strides to be non-negative multiples of 8 elements (16-byte aligned rows); call "
+            f"{name}.contiguous()")
+    if t.data_ptr() % 16 != 0:
+        raise InvalidArgumentError(
+            f"{name}'s data pointer {t.data_ptr():#x} is not 16-byte aligned (a slice at an odd "
+            f"offset?): call {name}.contiguous()")
+    return strides if changed else None
+
+
+# ---------------------------------------------------------------------------
+# The custom ops
+# ---------------------------------------------------------------------------
+
+def _spec_of(q, k, causal, causal_align, window_left, window_right, softcap, score_mod,
+             mask_mod, captures, capture_dims, sparse_block_m, sparse_block_n) -> AttentionSpec:
+    dims, at = [], 0
+    for c in captures:
+        dims.append(tuple(capture_dims[at:at + c.dim()]))
+        at += c.dim()
+    return AttentionSpec(
+        head_dim=q.shape[3], dtype=_DTYPES[q.dtype], causal=causal,
+        num_heads=q.shape[1], num_kv_heads=k.shape[1], causal_align=_ALIGN_NAMES[causal_align],
+        window=(window_left, window_right),
+        score_mod=softcap_score_mod(softcap) if softcap is not None else score_mod,
+        mask_mod=mask_mod,
+        captures=tuple(Capture(_CAPTURE_DTYPES[c.dtype], d) for c, d in zip(captures, dims)),
+        sparse_block=(sparse_block_m, sparse_block_n))
+
+
+def _launch(kernel: Kernel, q, k, v, o, lse, scale, captures, block_mask, device: int) -> None:
+    stream = torch.cuda.current_stream(device).cuda_stream
+    capturing = torch.cuda.is_current_stream_capturing()
+    pair = (kernel.handle, stream)
+    if kernel.takes_tile_counter and pair not in _primed and capturing:
+        raise GraphCaptureError(
+            f"the kernel {kernel.name} ({kernel.config}) has not run on this stream yet, and "
+            "its first launch on a stream sets up a tile counter, which CUDA graph capture "
+            "cannot record: run the same flashjit call once on the capture stream before "
+            "capturing (e.g. torch.cuda.graph(g, stream=s) after a warm-up under "
+            "torch.cuda.stream(s))")
+    borrowed = [_dlpack.borrow(t, strides=_kernel_strides(n, t))
+                for n, t in (("q", q), ("k", k), ("v", v), ("o", o))]
+    kernel.forward(*borrowed, lse, scale=scale, stream=stream, captures=captures,
+                   block_mask=block_mask if block_mask else None)
+    if kernel.takes_tile_counter and not capturing:
+        _primed.add(pair)
+
+
+@torch.library.custom_op("flashjit::attention_forward", mutates_args=())
+def attention_forward(
+        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: Optional[float], causal: bool,
+        causal_align: int, window_left: int, window_right: int, softcap: Optional[float],
+        score_mod: Optional[str], mask_mod: Optional[str], captures: List[torch.Tensor],
+        capture_dims: List[int], sparse_block_m: int, sparse_block_n: int,
+        block_mask: List[torch.Tensor], config: Optional[str],
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """O and LSE of flashjit's attention: q [B, H, Sq, D], k and v [B, Hkv,
+    Sk, D] -> O like q, LSE f32 [B, H, Sq]. flashjit.attention is the
+    friendly front; this is the op torch.compile records."""
+    _check_inputs(q, k, v, scale, causal_align, softcap, score_mod, captures, capture_dims,
+                  sparse_block_m, sparse_block_n, block_mask)
+    device = _check_devices(q, k, v, captures, block_mask)
+    batch, heads, seqlen_q, _ = q.shape
+    seqlen_k = k.shape[2]
+    o = torch.empty_like(q)
+    lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
+    if o.numel() == 0:
+        return o, lse
+    if seqlen_k == 0:  # no key: as a row whose keys are all masked
+        o.zero_()
+        lse.fill_(-math.inf)
+        return o, lse
+    spec = _spec_of(q, k, causal, causal_align, window_left, window_right, softcap, score_mod,
+                    mask_mod, captures, capture_dims, sparse_block_m, sparse_block_n)
+    with torch.cuda.device(device):
+        key = (spec, device, config, _seqlen_bucket(max(seqlen_q, seqlen_k)))
+        kernel = _kernels.get(key)
+        if kernel is None:
+            if torch.cuda.is_current_stream_capturing():
+                raise GraphCaptureError(
+                    "flashjit compiles a kernel on its first call, and CUDA graph capture "
+                    "cannot record that: run the same flashjit call once (same shapes, dtype "
+                    "and options) before capturing")
+            kernel = get_kernel(spec, device, config=config, seqlen=key[3])
+        _launch(kernel, q, k, v, o, lse, scale, captures, block_mask, device)
+    return o, lse
+
+
+@attention_forward.register_fake
+def _attention_forward_fake(q, k, v, scale, causal, causal_align, window_left, window_right,
+                            softcap, score_mod, mask_mod, captures, capture_dims,
+                            sparse_block_m, sparse_block_n, block_mask, config):
+    _check_inputs(q, k, v, scale, causal_align, softcap, score_mod, captures, capture_dims,
+                  sparse_block_m, sparse_block_n, block_mask)
+    o = torch.empty_like(q)
+    lse = q.new_empty((q.shape[0], q.shape[1], q.shape[2]), dtype=torch.float32)
+    return o, lse
+
+
+@torch.library.custom_op("flashjit::attention_backward", mutates_args=())
+def attention_backward(
+        grad_o: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+        o: torch.Tensor, lse: torch.Tensor, scale: Optional[float], causal: bool,
+        causal_align: int, window_left: int, window_right: int, softcap: Optional[float],
+        score_mod: Optional[str], mask_mod: Optional[str], captures: List[torch.Tensor],
+        capture_dims: List[int], sparse_block_m: int, sparse_block_n: int,
+        block_mask: List[torch.Tensor], config: Optional[str],
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dQ, dK, dV of attention_forward: the place for a backward kernel."""
+    raise NotImplementedError(NO_BACKWARD)
+
+
+@attention_backward.register_fake
+def _attention_backward_fake(grad_o, q, k, v, *args):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v = inputs[:3]
+    o, lse = output
+    ctx.options = inputs[3:]
+    ctx.save_for_backward(q, k, v, o, lse)
+
+
+def _backward(ctx, grad_o, grad_lse):
+    q, k, v, o, lse = ctx.saved_tensors
+    dq, dk, dv = torch.ops.flashjit.attention_backward(grad_o, q, k, v, o, lse, *ctx.options)
+    # One gradient per input, shaped as the input (a list for a list).
+    rest = tuple([None] * len(x) if isinstance(x, (list, tuple)) else None for x in ctx.options)
+    return (dq, dk, dv) + rest
+
+
+attention_forward.register_autograd(_backward, setup_context=_setup_context)
+
+
+# ---------------------------------------------------------------------------
+# The Python API
+# ---------------------------------------------------------------------------
+
+def _as_tensor(name: str, x):
+    if isinstance(x, torch.Tensor):
+        return x
+    if hasattr(x, "__dlpack__"):
+        return torch.from_dlpack(x)
+    raise TypeError(f"{name} must be a torch.Tensor or an array with __dlpack__, got "
+                    f"{type(x).__name__}")
+
+
+def _pair(name: str, value, default: Tuple[int, int]) -> Tuple[int, int]:
+    if value is None:
+        return default
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise InvalidArgumentError(f"{name} must be a pair of ints, got {value!r}")
+    return int(value[0]), int(value[1])
+
+
+def _block_mask_args(block_mask, sparse_block) -> Tuple[int, int, List[torch.Tensor]]:
+    if block_mask is None:
+        if sparse_block is not None:
+            raise InvalidArgumentError("sparse_block given without block_mask")
+        return 0, 0, []
+    if hasattr(block_mask, "kv_num_blocks") and hasattr(block_mask, "kv_indices"):
+        # FlexAttention's BlockMask: its block size and its four lists.
+        size = getattr(block_mask, "BLOCK_SIZE", None)
+        if sparse_block is None:
+            if size is None:
+                raise InvalidArgumentError("the block mask has no BLOCK_SIZE: pass sparse_block")
+            sparse_block = (size, size) if isinstance(size, int) else tuple(size)
+        lists = [block_mask.kv_num_blocks, block_mask.kv_indices]
+        full = getattr(block_mask, "full_kv_num_blocks", None)
+        if full is not None:
+            lists += [full, block_mask.full_kv_indices]
+    else:
+        lists = list(block_mask)
+        if sparse_block is None:
+            raise InvalidArgumentError(
+                "block_mask given as tensors needs sparse_block=(m, n), its block size")
+    m, n = _pair("sparse_block", sparse_block, (0, 0))
+    return m, n, lists
+
+
+def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None,
+              window: Optional[Tuple[int, int]] = None, softcap: Optional[float] = None,
+              return_lse: bool = False, causal_align: str = "top_left",
+              score_mod: Optional[str] = None, mask_mod: Optional[str] = None,
+              captures: Sequence[torch.Tensor] = (),
+              capture_dims: Optional[Sequence[Sequence[int]]] = None,
+              block_mask=None, sparse_block: Optional[Tuple[int, int]] = None,
+              config: Optional[str] = None, layout: str = "bhsd"):
+    """softmax(scale * q k^T [+ mods]) v on CUDA tensors, forward only.
+
+    q: [batch, heads, seqlen_q, head_dim]; k, v: [batch, kv_heads, seqlen_k,
+    head_dim] (layout="bhsd", PyTorch SDPA's; layout="bshd" takes and
+    returns [batch, seqlen, heads, head_dim] as flash-attn does). float16 or
+    bfloat16, head_dim contiguous; heads a multiple of kv_heads (GQA).
+    Objects with __dlpack__ are taken through torch.from_dlpack (no copy).
+
+    causal: key j visible to query i iff j <= i (causal_align="top_left",
+    as PyTorch's is_causal) or j <= i + seqlen_k - seqlen_q
+    ("bottom_right", as flash-attn). scale: None for 1/sqrt(head_dim).
+    window: (left, right) keys visible each side of the diagonal, -1 for no
+    limit. softcap: cap * tanh(score / cap) on the scaled scores.
+    score_mod / mask_mod: MLIR func.func text (see the C API); captures:
+    the float32/int32 tensors they read, with capture_dims their declared
+    dims (default: the tensors' shapes; -1 for a dynamic dim). block_mask:
+    a FlexAttention BlockMask, or (kv_num_blocks, kv_indices[,
+    full_kv_num_blocks, full_kv_indices]) int32 tensors with sparse_block.
+    config: a tile config or family name (None: flashjit's choice).
+
+    Returns O shaped like q, or (O, LSE) with return_lse, LSE float32
+    [batch, heads, seqlen_q] (natural log). Runs on the current CUDA stream.
+    """
+    q, k, v = _as_tensor("q", q), _as_tensor("k", k), _as_tensor("v", v)
+    if layout == "bshd":
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    elif layout != "bhsd":
+        raise InvalidArgumentError(f"layout {layout!r}: expected 'bhsd' or 'bshd'")
+    if causal_align not in _ALIGN:
+        raise InvalidArgumentError(
+            f"causal_align {causal_align!r}: expected 'top_left' or 'bottom_right'")
+    window_left, window_right = _pair("window", window, (-1, -1))
+    captures = [_as_tensor(f"captures[{i}]", c) for i, c in enumerate(captures)]
+    if capture_dims is None:
+        dims = [int(d) for c in captures for d in c.shape]
+    else:
+        if len(capture_dims) != len(captures):
+            raise InvalidArgumentError(
+                f"capture_dims has {len(capture_dims)} entries for {len(captures)} captures")
+        dims = [int(d) for entry in capture_dims for d in entry]
+    sparse_m, sparse_n, lists = _block_mask_args(block_mask, sparse_block)
+    o, lse = torch.ops.flashjit.attention_forward(
+        q, k, v, None if scale is None else float(scale), bool(causal), _ALIGN[causal_align],
+        window_left, window_right, None if softcap is None else float(softcap), score_mod,
+        mask_mod, captures, dims, sparse_m, sparse_n, lists, config)
+    if layout == "bshd":
+        o = o.transpose(1, 2)
+    return (o, lse) if return_lse else o
+
+
+def sdpa(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,
+         scale: Optional[float] = None, enable_gqa: bool = False):
+    """torch.nn.functional.scaled_dot_product_attention's signature on
+    flashjit: [batch, heads, seqlen, head_dim] tensors. attn_mask and
+    dropout are refused (flashjit.attention has windows, mods and block
+    masks instead); fewer key/value heads need enable_gqa=True, as in
+    PyTorch."""
+    if attn_mask is not None:
+        raise UnsupportedError(
+            "flashjit.sdpa does not take attn_mask: use is_causal=True for causal masks, or "
+            "flashjit.attention's window=, mask_mod= or block_mask= to express other masks")
+    if dropout_p:
+        raise UnsupportedError(
+            f"flashjit.sdpa has no dropout (dropout_p={dropout_p}): pass dropout_p=0.0")
+    if query.dim() == 4 and key.dim() == 4 and key.shape[1] != query.shape[1] and not enable_gqa:
+        raise InvalidArgumentError(
+            f"query has {query.shape[1]} heads and key {key.shape[1]}: pass enable_gqa=True for "
+            "grouped-query attention (as with PyTorch's SDPA)")
+    return attention(query, key, value, causal=is_causal, scale=scale)
