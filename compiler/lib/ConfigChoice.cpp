@@ -11,9 +11,20 @@ namespace flashjit {
 
 llvm::Expected<autotune::DeviceModel>
 heuristicDeviceModel(const Target &target, llvm::StringRef device) {
-  return device.empty() ? autotune::referenceGPU(target.computeCapability / 10,
-                                                 target.computeCapability % 10)
-                        : autotune::lookupKnownGPU(device);
+  if (device.empty())
+    return autotune::referenceGPU(target.computeCapability / 10,
+                                  target.computeCapability % 10);
+  auto model = autotune::lookupKnownGPU(device);
+  if (!model)
+    return model.takeError();
+  // Kernels built for an older chip than the GPU's (an H100 context asked
+  // for sm_80) may use only that chip's templates: the GPU's SMs and SRAM
+  // still size the tiles, the target's compute capability picks templates.
+  if (target.computeCapability < model->computeCapability()) {
+    model->ccMajor = target.computeCapability / 10;
+    model->ccMinor = target.computeCapability % 10;
+  }
+  return model;
 }
 
 llvm::Expected<autotune::Choice> explainTileConfig(const AttentionSpec &spec,

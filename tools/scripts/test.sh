@@ -2,10 +2,12 @@
 # The test command: installs what is missing, builds, runs every test
 # (doctest unit tests, lit tests, ptxas checks, GPU tests - skipped without
 # a GPU), then installs the build and builds and runs the examples against
-# the install.
+# the install, then the Python package's tests (those needing PyTorch or a
+# GPU are skipped where there is none).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bash tools/scripts/install-deps.sh
 bash tools/scripts/build.sh
 ctest --test-dir build --output-on-failure
 bash tools/scripts/test-install.sh build
+bash tools/scripts/test-python.sh

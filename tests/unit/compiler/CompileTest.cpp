@@ -1,6 +1,7 @@
 // Why: compileAttention is the runtime's only door into MLIR: it must give
 // PTX for every supported spec and errors (never aborts) for the rest.
 #include "flashjit/Compiler/Compiler.h"
+#include "flashjit/Compiler/ConfigChoice.h"
 #include "flashjit/FlashJIT.h"
 
 #include <doctest/doctest.h>
@@ -131,3 +132,22 @@ TEST_CASE("tile configs parse back from their canonical text") {
   }
 }
 
+
+TEST_CASE("a known GPU newer than the target picks among the target's "
+          "templates") {
+  // An H100 context asked for sm_80 kernels: no wgmma family.
+  auto sm80 = Target::parse("sm_80");
+  REQUIRE(static_cast<bool>(sm80));
+  AttentionSpec spec;
+  auto config = chooseTileConfig(spec, *sm80, "NVIDIA H100 80GB HBM3");
+  REQUIRE_MESSAGE(static_cast<bool>(config),
+                  (config ? "" : llvm::toString(config.takeError())));
+  CHECK(config->family.rfind("wgmma", 0) == std::string::npos);
+  CompileOptions options;
+  options.target = *sm80;
+  options.config = *config;
+  auto compiled = compileAttention(spec, options);
+  CHECK(static_cast<bool>(compiled));
+  if (!compiled)
+    llvm::consumeError(compiled.takeError());
+}
