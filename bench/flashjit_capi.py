@@ -10,6 +10,7 @@ struct layouts and the argument marshalling against the real library.
 import ctypes
 import math
 import os
+import sys
 
 from self_check import Checks
 
@@ -45,52 +46,13 @@ DL_DTYPES = {
 }
 
 
-class DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
-                ("lanes", ctypes.c_uint16)]
-
-
-class DLTensor(ctypes.Structure):
-    _fields_ = [
-        ("data", ctypes.c_void_p),
-        ("device", DLDevice),
-        ("ndim", ctypes.c_int32),
-        ("dtype", DLDataType),
-        ("shape", ctypes.POINTER(ctypes.c_int64)),
-        ("strides", ctypes.POINTER(ctypes.c_int64)),
-        ("byte_offset", ctypes.c_uint64),
-    ]
-
-
-class AttentionSpec(ctypes.Structure):
-    """flashjit_attention_spec_t (version 3: 416 bytes; version 2 was its
-    first 400, up to capture_shape, version 1 its first 40, up to
-    num_kv_heads)."""
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("head_dim", ctypes.c_int64),
-        ("dtype", ctypes.c_int32),
-        ("causal", ctypes.c_int32),
-        ("num_heads", ctypes.c_int64),
-        ("num_kv_heads", ctypes.c_int64),
-        # API version 2: variants.
-        ("causal_align", ctypes.c_int32),
-        ("num_captures", ctypes.c_int32),
-        ("window_left", ctypes.c_int64),
-        ("window_right", ctypes.c_int64),
-        ("score_mod", ctypes.c_char_p),
-        ("mask_mod", ctypes.c_char_p),
-        ("capture_dtype", ctypes.c_int32 * MAX_CAPTURES),
-        ("capture_rank", ctypes.c_int32 * MAX_CAPTURES),
-        ("capture_shape", (ctypes.c_int64 * 4) * MAX_CAPTURES),
-        # API version 3: block-sparse attention (0, 0: dense).
-        ("sparse_block_m", ctypes.c_int64),
-        ("sparse_block_n", ctypes.c_int64),
-    ]
+# The C API's structs (DLPack's DLTensor, flashjit_attention_spec_t) are
+# the Python package's, imported from this source tree: one definition of
+# the ABI's layout, which self_test() checks against the library.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                os.pardir, "python"))
+from flashjit._dlpack import DLDataType, DLDevice, DLTensor  # noqa: E402
+from flashjit.spec import CSpec as AttentionSpec  # noqa: E402
 
 
 # The sizes of version-1 and version-2 specs: a spec that sets no field of
