@@ -174,6 +174,16 @@ llvm::Error checkProblemShape(const ProblemShape &shape) {
   return llvm::Error::success();
 }
 
+ProblemShape shapeForSeqlen(int64_t seqlen) {
+  ProblemShape shape;
+  if (seqlen < 1)
+    return shape;
+  const int64_t tokens = shape.batch * shape.seqlen;
+  shape.seqlen = seqlen;
+  shape.batch = std::max<int64_t>(1, tokens / seqlen);
+  return shape;
+}
+
 const char *occupancyLimitName(OccupancyLimit limit) {
   switch (limit) {
   case OccupancyLimit::SharedMemory:

@@ -27,18 +27,28 @@ heuristicDeviceModel(const Target &target, llvm::StringRef device) {
   return model;
 }
 
+namespace {
+autotune::HeuristicOptions optionsForSeqlen(int64_t seqlen) {
+  autotune::HeuristicOptions options;
+  options.shape = autotune::shapeForSeqlen(seqlen);
+  return options;
+}
+} // namespace
+
 llvm::Expected<autotune::Choice> explainTileConfig(const AttentionSpec &spec,
                                                    const Target &target,
-                                                   llvm::StringRef device) {
+                                                   llvm::StringRef device,
+                                                   int64_t seqlen) {
   auto model = heuristicDeviceModel(target, device);
   if (!model)
     return model.takeError();
-  return autotune::chooseConfig(spec, *model);
+  return autotune::chooseConfig(spec, *model, optionsForSeqlen(seqlen));
 }
 
 llvm::Expected<autotune::Choice>
 explainFamilyChoice(const AttentionSpec &spec, const Target &target,
-                    llvm::StringRef device, llvm::StringRef family) {
+                    llvm::StringRef device, llvm::StringRef family,
+                    int64_t seqlen) {
   auto tmpl = findTemplate(family);
   if (!tmpl)
     return tmpl.takeError();
@@ -47,13 +57,15 @@ explainFamilyChoice(const AttentionSpec &spec, const Target &target,
   auto model = heuristicDeviceModel(target, device);
   if (!model)
     return model.takeError();
-  return autotune::chooseConfigForTemplate(**tmpl, spec, *model);
+  return autotune::chooseConfigForTemplate(**tmpl, spec, *model,
+                                           optionsForSeqlen(seqlen));
 }
 
 llvm::Expected<TileConfig> chooseTileConfig(const AttentionSpec &spec,
                                             const Target &target,
-                                            llvm::StringRef device) {
-  auto choice = explainTileConfig(spec, target, device);
+                                            llvm::StringRef device,
+                                            int64_t seqlen) {
+  auto choice = explainTileConfig(spec, target, device, seqlen);
   if (!choice)
     return choice.takeError();
   return choice->config;

@@ -14,6 +14,7 @@
 #include "flashjit/Runtime/ErrorCode.h"
 #include "flashjit/Runtime/ForwardChecks.h"
 #include "flashjit/Runtime/KernelCache.h"
+#include "flashjit/Runtime/LengthClasses.h"
 #include "flashjit/Runtime/Launch.h"
 #include "flashjit/Runtime/ModuleLoader.h"
 #include "flashjit/Runtime/TensorMaps.h"
@@ -185,7 +186,66 @@ llvm::Error Kernel::prepareLaunch(const ForwardArgs &args,
   return llvm::Error::success();
 }
 
+/// The kernels of one spec's length classes, made by one Context. The
+/// kernels point to it and it holds them: the Context breaks the cycle
+/// when it goes (detach), after which every kernel serves all lengths.
+struct Kernel::LengthChoice {
+  AttentionSpec spec;
+  std::vector<LengthClass> classes;
+  std::mutex mutex;
+  /// Null once the Context is gone.
+  Context *owner = nullptr;
+  std::vector<std::shared_ptr<const Kernel>> kernels;
+
+  std::shared_ptr<const Kernel> built(size_t index) {
+    std::lock_guard<std::mutex> lock(mutex);
+    return kernels[index];
+  }
+  void detach() {
+    std::lock_guard<std::mutex> lock(mutex);
+    owner = nullptr;
+    for (auto &kernel : kernels)
+      kernel.reset();
+  }
+};
+
+llvm::Expected<std::shared_ptr<const Kernel>>
+Kernel::kernelForLengths(int64_t seqlenQ, int64_t seqlenK) const {
+  std::shared_ptr<LengthChoice> choice = Lengths;
+  int64_t length = callLength(seqlenQ, seqlenK);
+  if (!choice || (length >= ServedFrom && length < ServedTo))
+    return weak_from_this().lock();
+  size_t index = lengthClassOf(choice->classes, length);
+  if (auto kernel = choice->built(index))
+    return kernel;
+  Context *owner;
+  {
+    std::lock_guard<std::mutex> lock(choice->mutex);
+    owner = choice->owner;
+  }
+  if (!owner) // the Context is gone: serve every length here
+    return weak_from_this().lock();
+  KernelOptions options;
+  options.seqlen = choice->classes[index].representative;
+  return owner->compile(Spec, options);
+}
+
 llvm::Error Kernel::forward(const ForwardArgs &args) const {
+  if (Lengths) {
+    // Two compares on the common path; another class's kernel otherwise.
+    int64_t length = callLength(args.q.shape[2], args.k.shape[2]);
+    if (length < ServedFrom || length >= ServedTo) {
+      auto other = kernelForLengths(args.q.shape[2], args.k.shape[2]);
+      if (!other)
+        return other.takeError();
+      if (*other && other->get() != this)
+        return (*other)->launchOwn(args);
+    }
+  }
+  return launchOwn(args);
+}
+
+llvm::Error Kernel::launchOwn(const ForwardArgs &args) const {
   ForwardLaunchParams params;
   if (auto err = prepareLaunch(args, params))
     return err;
@@ -236,8 +296,11 @@ llvm::Error checkTunedConfig(const AttentionSpec &spec,
 /// lookup under a mutex).
 struct Context::KernelTable {
   using Key = std::tuple<int64_t, int, bool, int64_t, int64_t, std::string,
-                         int64_t, std::string>;
-  static Key keyOf(const AttentionSpec &s, int64_t slot, std::string config) {
+                         int64_t, int64_t, std::string>;
+  /// `length`: the representative of the length class a heuristic choice
+  /// was made for (0 where the length does not matter).
+  static Key keyOf(const AttentionSpec &s, int64_t slot, int64_t length,
+                   std::string config) {
     return {s.headDim,
             static_cast<int>(s.dtype),
             s.causal,
@@ -245,10 +308,14 @@ struct Context::KernelTable {
             s.numKVHeads,
             s.isPlain() ? std::string() : s.canonical(),
             slot,
+            length,
             std::move(config)};
   }
   std::mutex mutex;
+  /// Pinned kernels (a named config or family, or perLengthConfig off).
   std::map<Key, std::shared_ptr<const Kernel>> bySpec;
+  /// Each spec's kernels per length class.
+  std::map<Key, std::shared_ptr<Kernel::LengthChoice>> byLength;
   /// Block-mask kernels, by the spec's canonical text.
   std::map<std::string, std::shared_ptr<const BlockMaskBuilder>> builders;
 };
@@ -258,7 +325,19 @@ struct Context::WarnedEntries {
   std::set<size_t> entries;
 };
 
-Context::~Context() = default;
+Context::~Context() {
+  // Kernels the caller still holds serve every length with their own
+  // config from now on (and the kernel table's cycle is broken).
+  for (auto &[key, choice] : Kernels->byLength)
+    choice->detach();
+}
+
+/// The length class of `seqlen` among the spec's (lengthClasses).
+static LengthClass classOfLength(const AttentionSpec &spec,
+                                 const TunedConfigs &tuned, int64_t seqlen) {
+  std::vector<LengthClass> classes = lengthClasses(spec, tuned);
+  return classes[lengthClassOf(classes, seqlen)];
+}
 
 void Context::warn(llvm::StringRef message) const {
   if (Options.onWarning)
@@ -325,8 +404,8 @@ llvm::Expected<std::unique_ptr<Context>> Context::create(ContextOptions options)
 }
 
 llvm::Expected<TileConfig>
-Context::heuristicConfig(const AttentionSpec &spec) const {
-  return chooseTileConfig(spec, TargetChip, HeuristicDevice);
+Context::heuristicConfig(const AttentionSpec &spec, int64_t seqlen) const {
+  return chooseTileConfig(spec, TargetChip, HeuristicDevice, seqlen);
 }
 
 llvm::Expected<ResolvedConfig>
@@ -338,11 +417,16 @@ Context::resolveConfig(const AttentionSpec &spec,
     return withCode(ErrorCode::InvalidArgument, std::move(err));
   if (options.config)
     return ResolvedConfig{*options.config, {ConfigSource::Explicit, ""}};
+  int64_t seqlen = options.seqlen.value_or(defaultSeqlen());
+  // The heuristic answers for the class's representative length, so that
+  // every length of a class gets the same kernel.
+  int64_t representative =
+      classOfLength(spec, Tuned, seqlen).representative;
   if (options.family) {
     if (auto tmpl = findTemplate(*options.family); !tmpl)
       return withCode(ErrorCode::InvalidArgument, tmpl.takeError());
-    auto choice =
-        explainFamilyChoice(spec, TargetChip, HeuristicDevice, *options.family);
+    auto choice = explainFamilyChoice(spec, TargetChip, HeuristicDevice,
+                                      *options.family, representative);
     if (!choice)
       return withCode(ErrorCode::Unsupported, choice.takeError());
     return ResolvedConfig{
@@ -351,7 +435,6 @@ Context::resolveConfig(const AttentionSpec &spec,
          "the heuristic's choice within family " + *options.family}};
   }
 
-  int64_t seqlen = options.seqlen.value_or(defaultSeqlen());
   std::string why = "no tuning database";
   if (!Tuned.path().empty()) {
     if (auto index = Tuned.find(spec, seqlen)) {
@@ -377,10 +460,15 @@ Context::resolveConfig(const AttentionSpec &spec,
                 .str();
     }
   }
-  auto config = heuristicConfig(spec);
+  auto config = heuristicConfig(spec, representative);
   if (!config) // no template or tile config handles this spec here
     return withCode(ErrorCode::Unsupported, config.takeError());
-  return ResolvedConfig{*config, {ConfigSource::Heuristic, why}};
+  return ResolvedConfig{
+      *config,
+      {ConfigSource::Heuristic,
+       llvm::formatv("{0}; the heuristic's choice for seqlen {1}", why,
+                     representative)
+           .str()}};
 }
 
 llvm::Expected<std::shared_ptr<const Kernel>>
@@ -394,29 +482,98 @@ llvm::Expected<std::shared_ptr<const Kernel>>
 Context::compile(const AttentionSpec &spec, const KernelOptions &options) {
   if (auto err = checkSeqlenHint(options))
     return withCode(ErrorCode::InvalidArgument, std::move(err));
-  int64_t slot = kHeuristicSlot;
+  int64_t seqlen = options.seqlen.value_or(defaultSeqlen());
+  if (!options.config && !options.family && options.perLengthConfig)
+    return compilePerLength(spec, seqlen);
+  int64_t slot = kHeuristicSlot, length = 0;
   std::string named;
   if (options.config) {
     slot = kExplicitSlot;
     named = options.config->canonical();
-  } else if (options.family) {
-    slot = kExplicitSlot;
-    named = "family " + *options.family;
-  } else if (Tuned.size() > 0) {
-    if (auto index = Tuned.find(spec, options.seqlen.value_or(defaultSeqlen())))
-      slot = static_cast<int64_t>(*index);
+  } else {
+    if (options.family) {
+      slot = kExplicitSlot;
+      named = "family " + *options.family;
+    } else if (Tuned.size() > 0) {
+      if (auto index = Tuned.find(spec, seqlen))
+        slot = static_cast<int64_t>(*index);
+    }
+    if (slot < 0)
+      length = classOfLength(spec, Tuned, seqlen).representative;
   }
-  KernelTable::Key tableKey = KernelTable::keyOf(spec, slot, std::move(named));
+  KernelTable::Key tableKey =
+      KernelTable::keyOf(spec, slot, length, std::move(named));
   {
     std::lock_guard<std::mutex> lock(Kernels->mutex);
     auto it = Kernels->bySpec.find(tableKey);
     if (it != Kernels->bySpec.end())
       return it->second;
   }
+  auto kernel = resolveAndBuild(spec, options, nullptr, {});
+  if (!kernel)
+    return kernel.takeError();
+  std::lock_guard<std::mutex> lock(Kernels->mutex);
+  return Kernels->bySpec.try_emplace(tableKey, *kernel).first->second;
+}
+
+llvm::Expected<std::shared_ptr<const Kernel>>
+Context::compilePerLength(const AttentionSpec &spec, int64_t seqlen) {
+  KernelTable::Key tableKey = KernelTable::keyOf(spec, 0, 0, "");
+  std::shared_ptr<Kernel::LengthChoice> choice;
+  {
+    std::lock_guard<std::mutex> lock(Kernels->mutex);
+    auto it = Kernels->byLength.find(tableKey);
+    if (it != Kernels->byLength.end())
+      choice = it->second;
+  }
+  if (!choice) {
+    if (auto err = spec.validate())
+      return withCode(ErrorCode::InvalidArgument, std::move(err));
+    auto made = std::make_shared<Kernel::LengthChoice>();
+    made->spec = spec;
+    made->classes = lengthClasses(spec, Tuned);
+    made->kernels.resize(made->classes.size());
+    made->owner = this;
+    std::lock_guard<std::mutex> lock(Kernels->mutex);
+    choice = Kernels->byLength.try_emplace(tableKey, made).first->second;
+  }
+  size_t index = lengthClassOf(choice->classes, seqlen);
+  if (auto kernel = choice->built(index))
+    return kernel;
+  const LengthClass &range = choice->classes[index];
+  KernelOptions options;
+  options.seqlen = range.representative;
+  options.perLengthConfig = false;
   auto resolved = resolveConfig(spec, options);
   if (!resolved)
     return resolved.takeError();
-  auto kernel = build(spec, *resolved);
+  // A config another class already runs is the same kernel.
+  {
+    std::lock_guard<std::mutex> lock(choice->mutex);
+    for (const auto &kernel : choice->kernels)
+      if (kernel && kernel->info().config == resolved->config) {
+        choice->kernels[index] = kernel;
+        return kernel;
+      }
+  }
+  auto kernel = resolveAndBuild(spec, options, choice, range);
+  if (!kernel)
+    return kernel.takeError();
+  std::lock_guard<std::mutex> lock(choice->mutex);
+  if (!choice->kernels[index])
+    choice->kernels[index] = *kernel;
+  return choice->kernels[index];
+}
+
+llvm::Expected<std::shared_ptr<const Kernel>>
+Context::resolveAndBuild(const AttentionSpec &spec,
+                         const KernelOptions &options,
+                         std::shared_ptr<Kernel::LengthChoice> choice,
+                         const LengthClass &range) {
+  auto resolved = resolveConfig(spec, options);
+  if (!resolved)
+    return resolved.takeError();
+  auto kernel = build(spec, *resolved, choice, range);
   if (!kernel && resolved->origin.source == ConfigSource::Tuned) {
     // A database entry must never make a compile fail: fall back, once.
     std::string why =
@@ -425,15 +582,15 @@ Context::compile(const AttentionSpec &spec, const KernelOptions &options) {
                       llvm::toString(kernel.takeError()))
             .str();
     warn(why + "; using the heuristic's tile config");
-    auto config = heuristicConfig(spec);
+    int64_t length = options.seqlen.value_or(defaultSeqlen());
+    auto config = heuristicConfig(
+        spec, classOfLength(spec, Tuned, length).representative);
     if (!config)
       return config.takeError();
-    kernel = build(spec, {*config, {ConfigSource::Heuristic, why}});
+    kernel = build(spec, {*config, {ConfigSource::Heuristic, why}}, choice,
+                   range);
   }
-  if (!kernel)
-    return kernel.takeError();
-  std::lock_guard<std::mutex> lock(Kernels->mutex);
-  return Kernels->bySpec.try_emplace(tableKey, *kernel).first->second;
+  return kernel;
 }
 
 namespace {
@@ -482,7 +639,9 @@ loadOrBuild(KernelCache &cache, const Target &target, bool hasDevice,
 } // namespace
 
 llvm::Expected<std::shared_ptr<const Kernel>>
-Context::build(const AttentionSpec &spec, const ResolvedConfig &resolved) {
+Context::build(const AttentionSpec &spec, const ResolvedConfig &resolved,
+               std::shared_ptr<Kernel::LengthChoice> choice,
+               const LengthClass &range) {
   const TileConfig &config = resolved.config;
   auto loaded = loadOrBuild(
       *Cache, TargetChip, Device.has_value(), Options.device, spec, config,
@@ -494,9 +653,15 @@ Context::build(const AttentionSpec &spec, const ResolvedConfig &resolved) {
       });
   if (!loaded)
     return loaded.takeError();
-  return std::make_shared<const Kernel>(
+  auto kernel = std::make_shared<Kernel>(
       spec, loaded->entry->info, loaded->entry->ptx, std::move(loaded->module),
       DeviceError, resolved.origin);
+  if (choice) {
+    kernel->Lengths = std::move(choice);
+    kernel->ServedFrom = range.first;
+    kernel->ServedTo = range.end;
+  }
+  return std::shared_ptr<const Kernel>(std::move(kernel));
 }
 
 llvm::Expected<std::shared_ptr<const BlockMaskBuilder>>

@@ -124,3 +124,43 @@ TEST_CASE("long context: one head of seqlen 131072 in O(N) memory") {
   spec.numKVHeads = 1;
   checkCase(spec, 1, 131072, 131072, Layout::BHSD, /*rowsPerHead=*/24);
 }
+
+// One handle, compiled once, serves every length with its length class's
+// config (KernelOptions::perLengthConfig): each call exact, and the
+// classes' kernels the ones compile() gives for those lengths.
+TEST_CASE("one kernel handle through lengths 1, 100, 1000, 5000, 20000") {
+  for (int64_t d : {64, 128})
+    for (bool causal : {false, true}) {
+      AttentionSpec spec;
+      spec.headDim = d;
+      spec.causal = causal;
+      spec.numHeads = 4;
+      spec.numKVHeads = 2;
+      auto kernel = gpuContext().compile(spec);
+      REQUIRE_MESSAGE(bool(kernel), llvm::toString(kernel.takeError()));
+      for (int64_t s : {1, 100, 1000, 5000, 20000}) {
+        CheckOptions o;
+        o.batch = 1;
+        o.seqlenQ = s;
+        o.seqlenK = s;
+        o.seed = freshSeed();
+        o.rowsPerHead = 64;
+        auto served = (*kernel)->kernelForLengths(s, s);
+        REQUIRE_MESSAGE(bool(served), llvm::toString(served.takeError()));
+        KernelOptions hint;
+        hint.seqlen = s;
+        auto direct = gpuContext().compile(spec, hint);
+        REQUIRE_MESSAGE(bool(direct), llvm::toString(direct.takeError()));
+        CHECK((*served == *direct));
+        INFO(describe(spec, o) << " served by "
+                               << (*served)->info().config.canonical());
+        auto report = runAndCheck(**kernel, o);
+        REQUIRE_MESSAGE(bool(report), llvm::toString(report.takeError()));
+        INFO(report->summary());
+        CHECK(report->nonFinite == 0);
+        CHECK(report->relError <= report->tolerance);
+        CHECK(report->lseRelError <= report->tolerance);
+        CHECK(report->passed);
+      }
+    }
+}

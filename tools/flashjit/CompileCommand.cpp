@@ -49,6 +49,11 @@ static cl::opt<std::string> configText(
              "heuristic's choice within this kernel family (e.g. mma_sync), "
              "instead of the heuristic's overall choice"),
     cl::init(""), cl::sub(compileCommand), cl::cat(category));
+static cl::opt<int64_t> seqlenHint(
+    "seqlen",
+    cl::desc("Sequence length the heuristic chooses the tile config for "
+             "(default: 2048; see --explain)"),
+    cl::init(0), cl::sub(compileCommand), cl::cat(category));
 static cl::opt<bool> json("json",
                           cl::desc("Print a JSON summary instead of the text "
                                    "(the text goes to -o when given)"),
@@ -61,6 +66,11 @@ int runCompile() {
   auto stage = parseStage(emit);
   if (!stage)
     return reportError("compile", stage.takeError());
+  if (seqlenHint < 0)
+    return reportError("compile", llvm::createStringError(
+                                      "--seqlen must be at least 1 (or 0 for "
+                                      "the default hint), got " +
+                                      std::to_string(seqlenHint)));
   CompileOptions options;
   options.target = *target;
   options.stopAfter = *stage;
@@ -89,8 +99,9 @@ int runCompile() {
     } else {
       auto choice = request->family
                         ? explainFamilyChoice(*spec, *target, device,
-                                              *request->family)
-                        : explainTileConfig(*spec, *target, device);
+                                              *request->family, seqlenHint)
+                        : explainTileConfig(*spec, *target, device,
+                                            seqlenHint);
       if (!choice)
         return reportError("compile", choice.takeError());
       if (explain)

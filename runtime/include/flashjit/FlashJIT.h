@@ -27,16 +27,19 @@
 
 #include "llvm/Support/Error.h"
 #include <array>
+#include <cstdint>
 #include <cuda.h>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 namespace flashjit {
 
 class KernelCache;
 class LoadedModule;
+struct LengthClass;
 struct ForwardLaunchParams;
 
 /// A device tensor [batch, heads, seqlen, head_dim] (O, Q, K, V) with
@@ -146,12 +149,19 @@ struct KernelOptions {
   /// default), instead of the tuning database's or the overall heuristic's.
   std::optional<std::string> family;
   /// The sequence length the kernel will mostly run at: it picks the tuning
-  /// database's bucket (the kernel still serves every length). None: the
-  /// heuristic's hint, 2048.
+  /// database's bucket or the heuristic's length class of the config built
+  /// now. None: the heuristic's hint, 2048.
   std::optional<int64_t> seqlen;
+  /// Whether forward() serves each call with the config of the call's
+  /// length class (Kernel::servedLengths): the tuning database's entry for
+  /// the call's length, else the heuristic's choice for that length. The
+  /// other classes' kernels are compiled or loaded on their first call and
+  /// cached like any kernel. False pins the config built now for every
+  /// length; naming a `config` or a `family` pins it too.
+  bool perLengthConfig = true;
 };
 
-class Kernel {
+class Kernel : public std::enable_shared_from_this<Kernel> {
 public:
   const AttentionSpec &spec() const { return Spec; }
   const KernelInfo &info() const { return Info; }
@@ -166,16 +176,31 @@ public:
   /// Whether the kernel is persistent: launched with one block per SM (the
   /// device's resident blocks), each looping over tiles (forwardGeometry).
   bool persistent() const { return Persistent; }
+  /// The call lengths (the longer of the query and key lengths) this
+  /// kernel's config serves, [first, second). A call outside them goes to
+  /// the kernel of its length class (KernelOptions::perLengthConfig). A
+  /// pinned kernel serves every length: {1, INT64_MAX}.
+  std::pair<int64_t, int64_t> servedLengths() const {
+    return {ServedFrom, ServedTo};
+  }
+  /// The kernel forward() launches for a call of these lengths: this one,
+  /// or (compiled or loaded now if needed) the one of their length class.
+  /// A kernel that outlives its Context serves every length itself.
+  llvm::Expected<std::shared_ptr<const Kernel>>
+  kernelForLengths(int64_t seqlenQ, int64_t seqlenK) const;
 
   /// Checks every argument (pointers, alignment, shapes against the spec,
   /// strides, overlap of the outputs, what a tensor map can describe), then
   /// launches on args.stream. A failed check returns an error and launches
   /// nothing.
   llvm::Error forward(const ForwardArgs &args) const;
+  /// The call goes to kernelForLengths(Sq, Sk); the checks and the launch
+  /// below are that kernel's.
   /// The checks of forward() alone (no device needed).
   llvm::Error check(const ForwardArgs &args) const;
   /// forward() up to the launch: checks `args` and fills `params`
-  /// (Runtime/Launch.h), tensor maps encoded, for a launch of this kernel.
+  /// (Runtime/Launch.h), tensor maps encoded, for a launch of this kernel's
+  /// own config (whatever the lengths).
   llvm::Error prepareLaunch(const ForwardArgs &args,
                             ForwardLaunchParams &params) const;
 
@@ -185,7 +210,16 @@ public:
   ~Kernel();
 
 private:
+  friend class Context;
+  /// The per-length kernels of one spec, shared by them (Context.cpp).
+  struct LengthChoice;
+  /// forward() on this kernel's own config.
+  llvm::Error launchOwn(const ForwardArgs &args) const;
+
   AttentionSpec Spec;
+  /// Null when the config is pinned.
+  std::shared_ptr<LengthChoice> Lengths;
+  int64_t ServedFrom = 1, ServedTo = INT64_MAX;
   KernelInfo Info;
   std::string Ptx;
   ConfigOrigin Origin;
@@ -316,8 +350,10 @@ public:
   llvm::Expected<ResolvedConfig>
   resolveConfig(const AttentionSpec &spec,
                 const KernelOptions &options = {}) const;
-  /// The heuristic's config for `spec` on this context's GPU.
-  llvm::Expected<TileConfig> heuristicConfig(const AttentionSpec &spec) const;
+  /// The heuristic's config for `spec` on this context's GPU, for sequences
+  /// of `seqlen` (0: the default hint, 2048).
+  llvm::Expected<TileConfig> heuristicConfig(const AttentionSpec &spec,
+                                             int64_t seqlen = 0) const;
 
   const Target &target() const { return TargetChip; }
   /// The device, when one was opened.
@@ -334,9 +370,20 @@ public:
 private:
   Context() = default;
   void warn(llvm::StringRef message) const;
-  /// Looks the config up in the cache or builds it, and loads it on the GPU.
+  /// The kernel of each length class of `spec`, built on first use.
   llvm::Expected<std::shared_ptr<const Kernel>>
-  build(const AttentionSpec &spec, const ResolvedConfig &resolved);
+  compilePerLength(const AttentionSpec &spec, int64_t seqlen);
+  /// resolveConfig, then build; a tuned config that fails to build falls
+  /// back to the heuristic's with a warning.
+  llvm::Expected<std::shared_ptr<const Kernel>>
+  resolveAndBuild(const AttentionSpec &spec, const KernelOptions &options,
+                  std::shared_ptr<Kernel::LengthChoice> choice,
+                  const LengthClass &range);
+  /// Looks the config up in the cache or builds it, and loads it on the
+  /// GPU; `choice` (null: pinned) gets the kernel of `range`.
+  llvm::Expected<std::shared_ptr<const Kernel>>
+  build(const AttentionSpec &spec, const ResolvedConfig &resolved,
+        std::shared_ptr<Kernel::LengthChoice> choice, const LengthClass &range);
 
   ContextOptions Options;
   Target TargetChip;

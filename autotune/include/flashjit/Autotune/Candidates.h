@@ -27,6 +27,11 @@ struct ProblemShape {
 };
 /// Batch and seqlen must be at least 1.
 llvm::Error checkProblemShape(const ProblemShape &shape);
+/// The shape a choice for sequences of `seqlen` reasons with: the same
+/// 16k tokens (batch = 16384 / seqlen, at least 1), so that the grid of a
+/// short-sequence call is as large as a long one's and the length alone
+/// changes the choice. seqlen < 1 gives the default shape.
+ProblemShape shapeForSeqlen(int64_t seqlen);
 
 /// The resource that caps the resident blocks of one SM.
 enum class OccupancyLimit { SharedMemory, Registers, Threads, BlockSlots };

@@ -1,0 +1,54 @@
+//===- LengthClasses.cpp - sequence-length ranges with one config each ----===//
+// Why: the class boundaries are the union of the default buckets' and the
+// tuning database's, so a class never straddles a tuned bucket's edge and
+// the database, where it answers, answers for the whole class.
+#include "flashjit/Runtime/LengthClasses.h"
+
+#include "flashjit/Autotune/ShapeBuckets.h"
+#include "flashjit/Runtime/TunedConfigs.h"
+
+#include <algorithm>
+#include <climits>
+#include <set>
+
+namespace flashjit {
+
+std::vector<LengthClass> lengthClasses(const AttentionSpec &spec,
+                                       const TunedConfigs &tuned) {
+  std::set<int64_t> starts;
+  for (int64_t start : autotune::defaultBucketAxes().seqlenStarts)
+    starts.insert(std::max<int64_t>(start, 1));
+  starts.insert(1);
+  for (size_t i = 0; i < tuned.size(); ++i) {
+    const autotune::ShapeBucket &bucket = tuned.entry(i).bucket;
+    if (!bucket.contains(spec, bucket.seqlenMin))
+      continue;
+    starts.insert(std::max<int64_t>(bucket.seqlenMin, 1));
+    if (bucket.seqlenMax)
+      starts.insert(std::max<int64_t>(*bucket.seqlenMax, 1));
+  }
+  std::vector<LengthClass> classes;
+  for (auto it = starts.begin(); it != starts.end(); ++it) {
+    LengthClass c;
+    c.first = *it;
+    auto next = std::next(it);
+    autotune::ShapeBucket range;
+    range.seqlenMin = c.first;
+    if (next != starts.end()) {
+      c.end = *next;
+      range.seqlenMax = c.end;
+    }
+    c.representative = range.tuningSeqlen();
+    classes.push_back(c);
+  }
+  return classes;
+}
+
+size_t lengthClassOf(const std::vector<LengthClass> &classes, int64_t length) {
+  auto it = std::upper_bound(
+      classes.begin(), classes.end(), length,
+      [](int64_t len, const LengthClass &c) { return len < c.first; });
+  return it == classes.begin() ? 0 : size_t(it - classes.begin()) - 1;
+}
+
+} // namespace flashjit

@@ -1,0 +1,178 @@
+//===- LengthChoiceTest.cpp - one kernel handle, a config per length -----===//
+// Why: a kernel compiled for one length must serve a call of another
+// length with that length's config (the tuning database's bucket, else
+// the heuristic's choice for the length class), pin its config when asked,
+// and keep working after its Context is gone. No GPU is needed: the
+// choice happens before the launch (Kernel::kernelForLengths).
+#include "RuntimeTestUtil.h"
+
+#include "flashjit/FlashJIT.h"
+#include "flashjit/Runtime/LengthClasses.h"
+
+#include <doctest/doctest.h>
+
+#include <climits>
+
+using namespace flashjit;
+using namespace flashjit::test;
+using autotune::TuningDatabase;
+using autotune::TuningEntry;
+
+namespace {
+
+std::unique_ptr<Context> makeContext(const TempDir &dir, Warnings &warnings,
+                                     const std::string &database = "") {
+  ContextOptions options;
+  options.chip = "sm_90a";
+  options.cache = cacheOptions(dir / "cache", warnings);
+  options.tuning.database = database;
+  options.tuning.gpu = sampleGpu();
+  options.onWarning = warningSink(warnings);
+  auto ctx = Context::create(options);
+  REQUIRE_MESSAGE(static_cast<bool>(ctx),
+                  (ctx ? "" : llvm::toString(ctx.takeError())));
+  return std::move(*ctx);
+}
+
+std::shared_ptr<const Kernel> compileOk(Context &ctx, const AttentionSpec &spec,
+                                        const KernelOptions &options = {}) {
+  auto kernel = ctx.compile(spec, options);
+  REQUIRE_MESSAGE(static_cast<bool>(kernel),
+                  (kernel ? "" : llvm::toString(kernel.takeError())));
+  return *kernel;
+}
+
+std::shared_ptr<const Kernel> forLengths(const Kernel &kernel, int64_t q,
+                                         int64_t k) {
+  auto chosen = kernel.kernelForLengths(q, k);
+  REQUIRE_MESSAGE(static_cast<bool>(chosen),
+                  (chosen ? "" : llvm::toString(chosen.takeError())));
+  REQUIRE((*chosen != nullptr));
+  return *chosen;
+}
+
+} // namespace
+
+TEST_CASE("length classes: the default ranges, refined by the database") {
+  TunedConfigs none;
+  auto classes = lengthClasses(d128Spec(), none);
+  REQUIRE(classes.size() == 3);
+  CHECK(classes[0].first == 1);
+  CHECK(classes[0].end == 1024);
+  CHECK(classes[0].representative == 512);
+  CHECK(classes[1].first == 1024);
+  CHECK(classes[1].end == 4096);
+  CHECK(classes[1].representative == 2048);
+  CHECK(classes[2].first == 4096);
+  CHECK(classes[2].end == INT64_MAX);
+  CHECK(classes[2].representative == 8192);
+  CHECK(lengthClassOf(classes, 0) == 0);
+  CHECK(lengthClassOf(classes, 1) == 0);
+  CHECK(lengthClassOf(classes, 1023) == 0);
+  CHECK(lengthClassOf(classes, 1024) == 1);
+  CHECK(lengthClassOf(classes, 4095) == 1);
+  CHECK(lengthClassOf(classes, 4096) == 2);
+  CHECK(lengthClassOf(classes, INT64_MAX) == 2);
+  CHECK(callLength(1, 5000) == 5000);
+  CHECK(callLength(700, 3) == 700);
+
+  // A database bucket [256, 768) for the spec splits the first range; a
+  // bucket of another head dim changes nothing.
+  TempDir dir;
+  Warnings warnings;
+  TuningDatabase db(sampleGpu(), autotune::builtFlashjitVersion().str());
+  TuningEntry entry;
+  entry.bucket = {128, DType::BF16, false, 256, 768};
+  entry.config = {"cuda_core", 64, 32, 1, 8};
+  entry.tflops = 1;
+  REQUIRE(errorText(db.upsert(entry)) == "");
+  entry.bucket = {64, DType::BF16, false, 100, 200};
+  REQUIRE(errorText(db.upsert(entry)) == "");
+  std::string path = (dir / "tuning.json");
+  REQUIRE(errorText(db.save(path)) == "");
+  auto ctx = makeContext(dir, warnings, path);
+  REQUIRE(ctx->tuning().size() == 2);
+  auto refined = lengthClasses(d128Spec(), ctx->tuning());
+  REQUIRE(refined.size() == 5);
+  CHECK(refined[0].first == 1);
+  CHECK(refined[0].end == 256);
+  CHECK(refined[1].first == 256);
+  CHECK(refined[1].end == 768);
+  CHECK(refined[1].contains(512));
+  CHECK(refined[2].first == 768);
+  CHECK(refined[2].end == 1024);
+  CHECK(refined[3].first == 1024);
+  CHECK(warnings.size() == 0);
+}
+
+TEST_CASE("one handle serves each length with its class's config") {
+  TempDir dir;
+  Warnings warnings;
+  // The database tunes d128 at [1, 1024) to a config the heuristic never
+  // picks, so the switch is visible without a GPU.
+  TuningDatabase db(sampleGpu(), autotune::builtFlashjitVersion().str());
+  TuningEntry entry;
+  entry.bucket = {128, DType::BF16, false, 1, 1024};
+  entry.config = {"cuda_core", 64, 32, 1, 8};
+  entry.tflops = 1;
+  REQUIRE(errorText(db.upsert(entry)) == "");
+  std::string path = (dir / "tuning.json");
+  REQUIRE(errorText(db.save(path)) == "");
+  auto ctx = makeContext(dir, warnings, path);
+
+  auto kernel = compileOk(*ctx, d128Spec()); // the hint 2048
+  CHECK(kernel->configOrigin().source == ConfigSource::Heuristic);
+  CHECK((kernel->servedLengths() == std::make_pair<int64_t, int64_t>(1024, 4096)));
+  CHECK((forLengths(*kernel, 2048, 2048) == kernel));
+  CHECK((forLengths(*kernel, 100, 1500) == kernel)); // the longer decides
+
+  auto shortOne = forLengths(*kernel, 512, 512);
+  CHECK((shortOne != kernel));
+  CHECK(shortOne->info().config == entry.config);
+  CHECK(shortOne->configOrigin().source == ConfigSource::Tuned);
+  CHECK((shortOne->servedLengths() == std::make_pair<int64_t, int64_t>(1, 1024)));
+  // The same object for every length of the class, and from compile().
+  CHECK((forLengths(*kernel, 1, 1) == shortOne));
+  CHECK((forLengths(*shortOne, 1000, 17) == shortOne));
+  KernelOptions hint;
+  hint.seqlen = 700;
+  CHECK((compileOk(*ctx, d128Spec(), hint) == shortOne));
+  // And back: the short kernel sends long calls to the long class.
+  CHECK((forLengths(*shortOne, 3000, 3000) == kernel));
+
+  auto longOne = forLengths(*kernel, 20000, 20000);
+  CHECK(longOne->info().config ==
+        *ctx->heuristicConfig(d128Spec(), 8192));
+  CHECK(longOne->configOrigin().source == ConfigSource::Heuristic);
+
+  // Pinned: every length runs the config built now.
+  KernelOptions pinned;
+  pinned.perLengthConfig = false;
+  pinned.seqlen = 512;
+  auto fixed = compileOk(*ctx, d128Spec(), pinned);
+  CHECK((fixed != shortOne));
+  CHECK(fixed->info().config == entry.config);
+  CHECK((fixed->servedLengths() ==
+        std::make_pair<int64_t, int64_t>(1, INT64_MAX)));
+  CHECK((forLengths(*fixed, 5000, 5000) == fixed));
+  KernelOptions named;
+  named.config = TileConfig{"cuda_core", 32, 32, 1, 4};
+  auto explicitOne = compileOk(*ctx, d128Spec(), named);
+  CHECK((forLengths(*explicitOne, 100, 100) == explicitOne));
+  CHECK((forLengths(*explicitOne, 100000, 100000) == explicitOne));
+
+  // A kernel that outlives its context keeps its own config everywhere.
+  ctx.reset();
+  CHECK((forLengths(*kernel, 100, 100) == kernel));
+  CHECK((forLengths(*kernel, 100000, 100000) == kernel));
+  CHECK((forLengths(*shortOne, 5000, 5000) == shortOne));
+  std::shared_ptr<const Kernel> lone;
+  {
+    TempDir other;
+    Warnings w;
+    auto c2 = makeContext(other, w);
+    lone = compileOk(*c2, d128Spec());
+  }
+  CHECK((forLengths(*lone, 100, 100) == lone));
+  CHECK(warnings.size() == 0);
+}
