@@ -205,6 +205,14 @@ evaluateConfig(const KernelTemplate &tmpl, const AttentionSpec &spec,
   CandidateReport report;
   report.config = config;
   report.templateRank = templateRank;
+  report.persistent = tmpl.persistent();
+  report.clusterSize = tmpl.clusterSize();
+  if (config.blockM > 0 && config.blockN > 0)
+    report.paddedWork =
+        static_cast<double>(llvm::divideCeil(shape.seqlen, config.blockM) *
+                            config.blockM) *
+        static_cast<double>(llvm::divideCeil(shape.seqlen, config.blockN) *
+                            config.blockN);
   report.diagonalAligned =
       !spec.causal || !tmpl.prefersAlignedCausalTiles() ||
       (config.blockN > 0 && config.blockM % config.blockN == 0);

@@ -1,8 +1,12 @@
 //===- Heuristic.cpp - ranking tile configs -------------------------------===//
 // Why: the ranking rules in one place, applied in a fixed order, so every
 // choice can be derived by hand and explained by the rule that decided it.
-// The order encodes what matters for attention kernels: a faster template
-// first; then a grid that keeps every SM busy; then more query rows per warp
+// The order encodes what matters for attention kernels: for short
+// sequences a persistent template first (a tile's few key blocks leave its
+// prologue and epilogue exposed unless the next tile's loads overlap them);
+// then a faster template; then a grid that keeps every SM busy; then,
+// between persistent configs, clearly less padding of the last query and
+// key tiles at the hint length; then more query rows per warp
 // (measured on an H100: two m16 tiles per warp beat one by 10-25% for the
 // mma_sync template, since shared-memory reads per FLOP halve); then enough
 // resident warps to hide latency; then, causal and for the wgmma
@@ -24,7 +28,8 @@ namespace flashjit::autotune {
 namespace {
 
 constexpr RankingRule kRules[] = {
-    RankingRule::TemplateOrder, RankingRule::FillsGpu,
+    RankingRule::ShortPersistent, RankingRule::TemplateOrder,
+    RankingRule::FillsGpu,        RankingRule::PaddedWork,
     RankingRule::RowsPerWarp,   RankingRule::EnoughWarps,
     RankingRule::DiagonalTiles, RankingRule::BlockM,
     RankingRule::BlockN,        RankingRule::Stages,
@@ -40,14 +45,38 @@ template <typename T> int higherIsBetter(T a, T b) {
   return a > b ? 1 : (a < b ? -1 : 0);
 }
 
+/// The ShortPersistent rule's order: a persistent template taking tiles
+/// one block at a time, then one taking them in lockstep clusters (a pair
+/// waits for its slower block on every short tile), then the rest.
+int shortSequenceRank(const CandidateReport &c) {
+  if (!c.persistent)
+    return 0;
+  return c.clusterSize == 1 ? 2 : 1;
+}
+
 int compareUnder(RankingRule rule, const CandidateReport &a,
                  const CandidateReport &b, const DeviceModel &device,
                  const HeuristicOptions &options) {
   switch (rule) {
+  case RankingRule::ShortPersistent:
+    if (options.shape.seqlen > options.shortSeqlen)
+      return 0;
+    return higherIsBetter(shortSequenceRank(a), shortSequenceRank(b));
   case RankingRule::TemplateOrder:
     return higherIsBetter(b.templateRank, a.templateRank);
   case RankingRule::FillsGpu:
     return higherIsBetter(a.fillsGpu(device), b.fillsGpu(device));
+  case RankingRule::PaddedWork: {
+    if (!a.persistent || !b.persistent || a.paddedWork <= 0 ||
+        b.paddedWork <= 0)
+      return 0;
+    double margin = 1.0 + options.paddingMargin;
+    if (a.paddedWork * margin < b.paddedWork)
+      return 1;
+    if (b.paddedWork * margin < a.paddedWork)
+      return -1;
+    return 0;
+  }
   case RankingRule::RowsPerWarp:
     return higherIsBetter(a.resources.queryRowsPerWarp,
                           b.resources.queryRowsPerWarp);
@@ -142,8 +171,19 @@ llvm::Error nothingFits(const std::vector<CandidateReport> &reports,
 
 std::string describeRule(RankingRule rule, const HeuristicOptions &options) {
   switch (rule) {
+  case RankingRule::ShortPersistent:
+    return llvm::formatv(
+        "a persistent template for sequences up to {0}, clusters last (a "
+        "short key loop leaves a tile's loads and epilogue exposed unless "
+        "the next tile's overlap them)",
+        options.shortSeqlen);
   case RankingRule::TemplateOrder:
     return "template preference (a more capable kernel family)";
+  case RankingRule::PaddedWork:
+    return llvm::formatv("less padding of the last query and key tiles at "
+                         "the hint length (more than {0:f0}% less work, "
+                         "persistent templates)",
+                         options.paddingMargin * 100.0);
   case RankingRule::FillsGpu:
     return "filling the GPU (at least one full wave of blocks at the hint "
            "shape)";

@@ -501,3 +501,76 @@ TEST_CASE("wgmma: every candidate fits sm_90's shared memory; a larger "
   CHECK(errorOf(std::move(causalCluster)).find("use wgmma_persistent") !=
         std::string::npos);
 }
+
+// Short sequences: a tile's key loop is a few blocks long, so the choice
+// changes with the length. The H100 rows below are the tuner's measured
+// winners at 512 and 1024 (bench/results): a persistent template one
+// block at a time, and between persistent configs, no padding of the last
+// query and key tiles. From 2048 on, the choice is the long one.
+TEST_CASE("short sequences: persistent templates and unpadded tiles") {
+  DeviceModel h100 = knownGPU("h100");
+  struct Row {
+    int64_t headDim;
+    bool causal;
+    int64_t seqlen;
+    const char *config;
+  };
+  const Row rows[] = {
+      {128, false, 512, "wgmma_persistent:m128:n128:s2:w12"},
+      {128, false, 1024, "wgmma_persistent:m128:n128:s2:w12"},
+      {128, false, 2048, "wgmma_cluster:m128:n160:s2:w12"},
+      {128, false, 8192, "wgmma_cluster:m128:n160:s2:w12"},
+      {64, true, 512, "wgmma_persistent:m128:n128:s2:w12"},
+      {64, true, 1024, "wgmma_persistent:m128:n128:s2:w12"},
+      {64, true, 2048, "wgmma_persistent:m192:n96:s2:w16"},
+      {64, false, 512, "wgmma:m192:n128:s2:w16"},
+      {128, true, 512, "wgmma_persistent:m128:n128:s2:w12"},
+  };
+  for (const Row &row : rows) {
+    HeuristicOptions options;
+    options.shape = shapeForSeqlen(row.seqlen);
+    CAPTURE(row.headDim);
+    CAPTURE(row.causal);
+    CAPTURE(row.seqlen);
+    CHECK(options.shape.batch * options.shape.seqlen == 16384);
+    auto choice =
+        chooseConfig(benchSpec(row.headDim, row.causal), h100, options);
+    REQUIRE(static_cast<bool>(choice));
+    CHECK(choice->config.canonical() == row.config);
+  }
+  // Short: persistent one block at a time, then clusters, then the rest,
+  // before the template order; long: the template order alone.
+  HeuristicOptions shortOptions;
+  shortOptions.shape = shapeForSeqlen(512);
+  CandidateReport single, cluster, plain;
+  single.persistent = cluster.persistent = true;
+  cluster.clusterSize = 2;
+  single.templateRank = 1;
+  cluster.templateRank = 0;
+  plain.templateRank = 0;
+  CHECK(decidingRule(single, cluster, h100, shortOptions) ==
+        RankingRule::ShortPersistent);
+  CHECK(ranksAbove(single, cluster, h100, shortOptions));
+  CHECK(ranksAbove(cluster, plain, h100, shortOptions));
+  HeuristicOptions at4k;
+  at4k.shape = shapeForSeqlen(4096);
+  CHECK(decidingRule(cluster, single, h100, at4k) ==
+        RankingRule::TemplateOrder);
+  CHECK(describeRule(RankingRule::ShortPersistent, shortOptions)
+            .find("sequences up to 1024") != std::string::npos);
+  // Padding ranks persistent configs only, and only past its margin.
+  CandidateReport a, b;
+  a.persistent = b.persistent = true;
+  a.paddedWork = 512.0 * 512;
+  b.paddedWork = 576.0 * 576;
+  CHECK(decidingRule(a, b, h100, shortOptions) == RankingRule::PaddedWork);
+  b.paddedWork = 512.0 * 540; // 5% more: below the margin
+  CHECK(decidingRule(a, b, h100, shortOptions) != RankingRule::PaddedWork);
+  b.persistent = false;
+  b.paddedWork = 576.0 * 576;
+  HeuristicOptions longOptions;
+  longOptions.shape = shapeForSeqlen(4096);
+  CHECK(decidingRule(a, b, h100, longOptions) != RankingRule::PaddedWork);
+  CHECK(shapeForSeqlen(0).seqlen == ProblemShape().seqlen);
+  CHECK(shapeForSeqlen(100000).batch == 1);
+}

@@ -56,23 +56,22 @@ std::shared_ptr<const Kernel> forLengths(const Kernel &kernel, int64_t q,
 TEST_CASE("length classes: the default ranges, refined by the database") {
   TunedConfigs none;
   auto classes = lengthClasses(d128Spec(), none);
-  REQUIRE(classes.size() == 3);
-  CHECK(classes[0].first == 1);
-  CHECK(classes[0].end == 1024);
-  CHECK(classes[0].representative == 512);
-  CHECK(classes[1].first == 1024);
-  CHECK(classes[1].end == 4096);
-  CHECK(classes[1].representative == 2048);
-  CHECK(classes[2].first == 4096);
-  CHECK(classes[2].end == INT64_MAX);
-  CHECK(classes[2].representative == 8192);
+  REQUIRE(classes.size() == 5);
+  const int64_t firsts[] = {1, 768, 1536, 3072, 6144};
+  const int64_t representatives[] = {256, 1024, 2048, 4096, 12288};
+  for (size_t i = 0; i < 5; ++i) {
+    CHECK(classes[i].first == firsts[i]);
+    CHECK(classes[i].end == (i + 1 < 5 ? firsts[i + 1] : INT64_MAX));
+    CHECK(classes[i].representative == representatives[i]);
+  }
   CHECK(lengthClassOf(classes, 0) == 0);
   CHECK(lengthClassOf(classes, 1) == 0);
-  CHECK(lengthClassOf(classes, 1023) == 0);
-  CHECK(lengthClassOf(classes, 1024) == 1);
-  CHECK(lengthClassOf(classes, 4095) == 1);
-  CHECK(lengthClassOf(classes, 4096) == 2);
-  CHECK(lengthClassOf(classes, INT64_MAX) == 2);
+  CHECK(lengthClassOf(classes, 767) == 0);
+  CHECK(lengthClassOf(classes, 768) == 1);
+  CHECK(lengthClassOf(classes, 1535) == 1);
+  CHECK(lengthClassOf(classes, 1536) == 2);
+  CHECK(lengthClassOf(classes, 6144) == 4);
+  CHECK(lengthClassOf(classes, INT64_MAX) == 4);
   CHECK(callLength(1, 5000) == 5000);
   CHECK(callLength(700, 3) == 700);
 
@@ -93,15 +92,14 @@ TEST_CASE("length classes: the default ranges, refined by the database") {
   auto ctx = makeContext(dir, warnings, path);
   REQUIRE(ctx->tuning().size() == 2);
   auto refined = lengthClasses(d128Spec(), ctx->tuning());
-  REQUIRE(refined.size() == 5);
+  REQUIRE(refined.size() == 6);
   CHECK(refined[0].first == 1);
   CHECK(refined[0].end == 256);
   CHECK(refined[1].first == 256);
   CHECK(refined[1].end == 768);
   CHECK(refined[1].contains(512));
   CHECK(refined[2].first == 768);
-  CHECK(refined[2].end == 1024);
-  CHECK(refined[3].first == 1024);
+  CHECK(refined[2].end == 1536);
   CHECK(warnings.size() == 0);
 }
 
@@ -122,16 +120,17 @@ TEST_CASE("one handle serves each length with its class's config") {
 
   auto kernel = compileOk(*ctx, d128Spec()); // the hint 2048
   CHECK(kernel->configOrigin().source == ConfigSource::Heuristic);
-  CHECK((kernel->servedLengths() == std::make_pair<int64_t, int64_t>(1024, 4096)));
+  CHECK((kernel->servedLengths() == std::make_pair<int64_t, int64_t>(1536, 3072)));
   CHECK((forLengths(*kernel, 2048, 2048) == kernel));
-  CHECK((forLengths(*kernel, 100, 1500) == kernel)); // the longer decides
+  CHECK((forLengths(*kernel, 100, 2500) == kernel)); // the longer decides
 
   auto shortOne = forLengths(*kernel, 512, 512);
   CHECK((shortOne != kernel));
   CHECK(shortOne->info().config == entry.config);
   CHECK(shortOne->configOrigin().source == ConfigSource::Tuned);
-  CHECK((shortOne->servedLengths() == std::make_pair<int64_t, int64_t>(1, 1024)));
-  // The same object for every length of the class, and from compile().
+  CHECK((shortOne->servedLengths() == std::make_pair<int64_t, int64_t>(1, 768)));
+  // The same object for every length of the bucket (two classes here:
+  // [1, 768) and [768, 1024)), and from compile().
   CHECK((forLengths(*kernel, 1, 1) == shortOne));
   CHECK((forLengths(*shortOne, 1000, 17) == shortOne));
   KernelOptions hint;
@@ -142,7 +141,7 @@ TEST_CASE("one handle serves each length with its class's config") {
 
   auto longOne = forLengths(*kernel, 20000, 20000);
   CHECK(longOne->info().config ==
-        *ctx->heuristicConfig(d128Spec(), 8192));
+        *ctx->heuristicConfig(d128Spec(), 12288));
   CHECK(longOne->configOrigin().source == ConfigSource::Heuristic);
 
   // Pinned: every length runs the config built now.

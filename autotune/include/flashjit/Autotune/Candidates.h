@@ -43,6 +43,14 @@ struct CandidateReport {
   TemplateResources resources;
   /// Position of the config's template in allTemplates() (0: most capable).
   unsigned templateRank = 0;
+  /// The template's kernels are persistent (one block per SM looping over
+  /// tiles, a tile's loads overlapping the previous tile's epilogue).
+  bool persistent = false;
+  /// Blocks per cluster of its kernels (KernelTemplate::clusterSize).
+  unsigned clusterSize = 1;
+  /// Query rows times keys the kernel computes at the hint shape's length,
+  /// padding of the last query and key tiles included (per batch and head).
+  double paddedWork = 0;
   /// Causal: block_n divides block_m, so the diagonal of every query block
   /// crosses whole K/V tiles and no tile straddles it needlessly. Always
   /// true without a mask, and for templates that do not ask for it

@@ -20,13 +20,25 @@ struct HeuristicOptions {
   /// Resident warps per SM that hide latency well enough (2 per scheduler);
   /// past it, larger tiles rank above more occupancy.
   unsigned enoughWarpsPerSM = 8;
+  /// Sequences up to this length count as short: a tile's key loop is a
+  /// few blocks long, so its prologue (Q and first K/V loads) and epilogue
+  /// (O store) weigh as much as the loop, and a persistent template, which
+  /// overlaps them with the neighbouring tiles', ranks first.
+  int64_t shortSeqlen = 1024;
+  /// Between two persistent configs, padding of the last query and key
+  /// tiles decides when one computes this fraction more than the other
+  /// (a non-persistent kernel of one block per SM amortises its exposed
+  /// prologue over a taller tile instead, so padding does not rank those).
+  double paddingMargin = 0.08;
 };
 
 /// The ranking rules, in the order they are applied to two fitting
 /// candidates; the first that tells them apart decides.
 enum class RankingRule {
+  ShortPersistent, ///< short sequences: a persistent template
   TemplateOrder, ///< the more capable template (earlier in allTemplates())
   FillsGpu,      ///< at least one full wave of blocks at the hint shape
+  PaddedWork,    ///< persistent: less padding of the last tiles
   RowsPerWarp,   ///< more query rows per warp: fewer shared reads per FLOP
   EnoughWarps,   ///< more resident warps, counted up to enoughWarpsPerSM
   DiagonalTiles, ///< causal: block_n divides block_m
