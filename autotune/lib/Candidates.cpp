@@ -162,6 +162,27 @@ llvm::Expected<Target> modelTarget(const KernelTemplate &tmpl,
   return *best;
 }
 
+/// CandidateReport::computedWork for sequences of `seqlen` (queries and
+/// keys alike).
+double computedScores(const AttentionSpec &spec, const TileConfig &config,
+                      int64_t seqlen) {
+  if (config.blockM <= 0 || config.blockN <= 0)
+    return 0;
+  int64_t keyTiles = static_cast<int64_t>(llvm::divideCeil(seqlen, config.blockN));
+  if (!spec.hasRightBound())
+    return static_cast<double>(seqlen) *
+           static_cast<double>(keyTiles * config.blockN);
+  double work = 0;
+  for (int64_t row = 0; row < seqlen; row += config.blockM) {
+    int64_t last = std::min(row + config.blockM, seqlen); // past its rows
+    int64_t tiles =
+        std::min<int64_t>(llvm::divideCeil(last, config.blockN), keyTiles);
+    work += static_cast<double>(config.blockM) *
+            static_cast<double>(tiles * config.blockN);
+  }
+  return work;
+}
+
 } // namespace
 
 llvm::Error checkProblemShape(const ProblemShape &shape) {
@@ -207,12 +228,9 @@ evaluateConfig(const KernelTemplate &tmpl, const AttentionSpec &spec,
   report.templateRank = templateRank;
   report.persistent = tmpl.persistent();
   report.clusterSize = tmpl.clusterSize();
-  if (config.blockM > 0 && config.blockN > 0)
-    report.paddedWork =
-        static_cast<double>(llvm::divideCeil(shape.seqlen, config.blockM) *
-                            config.blockM) *
-        static_cast<double>(llvm::divideCeil(shape.seqlen, config.blockN) *
-                            config.blockN);
+  report.unmaskedSmallHead = !spec.hasStructuralMask() && spec.headDim < 128;
+  report.rightBound = spec.hasRightBound();
+  report.computedWork = computedScores(spec, config, shape.seqlen);
   report.diagonalAligned =
       !spec.causal || !tmpl.prefersAlignedCausalTiles() ||
       (config.blockN > 0 && config.blockM % config.blockN == 0);

@@ -3,10 +3,11 @@
 // choice can be derived by hand and explained by the rule that decided it.
 // The order encodes what matters for attention kernels: for short
 // sequences a persistent template first (a tile's few key blocks leave its
-// prologue and epilogue exposed unless the next tile's loads overlap them);
-// then a faster template; then a grid that keeps every SM busy; then,
-// between persistent configs, clearly less padding of the last query and
-// key tiles at the hint length; then more query rows per warp
+// prologue and epilogue exposed unless the next tile's loads overlap them),
+// for longer unmasked ones of a small head dim a non-persistent one; then a
+// faster template; then a grid that keeps every SM busy; then, between
+// persistent configs, clearly fewer computed scores at the hint length
+// (padded key tiles, or tiles up to the diagonal); then more query rows per warp
 // (measured on an H100: two m16 tiles per warp beat one by 10-25% for the
 // mma_sync template, since shared-memory reads per FLOP halve); then enough
 // resident warps to hide latency; then, causal and for the wgmma
@@ -28,8 +29,8 @@ namespace flashjit::autotune {
 namespace {
 
 constexpr RankingRule kRules[] = {
-    RankingRule::ShortPersistent, RankingRule::TemplateOrder,
-    RankingRule::FillsGpu,        RankingRule::PaddedWork,
+    RankingRule::LengthGrid, RankingRule::TemplateOrder,
+    RankingRule::FillsGpu,        RankingRule::ComputedWork,
     RankingRule::RowsPerWarp,   RankingRule::EnoughWarps,
     RankingRule::DiagonalTiles, RankingRule::BlockM,
     RankingRule::BlockN,        RankingRule::Stages,
@@ -45,10 +46,13 @@ template <typename T> int higherIsBetter(T a, T b) {
   return a > b ? 1 : (a < b ? -1 : 0);
 }
 
-/// The ShortPersistent rule's order: a persistent template taking tiles
+/// The LengthGrid rule's order. Short: a persistent template taking tiles
 /// one block at a time, then one taking them in lockstep clusters (a pair
-/// waits for its slower block on every short tile), then the rest.
-int shortSequenceRank(const CandidateReport &c) {
+/// waits for its slower block on every short tile), then the rest. Longer,
+/// unmasked, head dim below 128: the non-persistent templates first.
+int lengthGridRank(const CandidateReport &c, const HeuristicOptions &options) {
+  if (options.shape.seqlen > options.shortSeqlen)
+    return c.unmaskedSmallHead && !c.persistent ? 1 : 0;
   if (!c.persistent)
     return 0;
   return c.clusterSize == 1 ? 2 : 1;
@@ -58,22 +62,22 @@ int compareUnder(RankingRule rule, const CandidateReport &a,
                  const CandidateReport &b, const DeviceModel &device,
                  const HeuristicOptions &options) {
   switch (rule) {
-  case RankingRule::ShortPersistent:
-    if (options.shape.seqlen > options.shortSeqlen)
-      return 0;
-    return higherIsBetter(shortSequenceRank(a), shortSequenceRank(b));
+  case RankingRule::LengthGrid:
+    return higherIsBetter(lengthGridRank(a, options),
+                          lengthGridRank(b, options));
   case RankingRule::TemplateOrder:
     return higherIsBetter(b.templateRank, a.templateRank);
   case RankingRule::FillsGpu:
     return higherIsBetter(a.fillsGpu(device), b.fillsGpu(device));
-  case RankingRule::PaddedWork: {
-    if (!a.persistent || !b.persistent || a.paddedWork <= 0 ||
-        b.paddedWork <= 0)
+  case RankingRule::ComputedWork: {
+    if (!a.persistent || !b.persistent || a.computedWork <= 0 ||
+        b.computedWork <= 0)
       return 0;
-    double margin = 1.0 + options.paddingMargin;
-    if (a.paddedWork * margin < b.paddedWork)
+    double margin = 1.0 + (a.rightBound ? options.diagonalWorkMargin
+                                        : options.paddedKeysMargin);
+    if (a.computedWork * margin < b.computedWork)
       return 1;
-    if (b.paddedWork * margin < a.paddedWork)
+    if (b.computedWork * margin < a.computedWork)
       return -1;
     return 0;
   }
@@ -171,22 +175,21 @@ llvm::Error nothingFits(const std::vector<CandidateReport> &reports,
 
 std::string describeRule(RankingRule rule, const HeuristicOptions &options) {
   switch (rule) {
-  case RankingRule::ShortPersistent:
+  case RankingRule::LengthGrid:
     return llvm::formatv(
-        "a persistent template for sequences up to {0}, clusters last (a "
-        "short key loop leaves a tile's loads and epilogue exposed unless "
-        "the next tile's overlap them)",
+        "the grid for the length: up to {0}, a persistent template, "
+        "clusters last (a short key loop leaves a tile's loads and epilogue "
+        "exposed unless the next tile's overlap them); longer, unmasked and "
+        "head dim below 128, a non-persistent one",
         options.shortSeqlen);
   case RankingRule::TemplateOrder:
     return "template preference (a more capable kernel family)";
-  case RankingRule::PaddedWork:
-    return llvm::formatv("less padding of the last query and key tiles at "
-                         "the hint length (more than {0:f0}% less work, "
-                         "persistent templates)",
-                         options.paddingMargin * 100.0);
-  case RankingRule::FillsGpu:
-    return "filling the GPU (at least one full wave of blocks at the hint "
-           "shape)";
+  case RankingRule::ComputedWork:
+    return llvm::formatv("fewer computed scores at the hint length "
+                         "(persistent templates; more than {0:f0}% fewer "
+                         "padded keys, or {1:f0}% fewer with a diagonal)",
+                         options.paddedKeysMargin * 100.0,
+                         options.diagonalWorkMargin * 100.0);
   case RankingRule::RowsPerWarp:
     return "more query rows per warp (each K/V fragment read from shared "
            "memory feeds more rows)";

@@ -211,8 +211,9 @@ WgmmaForward::candidates(const AttentionSpec &spec) const {
   // two stages of K/V. Measured on an H100 (bf16, b4 h16 s4096): head dim
   // 64 m192 n128 474 TFLOP/s against m128 n128 401; head dim 128 m128 n176
   // and n128 633 and 631 (s16384: 624 and 613).
-  // The persistent grid without a mask only from head dim 128 and with O
-  // staged apart (WgmmaForward.h).
+  // The persistent grid without a mask only with O staged apart
+  // (WgmmaForward.h); below head dim 128 the heuristic ranks it first for
+  // short sequences alone (its LengthGrid rule).
   // Clusters share K/V without a mask only, and from head dim 128 (with the
   // persistent kernel's configs): at sustained clocks an H100 runs at its
   // power cap, and the K/V bytes L2 sends to the SMs cost power. Halving
@@ -220,9 +221,8 @@ WgmmaForward::candidates(const AttentionSpec &spec) const {
   // and 16k and 1.02x at 2k against the persistent kernel at head dim 128,
   // 1.01x at head dim 64.
   std::vector<TileConfig> out;
-  if (persistent() && !spec.hasStructuralMask() && spec.headDim < 128)
-    return out;
-  if (Kind == Grid::Cluster && spec.hasStructuralMask())
+  if (Kind == Grid::Cluster &&
+      (spec.hasStructuralMask() || spec.headDim < 128))
     return out;
   for (int64_t consumers : {2, 3}) {
     if (consumers == 3 && spec.headDim != 64)

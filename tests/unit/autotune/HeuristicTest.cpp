@@ -428,7 +428,9 @@ TEST_CASE("wgmma: every candidate fits sm_90's shared memory; a larger "
       benchSpec(64, true), TileConfig{"wgmma_persistent", 192, 96, 2, 16})));
   CHECK_FALSE(llvm::errorToBool(wgmma.checkConfig(
       benchSpec(64, true), TileConfig{"wgmma", 192, 128, 2, 16})));
-  CHECK(persistent.candidates(benchSpec(64, false)).empty());
+  // Unmasked head dim 64 is offered (the heuristic takes it for short
+  // sequences only); head dim 256 has no room to stage O apart.
+  CHECK_FALSE(persistent.candidates(benchSpec(64, false)).empty());
   CHECK(persistent.candidates(benchSpec(256, false)).empty());
   std::vector<TileConfig> unmasked = persistent.candidates(benchSpec(128, false));
   REQUIRE_FALSE(unmasked.empty());
@@ -503,10 +505,10 @@ TEST_CASE("wgmma: every candidate fits sm_90's shared memory; a larger "
 }
 
 // Short sequences: a tile's key loop is a few blocks long, so the choice
-// changes with the length. The H100 rows below are the tuner's measured
-// winners at 512 and 1024 (bench/results): a persistent template one
-// block at a time, and between persistent configs, no padding of the last
-// query and key tiles. From 2048 on, the choice is the long one.
+// changes with the length. The H100 rows below are the configs measured
+// fastest at 512 and 1024 (tuner and same-run benchmark): a persistent
+// template one block at a time, and between persistent configs, fewer
+// padded keys or scores up to the diagonal. From 2048 on, the long choice.
 TEST_CASE("short sequences: persistent templates and unpadded tiles") {
   DeviceModel h100 = knownGPU("h100");
   struct Row {
@@ -523,7 +525,12 @@ TEST_CASE("short sequences: persistent templates and unpadded tiles") {
       {64, true, 512, "wgmma_persistent:m128:n128:s2:w12"},
       {64, true, 1024, "wgmma_persistent:m128:n128:s2:w12"},
       {64, true, 2048, "wgmma_persistent:m192:n96:s2:w16"},
-      {64, false, 512, "wgmma:m192:n128:s2:w16"},
+      {64, false, 512, "wgmma_persistent:m192:n128:s2:w16"},
+      {64, false, 1024, "wgmma_persistent:m192:n128:s2:w16"},
+      {64, false, 2048, "wgmma:m192:n128:s2:w16"},
+      {64, false, 8192, "wgmma:m192:n128:s2:w16"},
+      {64, true, 8192, "wgmma_persistent:m192:n96:s2:w16"},
+      {128, true, 8192, "wgmma_persistent:m128:n128:s2:w12"},
       {128, true, 512, "wgmma_persistent:m128:n128:s2:w12"},
   };
   for (const Row &row : rows) {
@@ -549,28 +556,38 @@ TEST_CASE("short sequences: persistent templates and unpadded tiles") {
   cluster.templateRank = 0;
   plain.templateRank = 0;
   CHECK(decidingRule(single, cluster, h100, shortOptions) ==
-        RankingRule::ShortPersistent);
+        RankingRule::LengthGrid);
   CHECK(ranksAbove(single, cluster, h100, shortOptions));
   CHECK(ranksAbove(cluster, plain, h100, shortOptions));
   HeuristicOptions at4k;
   at4k.shape = shapeForSeqlen(4096);
   CHECK(decidingRule(cluster, single, h100, at4k) ==
         RankingRule::TemplateOrder);
-  CHECK(describeRule(RankingRule::ShortPersistent, shortOptions)
-            .find("sequences up to 1024") != std::string::npos);
-  // Padding ranks persistent configs only, and only past its margin.
+  CHECK(describeRule(RankingRule::LengthGrid, shortOptions)
+            .find("up to 1024, a persistent template") != std::string::npos);
+  // Computed scores rank persistent configs only, and only past a margin.
   CandidateReport a, b;
   a.persistent = b.persistent = true;
-  a.paddedWork = 512.0 * 512;
-  b.paddedWork = 576.0 * 576;
-  CHECK(decidingRule(a, b, h100, shortOptions) == RankingRule::PaddedWork);
-  b.paddedWork = 512.0 * 540; // 5% more: below the margin
-  CHECK(decidingRule(a, b, h100, shortOptions) != RankingRule::PaddedWork);
+  a.computedWork = 512.0 * 512;
+  b.computedWork = 512.0 * 640; // keys padded to 5 tiles of 128... of 160
+  CHECK(decidingRule(a, b, h100, shortOptions) == RankingRule::ComputedWork);
+  b.computedWork = 512.0 * 530; // 3.5% more: below the margin
+  CHECK(decidingRule(a, b, h100, shortOptions) != RankingRule::ComputedWork);
+  a.rightBound = b.rightBound = true; // with a diagonal: 10%
+  b.computedWork = 512.0 * 560;
+  CHECK(decidingRule(a, b, h100, shortOptions) != RankingRule::ComputedWork);
+  b.computedWork = 512.0 * 600;
+  CHECK(decidingRule(a, b, h100, shortOptions) == RankingRule::ComputedWork);
   b.persistent = false;
-  b.paddedWork = 576.0 * 576;
-  HeuristicOptions longOptions;
-  longOptions.shape = shapeForSeqlen(4096);
-  CHECK(decidingRule(a, b, h100, longOptions) != RankingRule::PaddedWork);
+  CHECK(decidingRule(a, b, h100, at4k) != RankingRule::ComputedWork);
+  // Longer unmasked sequences of a small head dim: non-persistent first.
+  CandidateReport grid, plainTile;
+  grid.persistent = true;
+  grid.unmaskedSmallHead = plainTile.unmaskedSmallHead = true;
+  grid.templateRank = 0;
+  plainTile.templateRank = 1;
+  CHECK(decidingRule(plainTile, grid, h100, at4k) == RankingRule::LengthGrid);
+  CHECK(ranksAbove(grid, plainTile, h100, shortOptions));
   CHECK(shapeForSeqlen(0).seqlen == ProblemShape().seqlen);
   CHECK(shapeForSeqlen(100000).batch == 1);
 }

@@ -48,9 +48,16 @@ struct CandidateReport {
   bool persistent = false;
   /// Blocks per cluster of its kernels (KernelTemplate::clusterSize).
   unsigned clusterSize = 1;
-  /// Query rows times keys the kernel computes at the hint shape's length,
-  /// padding of the last query and key tiles included (per batch and head).
-  double paddedWork = 0;
+  /// Whether the spec has no structural mask and a head dim below 128: its
+  /// tiles are cheap, and from the short lengths on a persistent grid's
+  /// per-tile bookkeeping does not pay for itself.
+  bool unmaskedSmallHead = false;
+  /// Scores the kernel computes per batch and head at the hint shape's
+  /// length: with a right bound (causal), every query tile's keys up to its
+  /// diagonal in whole key tiles; without, the query rows times the keys
+  /// padded to whole key tiles.
+  double computedWork = 0;
+  bool rightBound = false;
   /// Causal: block_n divides block_m, so the diagonal of every query block
   /// crosses whole K/V tiles and no tile straddles it needlessly. Always
   /// true without a mask, and for templates that do not ask for it

@@ -23,22 +23,24 @@ struct HeuristicOptions {
   /// Sequences up to this length count as short: a tile's key loop is a
   /// few blocks long, so its prologue (Q and first K/V loads) and epilogue
   /// (O store) weigh as much as the loop, and a persistent template, which
-  /// overlaps them with the neighbouring tiles', ranks first.
+  /// overlaps them with the neighbouring tiles', ranks first. Longer
+  /// unmasked sequences of a head dim below 128 rank a non-persistent
+  /// template first instead.
   int64_t shortSeqlen = 1024;
-  /// Between two persistent configs, padding of the last query and key
-  /// tiles decides when one computes this fraction more than the other
-  /// (a non-persistent kernel of one block per SM amortises its exposed
-  /// prologue over a taller tile instead, so padding does not rank those).
-  double paddingMargin = 0.08;
+  /// Between two persistent configs, the computed scores decide when one
+  /// computes this fraction more than the other: keys padded to whole
+  /// tiles without a right bound, tiles up to the diagonal with one.
+  double paddedKeysMargin = 0.05;
+  double diagonalWorkMargin = 0.10;
 };
 
 /// The ranking rules, in the order they are applied to two fitting
 /// candidates; the first that tells them apart decides.
 enum class RankingRule {
-  ShortPersistent, ///< short sequences: a persistent template
+  LengthGrid,    ///< persistent or not, by the hint length
   TemplateOrder, ///< the more capable template (earlier in allTemplates())
   FillsGpu,      ///< at least one full wave of blocks at the hint shape
-  PaddedWork,    ///< persistent: less padding of the last tiles
+  ComputedWork,  ///< persistent: fewer computed scores at the hint length
   RowsPerWarp,   ///< more query rows per warp: fewer shared reads per FLOP
   EnoughWarps,   ///< more resident warps, counted up to enoughWarpsPerSM
   DiagonalTiles, ///< causal: block_n divides block_m
