@@ -34,9 +34,12 @@ BucketPlan representativeProblem(const ShapeBucket &bucket,
 BucketPlan planBucket(const ShapeBucket &bucket, const DeviceModel &device,
                       const PlanOptions &options) {
   BucketPlan plan = representativeProblem(bucket, options);
-  // The runtime's fallback ranks with the default hint shape; the order of
-  // the other candidates uses this bucket's shape, a better prior for it.
-  auto heuristic = chooseConfig(plan.spec, device);
+  // The runtime's fallback for this bucket's lengths: the heuristic at its
+  // length (shapeForSeqlen); the order of the other candidates uses the
+  // bucket's own shape, a better prior for it.
+  HeuristicOptions atLength;
+  atLength.shape = shapeForSeqlen(plan.seqlen);
+  auto heuristic = chooseConfig(plan.spec, device, atLength);
   if (!heuristic) {
     plan.error = llvm::toString(heuristic.takeError());
     return plan;

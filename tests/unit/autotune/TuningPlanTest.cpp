@@ -74,8 +74,11 @@ TEST_CASE("every default bucket on an H100: the heuristic's config first, "
   for (const BucketPlan &plan : *plans) {
     CAPTURE(plan.bucket.describe());
     REQUIRE(plan.runnable());
-    // The config the runtime would build without a database.
-    auto runtimeChoice = chooseConfig(plan.spec, h100);
+    // The config the runtime would build without a database, at the
+    // bucket's length.
+    HeuristicOptions atLength;
+    atLength.shape = shapeForSeqlen(plan.seqlen);
+    auto runtimeChoice = chooseConfig(plan.spec, h100, atLength);
     REQUIRE(static_cast<bool>(runtimeChoice));
     CHECK(plan.heuristic == runtimeChoice->config);
     CHECK(plan.candidates.front() == plan.heuristic);
