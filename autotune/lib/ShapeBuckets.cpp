@@ -94,7 +94,7 @@ llvm::Expected<ShapeBucket> bucketFromJson(const json &in, llvm::StringRef at) {
 }
 
 BucketAxes defaultBucketAxes() {
-  return {{1, 1024, 4096}, {64, 128}, {false, true}, {DType::BF16}};
+  return {{1, 384, 768, 1536, 3072, 8192}, {64, 128}, {false, true}, {DType::BF16}};
 }
 
 llvm::Expected<std::vector<ShapeBucket>> makeBuckets(const BucketAxes &axes) {

@@ -1,6 +1,6 @@
 //===- LengthClasses.cpp - sequence-length ranges with one config each ----===//
-// Why: the class boundaries are the union of the runtime's octaves and the
-// tuning database's buckets, so a class never straddles a tuned bucket's
+// Why: the class boundaries are the union of the default buckets' and the
+// tuning database's, so a class never straddles a tuned bucket's
 // edge and the database, where it answers, answers for the whole class.
 #include "flashjit/Runtime/LengthClasses.h"
 
@@ -13,15 +13,17 @@
 
 namespace flashjit {
 
-/// Octave-wide ranges around 512, 1k, 2k, 4k and 12k: the lengths where the
-/// heuristic's choice can change (HeuristicOptions::shortSeqlen) sit inside
-/// one range, not on an edge.
-static constexpr int64_t kRuntimeStarts[] = {1, 768, 1536, 3072, 6144};
 
 std::vector<LengthClass> lengthClasses(const AttentionSpec &spec,
                                        const TunedConfigs &tuned) {
-  std::set<int64_t> starts(std::begin(kRuntimeStarts),
-                           std::end(kRuntimeStarts));
+  // The default buckets' ranges (around 512, 1k, 2k, 4k and 16k,
+  // so the length where the heuristic's choice changes,
+  // HeuristicOptions::shortSeqlen, sits inside one), refined by the
+  // database's.
+  std::set<int64_t> starts;
+  for (int64_t start : autotune::defaultBucketAxes().seqlenStarts)
+    starts.insert(std::max<int64_t>(start, 1));
+  starts.insert(1);
   for (size_t i = 0; i < tuned.size(); ++i) {
     const autotune::ShapeBucket &bucket = tuned.entry(i).bucket;
     if (!bucket.contains(spec, bucket.seqlenMin))

@@ -53,7 +53,7 @@ static cl::opt<std::string>
 static cl::list<int64_t> seqlenStarts(
     "seqlen-starts",
     cl::desc("Increasing starts of the sequence-length ranges; the last range "
-             "is unbounded (default: 1,1024,4096)"),
+             "is unbounded (default: 1,384,768,1536,3072,8192)"),
     cl::CommaSeparated, cl::sub(autotuneCommand), cl::cat(category));
 static cl::list<std::string> bucketFilter(
     "buckets",

@@ -85,16 +85,18 @@ std::string loadError(const TempDir &dir, const json &j) {
 
 } // namespace
 
-TEST_CASE("default buckets: 3 seqlen ranges x d64/d128 x causal x bf16") {
+TEST_CASE("default buckets: 6 seqlen ranges x d64/d128 x causal x bf16") {
   std::vector<ShapeBucket> buckets = defaultBuckets();
-  REQUIRE(buckets.size() == 12);
-  CHECK(buckets[0].describe() == "d64 bf16 seqlen [1, 1024)");
-  CHECK(buckets[2].describe() == "d64 bf16 seqlen [4096, inf)");
-  CHECK(buckets[5].describe() == "d64 bf16 causal seqlen [4096, inf)");
-  CHECK(buckets[11].describe() == "d128 bf16 causal seqlen [4096, inf)");
-  CHECK(buckets[0].tuningSeqlen() == 512);
-  CHECK(buckets[1].tuningSeqlen() == 2048);
-  CHECK(buckets[2].tuningSeqlen() == 8192);
+  REQUIRE(buckets.size() == 24);
+  CHECK(buckets[0].describe() == "d64 bf16 seqlen [1, 384)");
+  CHECK(buckets[5].describe() == "d64 bf16 seqlen [8192, inf)");
+  CHECK(buckets[11].describe() == "d64 bf16 causal seqlen [8192, inf)");
+  CHECK(buckets[23].describe() == "d128 bf16 causal seqlen [8192, inf)");
+  // Each range measured at a length of the benchmark's (16k for the
+  // unbounded one), 128 below them.
+  const int64_t measured[] = {128, 512, 1024, 2048, 4096, 16384};
+  for (size_t i = 0; i < 6; ++i)
+    CHECK(buckets[i].tuningSeqlen() == measured[i]);
   CHECK(errorMessage(checkBuckets(buckets)) == "");
   for (const ShapeBucket &b : buckets)
     CHECK(b.contains(spec(b.headDim, b.causal), b.tuningSeqlen()));
@@ -329,12 +331,12 @@ TEST_CASE("filtering buckets by their description") {
   std::vector<ShapeBucket> all = defaultBuckets();
   auto causal128 = filterBuckets(all, {"d128 bf16 causal"});
   REQUIRE(static_cast<bool>(causal128));
-  REQUIRE(causal128->size() == 3);
+  REQUIRE(causal128->size() == 6);
   for (const ShapeBucket &b : *causal128)
     CHECK((b.headDim == 128 && b.causal));
   // Patterns are alternatives.
-  auto two = filterBuckets(all, {"d64 bf16 seqlen [1, 1024)",
-                                 "d128 bf16 causal seqlen [4096, inf)"});
+  auto two = filterBuckets(all, {"d64 bf16 seqlen [1, 384)",
+                                 "d128 bf16 causal seqlen [8192, inf)"});
   REQUIRE(static_cast<bool>(two));
   CHECK(two->size() == 2);
   auto unfiltered = filterBuckets(all, {});
@@ -343,6 +345,6 @@ TEST_CASE("filtering buckets by their description") {
 
   std::string message = errorOf(filterBuckets(all, {"d256", "d32 "}));
   CHECK(message.find("the bucket list is empty: no bucket matches 'd256', "
-                     "'d32 ' (the buckets are: d64 bf16 seqlen [1, 1024); ") ==
+                     "'d32 ' (the buckets are: d64 bf16 seqlen [1, 384); ") ==
         0);
 }

@@ -70,7 +70,7 @@ TEST_CASE("every default bucket on an H100: the heuristic's config first, "
   DeviceModel h100 = knownGPU("h100");
   auto plans = planTuning(defaultBuckets(), h100);
   REQUIRE(static_cast<bool>(plans));
-  REQUIRE(plans->size() == 12);
+  REQUIRE(plans->size() == 24);
   for (const BucketPlan &plan : *plans) {
     CAPTURE(plan.bucket.describe());
     REQUIRE(plan.runnable());
@@ -148,7 +148,7 @@ TEST_CASE("a bucket no template runs is reported, the others still planned") {
     CHECK(plan.runnable() == (plan.bucket.headDim == 128));
     runnable += plan.runnable();
   }
-  CHECK(runnable == 6);
+  CHECK(runnable == 12);
   nlohmann::json j = bucketPlanToJson(mixed->front());
   CHECK(j["heuristic"].is_null());
   CHECK(j["error"].get<std::string>().find("head dim 72") != std::string::npos);
@@ -167,9 +167,9 @@ TEST_CASE("bad plan inputs: an empty bucket list, an invalid device") {
 }
 
 TEST_CASE("the plan as JSON") {
-  BucketPlan plan = planBucket(defaultBuckets()[7], knownGPU("h100"));
+  BucketPlan plan = planBucket(defaultBuckets()[15], knownGPU("h100"));
   nlohmann::json j = bucketPlanToJson(plan);
-  CHECK(j["description"] == "d128 bf16 seqlen [1024, 4096)");
+  CHECK(j["description"] == "d128 bf16 seqlen [1536, 3072)");
   CHECK(j["batch"] == 8);
   CHECK(j["seqlen"] == 2048);
   CHECK(j["spec"]["heads"] == 16);

@@ -56,22 +56,23 @@ std::shared_ptr<const Kernel> forLengths(const Kernel &kernel, int64_t q,
 TEST_CASE("length classes: the default ranges, refined by the database") {
   TunedConfigs none;
   auto classes = lengthClasses(d128Spec(), none);
-  REQUIRE(classes.size() == 5);
-  const int64_t firsts[] = {1, 768, 1536, 3072, 6144};
-  const int64_t representatives[] = {256, 1024, 2048, 4096, 12288};
-  for (size_t i = 0; i < 5; ++i) {
+  REQUIRE(classes.size() == 6);
+  const int64_t firsts[] = {1, 384, 768, 1536, 3072, 8192};
+  const int64_t representatives[] = {128, 512, 1024, 2048, 4096, 16384};
+  for (size_t i = 0; i < 6; ++i) {
     CHECK(classes[i].first == firsts[i]);
-    CHECK(classes[i].end == (i + 1 < 5 ? firsts[i + 1] : INT64_MAX));
+    CHECK(classes[i].end == (i + 1 < 6 ? firsts[i + 1] : INT64_MAX));
     CHECK(classes[i].representative == representatives[i]);
   }
   CHECK(lengthClassOf(classes, 0) == 0);
   CHECK(lengthClassOf(classes, 1) == 0);
-  CHECK(lengthClassOf(classes, 767) == 0);
-  CHECK(lengthClassOf(classes, 768) == 1);
-  CHECK(lengthClassOf(classes, 1535) == 1);
-  CHECK(lengthClassOf(classes, 1536) == 2);
-  CHECK(lengthClassOf(classes, 6144) == 4);
-  CHECK(lengthClassOf(classes, INT64_MAX) == 4);
+  CHECK(lengthClassOf(classes, 383) == 0);
+  CHECK(lengthClassOf(classes, 384) == 1);
+  CHECK(lengthClassOf(classes, 767) == 1);
+  CHECK(lengthClassOf(classes, 768) == 2);
+  CHECK(lengthClassOf(classes, 1536) == 3);
+  CHECK(lengthClassOf(classes, 8192) == 5);
+  CHECK(lengthClassOf(classes, INT64_MAX) == 5);
   CHECK(callLength(1, 5000) == 5000);
   CHECK(callLength(700, 3) == 700);
 
@@ -92,14 +93,15 @@ TEST_CASE("length classes: the default ranges, refined by the database") {
   auto ctx = makeContext(dir, warnings, path);
   REQUIRE(ctx->tuning().size() == 2);
   auto refined = lengthClasses(d128Spec(), ctx->tuning());
-  REQUIRE(refined.size() == 6);
+  REQUIRE(refined.size() == 7);
   CHECK(refined[0].first == 1);
   CHECK(refined[0].end == 256);
   CHECK(refined[1].first == 256);
-  CHECK(refined[1].end == 768);
-  CHECK(refined[1].contains(512));
-  CHECK(refined[2].first == 768);
-  CHECK(refined[2].end == 1536);
+  CHECK(refined[1].end == 384);
+  CHECK(refined[2].first == 384);
+  CHECK(refined[2].end == 768);
+  CHECK(refined[2].contains(512));
+  CHECK(refined[3].first == 768);
   CHECK(warnings.size() == 0);
 }
 
@@ -128,9 +130,9 @@ TEST_CASE("one handle serves each length with its class's config") {
   CHECK((shortOne != kernel));
   CHECK(shortOne->info().config == entry.config);
   CHECK(shortOne->configOrigin().source == ConfigSource::Tuned);
-  CHECK((shortOne->servedLengths() == std::make_pair<int64_t, int64_t>(1, 768)));
-  // The same object for every length of the bucket (two classes here:
-  // [1, 768) and [768, 1024)), and from compile().
+  CHECK((shortOne->servedLengths() == std::make_pair<int64_t, int64_t>(384, 768)));
+  // The same object for every length of the bucket (three classes here:
+  // [1, 384), [384, 768) and [768, 1024)), and from compile().
   CHECK((forLengths(*kernel, 1, 1) == shortOne));
   CHECK((forLengths(*shortOne, 1000, 17) == shortOne));
   KernelOptions hint;
@@ -141,7 +143,7 @@ TEST_CASE("one handle serves each length with its class's config") {
 
   auto longOne = forLengths(*kernel, 20000, 20000);
   CHECK(longOne->info().config ==
-        *ctx->heuristicConfig(d128Spec(), 12288));
+        *ctx->heuristicConfig(d128Spec(), 16384));
   CHECK(longOne->configOrigin().source == ConfigSource::Heuristic);
 
   // Pinned: every length runs the config built now.

@@ -21,15 +21,17 @@ struct LengthClass {
   int64_t first = 1;
   int64_t end = INT64_MAX;
   /// The length the class's config is chosen for (ShapeBucket::tuningSeqlen
-  /// of the range: 256 for [1, 768), 1024 for [768, 1536), 2048 for
-  /// [1536, 3072), 4096 for [3072, 6144), 12288 for [6144, inf)).
+  /// of the range: 128 for [1, 384), 512 for [384, 768), 1024 for
+  /// [768, 1536), 2048 for [1536, 3072), 4096 for [3072, 8192), 16384 for
+  /// [8192, inf)).
   int64_t representative = 1;
 
   bool contains(int64_t length) const { return length >= first && length < end; }
 };
 
-/// The classes of `spec`: the ranges between 1, 768, 1536, 3072 and 6144
-/// and the bounds of every database bucket that holds the spec, so that
+/// The classes of `spec`: the default buckets' ranges (between 1, 384, 768,
+/// 1536, 3072 and 8192) and the bounds of every database bucket that holds
+/// the spec, so that
 /// each class lies inside one bucket or none. Increasing, the first
 /// starting at 1.
 std::vector<LengthClass> lengthClasses(const AttentionSpec &spec,
