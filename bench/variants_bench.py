@@ -260,7 +260,7 @@ def blocksparse_variant(seqlen, batch, density, seed=0, block=BLOCK, goal=None):
                    block_pairs=lambda qb, kb: block * block if qb * nb + kb in kept else 0)
 
 
-# The bar: block-sparse time falls in proportion to density (10%
+# The goal: block-sparse time falls in proportion to density (10%
 # density: at most 0.15 of dense time at 16k).
 BLOCKSPARSE_GOALS = {0.10: 0.15}
 

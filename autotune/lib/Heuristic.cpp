@@ -7,16 +7,14 @@
 // for longer unmasked ones of a small head dim a non-persistent one; then a
 // faster template; then a grid that keeps every SM busy; then, between
 // persistent configs, clearly fewer computed scores at the hint length
-// (padded key tiles, or tiles up to the diagonal); then more query rows per warp
-// (measured on an H100: two m16 tiles per warp beat one by 10-25% for the
-// mma_sync template, since shared-memory reads per FLOP halve); then enough
-// resident warps to hide latency; then, causal and for the wgmma
-// templates, a block_n that divides block_m, so the diagonal crosses whole
-// K/V tiles (H100, wgmma, head dim
-// 128 causal: m128 n128 over n176 1.05x at seqlen 1k-4k, 1.15x below 1k,
-// as FlashAttention-3 tiles causal); then larger tiles, since K/V traffic
-// from memory falls as block_m grows (~ seqlen^2 * d / block_m) and larger
-// block_n means fewer tiles and rescales.
+// (padded key tiles, or tiles up to the diagonal); then more query rows per
+// warp (two m16 tiles per warp halve the mma_sync template's shared-memory
+// reads per FLOP); then enough resident warps to hide latency; then, causal
+// and for the wgmma templates, a block_n that divides block_m, so the
+// diagonal crosses whole K/V tiles (as FlashAttention-3 tiles causal); then
+// larger tiles, since K/V traffic from memory falls as block_m grows
+// (~ seqlen^2 * d / block_m) and larger block_n means fewer tiles and
+// rescales. What each rule gains on an H100 is in docs/performance.md.
 #include "flashjit/Autotune/Heuristic.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -98,9 +96,8 @@ int compareUnder(RankingRule rule, const CandidateReport &a,
     return higherIsBetter(a.config.blockN, b.config.blockN);
   case RankingRule::Stages: {
     // Another buffer keeps more addresses live: with the register estimate
-    // at the cap ptxas has no room left to schedule, and one buffer
-    // measured faster (H100, head dim 128, mma_sync m128 n48: 339 vs 322
-    // TFLOP/s at seqlen 8k).
+    // at the cap ptxas has no room left to schedule, and one buffer is the
+    // faster (docs/performance.md).
     bool tight = a.resources.registersPerThread >= kTightRegisters &&
                  b.resources.registersPerThread >= kTightRegisters;
     return tight ? higherIsBetter(b.config.stages, a.config.stages)

@@ -37,7 +37,7 @@ void buildAttentionPipeline(OpPassManager &pm, const Target &target,
   // 2. Kernel: the template emits a tiled gpu.func per description. The
   //    kernels are unrolled straight-line code of many thousand ops; the
   //    canonicalizer walks them bottom-up, because its default top-down
-  //    walk costs 10-50x as long here for the same result.
+  //    walk takes many times as long here for the same result.
   LowerAttentionToKernelOptions lowerOptions;
   lowerOptions.kernel = kind == KernelKind::BlockMask ? "block-mask" : "forward";
   pm.addPass(createLowerAttentionToKernel(lowerOptions));

@@ -19,8 +19,16 @@ persistent kernel on a stream (the library allocates and zeroes that
 stream's tile counter) cannot be captured. The op refuses both inside a
 capture with a message saying to run the call once on the capture stream
 first, instead of letting the capture fail inside the driver.
+
+Host time: an eager call that needs no autograd, tracing or dispatch mode
+does not go through the op's dispatcher. It looks up a per-thread plan made
+on the first call of its shapes and options (the kernel, the C function and
+the five DLTensors with their shapes and strides already filled), so each
+later call only allocates O and LSE, writes five data pointers and calls the
+C API: about what a direct ctypes call costs (bench/python_overhead.py).
 """
 
+import ctypes
 import math
 import threading
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -79,7 +87,9 @@ def context(device=None) -> Context:
 
 def clear_cache() -> None:
     """Releases every cached kernel and context (the disk cache stays)."""
+    global _generation
     with _lock:
+        _generation += 1  # every thread's plans name released kernels
         for kernel in _kernels.values():
             kernel.release()
         _kernels.clear()
@@ -358,6 +368,159 @@ attention_forward.register_autograd(_backward, setup_context=_setup_context)
 
 
 # ---------------------------------------------------------------------------
+# The eager fast path
+# ---------------------------------------------------------------------------
+
+_Tensor = torch.Tensor
+_generation = 0
+_tls = threading.local()
+# Plans one thread keeps; past this many (shapes that keep changing, as a
+# growing KV cache gives) they are dropped and made again as calls come.
+_MAX_PLANS = 64
+_NO_PLAN = object()
+
+
+def _torch_hook(name: str, fallback):
+    return getattr(torch._C, name, None) or fallback
+
+
+# Each of these, where this PyTorch lacks it, makes every call take the op.
+_is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+_dispatch_modes = _torch_hook("_len_torch_dispatch_stack", None)
+_function_modes = _torch_hook("_is_torch_function_mode_enabled", None)
+_functorch_active = _torch_hook("_are_functorch_transforms_active", lambda: False)
+_grad_enabled = torch.is_grad_enabled
+_current_device = _torch_hook("_cuda_getDevice", torch.cuda.current_device)
+_raw_stream = _torch_hook("_cuda_getCurrentRawStream",
+                          lambda device: torch.cuda.current_stream(device).cuda_stream)
+_stream_capturing = _torch_hook("_cuda_isCurrentStreamCapturing",
+                                torch.cuda.is_current_stream_capturing)
+_FAST_PATH = None not in (_is_compiling, _dispatch_modes, _function_modes)
+
+
+def _eager(q, k, v) -> bool:
+    """Whether the op's dispatcher has nothing to add to this call (the
+    caller has checked that torch.compile is not tracing): plain tensors,
+    no dispatch or function mode, no functorch transform, and no autograd
+    graph to record."""
+    return (type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor
+            and not _dispatch_modes() and not _function_modes() and not _functorch_active()
+            and not (_grad_enabled() and (q.requires_grad or k.requires_grad
+                                          or v.requires_grad)))
+
+
+class _Plan:
+    """One call's shapes and options, prepared: the kernel's handle and C
+    function, and DLTensors for q, k, v, o and lse of which only the data
+    pointers change from call to call."""
+
+    __slots__ = ("fn", "lib", "handle", "pointers", "tensors", "device", "torch_device",
+                 "lse_shape", "scale", "tile_counter", "_keep")
+
+
+def _make_plan(q, k, v, causal, scale, window, softcap, causal_align, score_mod, mask_mod,
+               config):
+    """The plan of a call, after the checks the op would make (so a bad
+    call raises the same error either way), its kernel compiled if need
+    be; _NO_PLAN where the op's own path is the one to take (empty
+    tensors), or None inside a graph capture when the kernel is not
+    compiled yet (the op says why that cannot be captured)."""
+    if causal_align not in _ALIGN:
+        raise InvalidArgumentError(
+            f"causal_align {causal_align!r}: expected 'top_left' or 'bottom_right'")
+    window_left, window_right = _pair("window", window, (-1, -1))
+    align = _ALIGN[causal_align]
+    scale = None if scale is None else float(scale)
+    softcap = None if softcap is None else float(softcap)
+    _check_inputs(q, k, v, scale, align, softcap, score_mod, [], [], 0, 0, [])
+    device = _check_devices(q, k, v, [], [])
+    if q.numel() == 0 or k.shape[2] == 0:
+        return _NO_PLAN
+    spec = _spec_of(q, k, bool(causal), align, window_left, window_right, softcap, score_mod,
+                    mask_mod, [], [], 0, 0)
+    bucket = _seqlen_bucket(max(q.shape[2], k.shape[2]))
+    kernel = _kernels.get((spec, device, config, bucket))
+    if kernel is None:
+        if _stream_capturing():
+            return None
+        with torch.cuda.device(device):
+            kernel = get_kernel(spec, device, config=config, seqlen=bucket)
+    o = torch.empty_like(q)
+    lse_shape = (q.shape[0], q.shape[1], q.shape[2])
+    tensors = []
+    for name, t in (("q", q), ("k", k), ("v", v), ("o", o)):
+        strides = _kernel_strides(name, t)
+        tensors.append(_dlpack._build(0, list(t.shape), strides or list(t.stride()),
+                                      *_dlpack.DTYPES[_DTYPES[t.dtype]], _dlpack.KDL_CUDA,
+                                      device, 0, ()))
+    b, h, sq = lse_shape
+    tensors.append(_dlpack._build(0, [b, h, sq], [h * sq, sq, 1], *_dlpack.DTYPES["f32"],
+                                  _dlpack.KDL_CUDA, device, 0, ()))
+    plan = _Plan()
+    plan.lib = kernel._lib
+    plan.fn = kernel._lib.fn("flashjit_kernel_forward")
+    plan.handle = kernel._live()
+    plan.pointers = tuple(t.pointer for t in tensors)
+    plan.tensors = tuple(t.tensor for t in tensors)
+    plan.device = device
+    plan.torch_device = q.device
+    plan.lse_shape = lse_shape
+    plan.scale = math.nan if scale is None else scale
+    plan.tile_counter = kernel.takes_tile_counter
+    plan._keep = (tensors, kernel)
+    return plan
+
+
+def _fast_forward(q, k, v, causal, scale, window, softcap, causal_align, score_mod, mask_mod,
+                  config):
+    """O and LSE through a plan, or None where the op must run the call."""
+    plans = getattr(_tls, "plans", None)
+    if plans is None or _tls.generation != _generation:
+        plans = _tls.plans = {}
+        _tls.generation = _generation
+    try:
+        key = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype,
+               k.dtype, v.dtype, q.get_device(), k.get_device(), v.get_device(), causal,
+               scale, window, softcap, causal_align, score_mod, mask_mod, config)
+        plan = plans.get(key)
+    except TypeError:  # an unhashable option (a list as window): the op takes it
+        return None
+    if plan is None:
+        plan = _make_plan(q, k, v, causal, scale, window, softcap, causal_align, score_mod,
+                          mask_mod, config)
+        if plan is None:
+            return None
+        if len(plans) >= _MAX_PLANS:
+            plans.clear()
+        plans[key] = plan
+    if plan is _NO_PLAN or _current_device() != plan.device:
+        return None
+    q_ptr, k_ptr, v_ptr = q.data_ptr(), k.data_ptr(), v.data_ptr()
+    if (q_ptr | k_ptr | v_ptr) & 15:  # the op says which tensor is misaligned
+        return None
+    stream = _raw_stream(plan.device)
+    pair = None
+    if plan.tile_counter:
+        pair = (plan.handle.value, stream)
+        if pair in _primed:
+            pair = None
+        elif _stream_capturing():  # the op explains why this cannot be captured
+            return None
+    o = torch.empty_like(q)
+    lse = torch.empty(plan.lse_shape, dtype=torch.float32, device=plan.torch_device)
+    t = plan.tensors
+    t[0].data, t[1].data, t[2].data = q_ptr, k_ptr, v_ptr
+    t[3].data, t[4].data = o.data_ptr(), lse.data_ptr()
+    p = plan.pointers
+    status = plan.fn(plan.handle, p[0], p[1], p[2], p[3], p[4], plan.scale, stream)
+    if status:
+        plan.lib.check(status)
+    if pair is not None:
+        _primed.add(pair)
+    return o, lse
+
+
+# ---------------------------------------------------------------------------
 # The Python API
 # ---------------------------------------------------------------------------
 
@@ -434,6 +597,12 @@ def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None,
     Returns O shaped like q, or (O, LSE) with return_lse, LSE float32
     [batch, heads, seqlen_q] (natural log). Runs on the current CUDA stream.
     """
+    if (_FAST_PATH and not _is_compiling() and not captures and block_mask is None
+            and layout == "bhsd" and _eager(q, k, v)):
+        out = _fast_forward(q, k, v, causal, scale, window, softcap, causal_align, score_mod,
+                            mask_mod, config)
+        if out is not None:
+            return out if return_lse else out[0]
     q, k, v = _as_tensor("q", q), _as_tensor("k", k), _as_tensor("v", v)
     if layout == "bshd":
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)

@@ -117,6 +117,26 @@ def test_attention_matches_float64(cuda, dtype_name, head_dim, causal, shape):
     check(o, lse, *reference(q, k, v, causal=causal), dtype_name)
 
 
+def test_eager_plan_matches_the_op(cuda):
+    # Eager calls skip the op's dispatcher through a per-thread plan; the
+    # op itself (torch.ops.flashjit.attention_forward) must give the same
+    # bits, and both must match float64, call after call on fresh inputs.
+    torch = cuda
+    from flashjit import _torch as glue
+    for call in range(3):
+        torch.manual_seed(1000 + call)
+        q = rand(torch, 2, 8, 257, 128, dtype=torch.bfloat16)
+        k, v = (rand(torch, 2, 2, 257, 128, dtype=torch.bfloat16) for _ in range(2))
+        poison_next_allocations(torch, (q.shape, torch.bfloat16), ((2, 8, 257), torch.float32))
+        o, lse = flashjit.attention(q, k, v, causal=True, scale=0.1, return_lse=True)
+        assert glue._tls.plans, "the eager call did not use a plan"
+        o_op, lse_op = torch.ops.flashjit.attention_forward(
+            q, k, v, 0.1, True, 0, -1, -1, None, None, None, [], [], 0, 0, [], None)
+        torch.cuda.synchronize()
+        assert torch.equal(o, o_op) and torch.equal(lse, lse_op)
+        check(o, lse, *reference(q, k, v, causal=True, scale=0.1), "bfloat16")
+
+
 def test_kernel_forward_writes_poisoned_outputs(cuda):
     # The framework-free layer on torch tensors, outputs NaN-filled first.
     torch = cuda

@@ -1,5 +1,5 @@
 //===- Checksum.cpp - fast non-cryptographic hashes of text ---------------===//
-// Why: hashing text is simple enough to own (DESIGN.md); this keeps the
+// Why: hashing text is simple enough to own; this keeps the
 // cache key format under our control instead of tied to a library version.
 //
 // The hash reads 8 bytes at a time. Each step is a bijection of the state

@@ -34,8 +34,9 @@ public:
   /// (the sums and O stay far inside f32 for any length). A row's later
   /// scores must outgrow its first tile's max by 15 or 64 (log2, after the
   /// scale) to pass it, so the max is taken on about one tile per row
-  /// unless the scores spread very wide (with 2^8, Q eight times N(0,1)
-  /// already cost 0.83x; with these bounds 1.10x, power_profile.py).
+  /// unless the scores spread very wide (a bound as low as 2^8 sends many
+  /// tiles back to the max once scores spread wider than N(0,1) inputs
+  /// give).
   float maxProbability() const;
 
   FragmentSoftmax(KernelIR &ir, int64_t mTiles, int64_t nTiles)

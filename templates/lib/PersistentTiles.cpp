@@ -26,9 +26,7 @@ namespace flashjit {
 namespace {
 /// K and V bytes one section keeps in L2: about what the 132 blocks of a
 /// grid of tiles read at once (8 heads of 2k, 2 of 8k at head dim 128), a
-/// sixth of an H100's 50 MB. Measured on an H100 (flashjit run, bf16,
-/// against 24 MiB): causal head dim 128 at 2k 1.07x, 8k 1.01x; head dim
-/// 64 1.02x and 1.00x.
+/// sixth of an H100's 50 MB; it beats larger sections (docs/performance.md).
 constexpr int64_t kL2BudgetBytes = 8 << 20;
 } // namespace
 

@@ -1,10 +1,12 @@
 //===- TemplateRegistry.cpp - the list of kernel families -----------------===//
 // Why: one place lists the templates, so the autotuner and the compiler see
 // the same set; the checks every template shares (supports, build) live
-// here too.
+// here too. Measurement-only families are not listed: the developer tools
+// register them (TemplateRegistration.h).
 #include "flashjit/Templates/CudaCoreForward.h"
 #include "flashjit/Templates/KernelTemplate.h"
 #include "flashjit/Templates/MmaSyncForward.h"
+#include "flashjit/Templates/TemplateRegistration.h"
 #include "flashjit/Templates/WgmmaForward.h"
 
 #include "mlir/IR/Location.h"
@@ -12,6 +14,8 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
+
+#include <atomic>
 
 namespace flashjit {
 
@@ -25,11 +29,32 @@ const std::vector<const KernelTemplate *> &allTemplates() {
   static const WgmmaForward wgmma;
   static const MmaSyncForward mmaSync;
   static const CudaCoreForward cudaCore;
-  static const MmaSyncForward mmaSyncNoSoftmax(/*withSoftmax=*/false);
   static const std::vector<const KernelTemplate *> templates = {
-      &wgmmaCluster, &wgmmaPersistent, &wgmma,
-      &mmaSync,      &cudaCore,        &mmaSyncNoSoftmax};
+      &wgmmaCluster, &wgmmaPersistent, &wgmma, &mmaSync, &cudaCore};
   return templates;
+}
+
+namespace {
+/// The registered measurement-only templates, newest first: a list that
+/// only grows, so lookups read it without a lock.
+struct Registered {
+  const KernelTemplate *tmpl;
+  const Registered *next;
+};
+std::atomic<const Registered *> measurementTemplates{nullptr};
+} // namespace
+
+void registerMeasurementTemplate(const KernelTemplate &tmpl) {
+  const Registered *head = measurementTemplates.load();
+  auto *node = new Registered{&tmpl, head};
+  do {
+    for (const Registered *r = head; r; r = r->next)
+      if (r->tmpl == &tmpl) {
+        delete node;
+        return;
+      }
+    node->next = head;
+  } while (!measurementTemplates.compare_exchange_weak(head, node));
 }
 
 llvm::Error KernelTemplate::supports(const AttentionSpec &spec,
@@ -82,6 +107,9 @@ const KernelTemplate *lookupTemplate(llvm::StringRef family) {
   for (const KernelTemplate *t : allTemplates())
     if (t->family() == family)
       return t;
+  for (const Registered *r = measurementTemplates.load(); r; r = r->next)
+    if (r->tmpl->family() == family)
+      return r->tmpl;
   return nullptr;
 }
 

@@ -224,13 +224,9 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
   Value nextTurn = add(remU(add(consumer, c32(1)), consumers), c32(1));
   const int64_t turnThreads = 2 * kWarpgroupThreads;
   // Every consumer runs the software pipeline below (two of them taking
-  // turns) rather than a plain loop per tile (S, softmax, P V). Measured on
-  // an H100 (bf16, b4 h16 s4096, one run, TFLOP/s, plain / pipelined /
-  // pipelined with turns): head dim 128 m128 n128 559 / 637 / 633, head
-  // dim 256 m128 n64 632 / 681 / 680, head dim 64 m192 n128 474 / 475 / -,
-  // m128 n128 401 / - / 396. At sustained clocks (power_profile.py, 3 s per
-  // kernel, two rounds) three pipelined consumers gained 1.01-1.02x at 2k
-  // and 4k without a mask.
+  // turns) rather than a plain loop per tile (S, softmax, P V): the
+  // softmax of one tile runs under the products of the next
+  // (docs/performance.md has what each schedule gains).
   const bool pingPong = consumers == 2;
   auto beginProducts = [&] {
     if (pingPong)
@@ -249,13 +245,9 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
   const int64_t outs = d / 2;
   // The loop takes P against the max as it stands, with no row max
   // (FragmentSoftmax::updateWithinBound), and takes S again with the max
-  // only for a tile that outgrew it. H100, bf16, power_profile.py, one
-  // process, against the row max every tile: head dim 128 1.09x at 8k,
-  // 1.10x at 16k, causal 1.07x at 2k and 1.10x at 8k; head dim 64 (against
-  // row sums on the tensor cores, wgmma m64n8k16 of P and a block of ones
-  // beside each P V) 1.08x at 2k and 1.06x at 16k, causal 1.05x. With
-  // scores spread 8 times wider (--q-scale 8) still 1.10x at head dim 128
-  // 8k, where a bound of 2^8 lost (0.83x). f16 (bound 2^15): 1.00x.
+  // only for a tile that outgrew it: at the power cap every instruction
+  // costs joules, and the row max was a fifth of the loop's instructions
+  // (docs/performance.md).
   FragmentSoftmax softmax(*this, /*mTiles=*/1, nTiles);
   ScoreMods scoreMods = ScoreMods::onDotProducts(*this, mods, p);
   Value diagonal = diagonalOffset(p);

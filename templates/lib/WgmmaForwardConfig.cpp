@@ -207,19 +207,15 @@ TemplateResources WgmmaForward::resources(const AttentionSpec &spec,
 std::vector<TileConfig>
 WgmmaForward::candidates(const AttentionSpec &spec) const {
   // Two consumer warpgroups (block_m 128), and for head dim 64 three
-  // (block_m 192, 160 registers each: FlashAttention-3's tile there), with
-  // two stages of K/V. Measured on an H100 (bf16, b4 h16 s4096): head dim
-  // 64 m192 n128 474 TFLOP/s against m128 n128 401; head dim 128 m128 n176
-  // and n128 633 and 631 (s16384: 624 and 613).
+  // (block_m 192, 160 registers each: FlashAttention-3's tile there, the
+  // faster), with two stages of K/V.
   // The persistent grid without a mask only with O staged apart
   // (WgmmaForward.h); below head dim 128 the heuristic ranks it first for
   // short sequences alone (its LengthGrid rule).
   // Clusters share K/V without a mask only, and from head dim 128 (with the
   // persistent kernel's configs): at sustained clocks an H100 runs at its
-  // power cap, and the K/V bytes L2 sends to the SMs cost power. Halving
-  // them measured (bf16, 3 s per kernel, power_profile.py) 1.03x at 8k
-  // and 16k and 1.02x at 2k against the persistent kernel at head dim 128,
-  // 1.01x at head dim 64.
+  // power cap, and the K/V bytes L2 sends to the SMs cost power; halving
+  // them gains most at head dim 128 (docs/performance.md).
   std::vector<TileConfig> out;
   if (Kind == Grid::Cluster &&
       (spec.hasStructuralMask() || spec.headDim < 128))

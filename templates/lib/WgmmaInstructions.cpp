@@ -1,8 +1,9 @@
 //===- WgmmaInstructions.cpp - Hopper instructions of the wgmma kernel ----===//
 // Why: the pieces the kernel is made of, each emitted one way: mbarriers,
 // TMA tile loads and stores, the shared-memory matrix descriptors of 128-byte swizzled
-// tiles, and the two wgmma sequences. MLIR has no wgmma op that takes A
-// from registers (MLIR-NOTES.md), so both products are inline PTX: one
+// tiles, and the two wgmma sequences. In MLIR 22 neither
+// nvvm.wgmma.mma_async nor nvgpu.warpgroup.mma takes A from registers (FA3's
+// P V does), so both products are inline PTX: one
 // block issues a product (fence, wgmmas, commit), another waits for it and
 // passes the accumulators through as tied operands, so LLVM cannot move an
 // accumulator access into the window where the tensor cores own the

@@ -8,7 +8,7 @@
 #include "flashjit/Autotune/TuningPlan.h"
 #include "flashjit/Autotune/TuningRun.h"
 #include "flashjit/Compiler/ConfigChoice.h"
-#include "flashjit/Runtime/Benchmark.h"
+#include "flashjit/DevTools/Benchmark.h"
 
 #include "llvm/Support/FileSystem.h"
 

@@ -5,7 +5,7 @@
 #define FLASHJIT_TESTS_GPU_GPUTESTUTIL_H
 
 #include "flashjit/FlashJIT.h"
-#include "flashjit/Runtime/Harness.h"
+#include "flashjit/DevTools/Harness.h"
 
 #include <doctest/doctest.h>
 #include <random>

@@ -15,7 +15,7 @@
 #include "flashjit/Autotune/TuningRun.h"
 #include "flashjit/Compiler/ConfigChoice.h"
 #include "flashjit/FlashJIT.h"
-#include "flashjit/Runtime/Benchmark.h"
+#include "flashjit/DevTools/Benchmark.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"

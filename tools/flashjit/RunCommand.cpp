@@ -4,7 +4,7 @@
 #include "Commands.h"
 
 #include "flashjit/FlashJIT.h"
-#include "flashjit/Runtime/Harness.h"
+#include "flashjit/DevTools/Harness.h"
 #include "flashjit/Runtime/KernelCache.h"
 
 #include "llvm/Support/FormatVariadic.h"

@@ -3,6 +3,8 @@
 // this file parses the command line and dispatches.
 #include "Commands.h"
 
+#include "flashjit/DevTools/MeasurementTemplates.h"
+
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -10,6 +12,9 @@ using namespace flashjit::tools;
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  // The tool builds what a config names, measurement-only families too
+  // (mma_sync_nosoftmax, for tools/scripts/device-softmax-share.sh).
+  flashjit::registerMeasurementTemplates();
   llvm::cl::HideUnrelatedOptions(category);
   llvm::cl::ParseCommandLineOptions(
       argc, argv,

@@ -4,8 +4,7 @@
 # device-bench.sh), with cuDNN timed in the same runs. The benchmark's
 # 50 ms windows run at sustained clocks, where power sets the rate; the
 # short bursts of `flashjit run` (device-ab.sh) run at boost clocks and can
-# show a gain the benchmark does not (H100, head dim 128 at 2k, persistent
-# against per-tile: 1.07x there, 1.01x here). A variant is a libflashjit.so,
+# show a gain the benchmark does not (docs/performance.md). A variant is a libflashjit.so,
 # optionally with a config or family for --flashjit-config:
 #
 #   tools/scripts/device-bench-ab.sh ROUNDS LABEL=LIB[@CONFIG] [...]

@@ -8,7 +8,7 @@
 #include "flashjit/FlashJIT.h"
 #include "flashjit/Runtime/ErrorCode.h"
 #include "flashjit/Runtime/ForwardChecks.h"
-#include "flashjit/Runtime/HostBlockMask.h"
+#include "flashjit/DevTools/HostBlockMask.h"
 
 #include <doctest/doctest.h>
 

@@ -542,6 +542,11 @@ TEST_CASE("compile_config: a whole config, a family's choice, and refusals") {
   CHECK(has(lastError(), "malformed tile config"));
   CHECK(configOf("wgmma:m128:n256:s2:w12").rfind("status ", 0) == 0);
   CHECK(has(lastError(), "block_n"));
+  // The measurement-only family (P = S, wrong by design) lives in the
+  // developer tools: the shipped library does not know it.
+  CHECK(configOf("mma_sync_nosoftmax:m64:n32:s2:w4").rfind("status ", 0) ==
+        0);
+  CHECK(has(lastError(), "unknown kernel family 'mma_sync_nosoftmax'"));
 
   // A seqlen hint picks the tuning bucket; without a database the choice
   // is the heuristic's. 0 is the default hint, a negative one refused.

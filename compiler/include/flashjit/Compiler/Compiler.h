@@ -1,7 +1,7 @@
 //===- Compiler.h - the one entry point from a spec to PTX --------*- C++ -*-===//
 // Why: the runtime and the command line reach the MLIR pipeline only
-// through this interface (DESIGN.md: runtime calls compiler through one
-// interface; compiler never includes runtime).
+// through this interface (docs/architecture.md: the runtime calls the
+// compiler through one interface; the compiler never includes the runtime).
 #ifndef FLASHJIT_COMPILER_COMPILER_H
 #define FLASHJIT_COMPILER_COMPILER_H
 

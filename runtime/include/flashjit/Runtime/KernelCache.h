@@ -1,9 +1,8 @@
 //===- KernelCache.h - compiled kernels in memory and on disk ------*- C++
 //-*-===//
 // Why: compiling a kernel takes a large fraction of a second; looking it up
-// must take microseconds (memory) or milliseconds (disk). This is the cache
-// of DESIGN.md "Data flow" item 7: memory, then disk, then the caller's
-// build. On disk, entries are published atomically, guarded by a per-key
+// must take microseconds (memory) or milliseconds (disk). Lookups go to
+// memory, then disk, then the caller's build. On disk, entries are published atomically, guarded by a per-key
 // file lock across processes, and verified by checksums before use. A
 // directory that cannot be used costs a warning, never a failure.
 #ifndef FLASHJIT_RUNTIME_KERNELCACHE_H

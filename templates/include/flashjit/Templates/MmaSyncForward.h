@@ -12,7 +12,7 @@
 
 namespace flashjit {
 
-class MmaSyncForward final : public KernelTemplate {
+class MmaSyncForward : public KernelTemplate {
 public:
   /// Query rows of one m tile (the M of mma.sync m16n8k16); a warp owns
   /// one or two m tiles.
@@ -22,15 +22,8 @@ public:
   /// distinct banks.
   static constexpr int64_t kRowPadding = 8;
 
-  /// withSoftmax = false builds the measurement-only variant
-  /// "mma_sync_nosoftmax": the same kernel with P = S (no mask, max, exp2,
-  /// sum or rescale), wrong by design, to time what the softmax costs.
-  explicit MmaSyncForward(bool withSoftmax = true)
-      : WithSoftmax(withSoftmax) {}
-  llvm::StringRef family() const override {
-    return WithSoftmax ? "mma_sync" : "mma_sync_nosoftmax";
-  }
-  bool measurementOnly() const override { return !WithSoftmax; }
+  MmaSyncForward() = default;
+  llvm::StringRef family() const override { return "mma_sync"; }
   int minComputeCapability() const override { return 80; }
   std::vector<int64_t> headDims() const override { return {64, 96, 128, 256}; }
   llvm::Error checkConfig(const AttentionSpec &spec,
@@ -40,13 +33,18 @@ public:
   std::vector<TileConfig>
   candidates(const AttentionSpec &spec) const override;
 
-private:
-  bool WithSoftmax;
-
 protected:
+  /// withSoftmax = false builds the same kernel with P = S (no mask, max,
+  /// exp2, sum or rescale), wrong by design: the base of a measurement-only
+  /// family (devtools/) that times what the softmax costs.
+  explicit MmaSyncForward(bool withSoftmax) : WithSoftmax(withSoftmax) {}
+
   void emit(mlir::OpBuilder &builder, mlir::Location loc,
             const AttentionSpec &spec, const TileConfig &config,
             llvm::StringRef name, const ModRegions &mods) const override;
+
+private:
+  bool WithSoftmax = true;
 };
 
 } // namespace flashjit

@@ -18,14 +18,9 @@
 // Where shared memory has room, the persistent kernel
 // stages O in a buffer of its own, so the next tile's Q loads under this
 // tile's last products and epilogue. It offers candidates for causal
-// attention, and without a mask from head dim 128 with O staged apart.
-// Measured on an H100 (bf16, flashjit run, medians of 2-3 rounds, against
-// the per-tile kernel): causal head dim 128 1.03-1.08x at seqlen 2k, head
-// dim 64 1.03x; head dim 128 without a mask (m128 n160 against n176) 1.02-
-// 1.07x at 2k, 1.02x at 4k, 0.97-1.00x from 8k; head dim 64 without a mask
-// 0.99x, so not offered there. Clusters against the persistent kernel
-// (m128 n160, the benchmark's 50 ms windows, 2 rounds): 1.00x at 512 and
-// 2k, 1.03-1.04x at 1k, 4k and 8k, 1.01x at 16k.
+// attention, and without a mask from head dim 128 with O staged apart
+// (at head dim 64 without a mask it gains nothing over one block per
+// tile). What each grid gains is in docs/performance.md.
 #ifndef FLASHJIT_TEMPLATES_WGMMAFORWARD_H
 #define FLASHJIT_TEMPLATES_WGMMAFORWARD_H
 

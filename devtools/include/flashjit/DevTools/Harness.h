@@ -2,12 +2,12 @@
 // Why: `flashjit run`, the GPU tests and the autotuner all need the same
 // loop: random inputs, poisoned outputs, launch, compare with the float64
 // reference (NaN never passes), and CUDA-event timing with medians.
-#ifndef FLASHJIT_RUNTIME_HARNESS_H
-#define FLASHJIT_RUNTIME_HARNESS_H
+#ifndef FLASHJIT_DEVTOOLS_HARNESS_H
+#define FLASHJIT_DEVTOOLS_HARNESS_H
 
 #include "flashjit/Compiler/ModInterpreter.h"
 #include "flashjit/FlashJIT.h"
-#include "flashjit/Runtime/HostBlockMask.h"
+#include "flashjit/DevTools/HostBlockMask.h"
 
 #include <cstdint>
 #include <random>

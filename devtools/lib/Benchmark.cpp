@@ -2,12 +2,12 @@
 // Why: see Benchmark.h. The inputs are one flat buffer per tensor: a
 // contiguous BHSD tensor of any shape with at most `Capacity` elements is a
 // prefix of it, so every bucket of a dtype reuses the same data.
-#include "flashjit/Runtime/Benchmark.h"
+#include "flashjit/DevTools/Benchmark.h"
 
 #include "flashjit/Runtime/CudaDriver.h"
-#include "flashjit/Runtime/DeviceBuffer.h"
-#include "flashjit/Runtime/Harness.h"
-#include "flashjit/Runtime/HostFloat.h"
+#include "flashjit/DevTools/DeviceBuffer.h"
+#include "flashjit/DevTools/Harness.h"
+#include "flashjit/DevTools/HostFloat.h"
 
 #include "llvm/Support/FormatVariadic.h"
 

@@ -4,8 +4,8 @@
 // the same way: untimed warm-up launches, then samples bracketed by CUDA
 // events on the stream, and the median. Short kernels are launched several
 // times per sample so the host's launch gap does not dominate the sample.
-#ifndef FLASHJIT_RUNTIME_EVENTTIMER_H
-#define FLASHJIT_RUNTIME_EVENTTIMER_H
+#ifndef FLASHJIT_DEVTOOLS_EVENTTIMER_H
+#define FLASHJIT_DEVTOOLS_EVENTTIMER_H
 
 #include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/Support/Error.h"

@@ -6,13 +6,13 @@
 // reference once per shape. Every config is still checked before it is
 // timed (sampled rows against the reference, the whole output scanned for
 // NaN after poisoning it), so a fast but wrong kernel never wins.
-#ifndef FLASHJIT_RUNTIME_BENCHMARK_H
-#define FLASHJIT_RUNTIME_BENCHMARK_H
+#ifndef FLASHJIT_DEVTOOLS_BENCHMARK_H
+#define FLASHJIT_DEVTOOLS_BENCHMARK_H
 
 #include "flashjit/Autotune/TuningRun.h"
 #include "flashjit/FlashJIT.h"
-#include "flashjit/Runtime/EventTimer.h"
-#include "flashjit/Runtime/Reference.h"
+#include "flashjit/DevTools/EventTimer.h"
+#include "flashjit/DevTools/Reference.h"
 
 #include <cstdint>
 #include <memory>

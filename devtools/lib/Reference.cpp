@@ -1,6 +1,6 @@
 //===- Reference.cpp - exact attention in float64 -------------------------===//
 // Why: see Reference.h. Two passes over the keys: the max, then the sum.
-#include "flashjit/Runtime/Reference.h"
+#include "flashjit/DevTools/Reference.h"
 
 #include <cmath>
 #include <limits>

@@ -1,6 +1,6 @@
 //===- HostBlockMask.cpp - a block mask on the host -----------------------===//
 // Why: see HostBlockMask.h.
-#include "flashjit/Runtime/HostBlockMask.h"
+#include "flashjit/DevTools/HostBlockMask.h"
 
 #include <algorithm>
 

@@ -1,7 +1,7 @@
 //===- HostFloat.cpp - f16 and bf16 conversions ---------------------------===//
 // Why: see HostFloat.h. Written from the IEEE 754 binary16 and bfloat16
 // layouts: sign, exponent, mantissa; round to nearest, ties to even.
-#include "flashjit/Runtime/HostFloat.h"
+#include "flashjit/DevTools/HostFloat.h"
 
 #include <cmath>
 #include <cstring>

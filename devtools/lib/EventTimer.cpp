@@ -1,7 +1,7 @@
 //===- EventTimer.cpp - median kernel time between CUDA events ------------===//
 // Why: see EventTimer.h. The events are owned by one guard so an early
 // return on any failed call still destroys them.
-#include "flashjit/Runtime/EventTimer.h"
+#include "flashjit/DevTools/EventTimer.h"
 
 #include "flashjit/Runtime/CudaDriver.h"
 

@@ -4,8 +4,8 @@
 // need the same lists on the host: random ones of a given density, the
 // device image to upload, and which keys each query block visits under
 // the kernel's rules.
-#ifndef FLASHJIT_RUNTIME_HOSTBLOCKMASK_H
-#define FLASHJIT_RUNTIME_HOSTBLOCKMASK_H
+#ifndef FLASHJIT_DEVTOOLS_HOSTBLOCKMASK_H
+#define FLASHJIT_DEVTOOLS_HOSTBLOCKMASK_H
 
 #include "flashjit/Compiler/ModInterpreter.h"
 #include "flashjit/Dialect/AttentionSpec.h"

@@ -3,8 +3,8 @@
 // Why: the harness and the autotuner's benchmark allocate inputs and
 // outputs on the GPU and may leave early on any failed driver call; owning
 // each allocation in one small object frees it on every path.
-#ifndef FLASHJIT_RUNTIME_DEVICEBUFFER_H
-#define FLASHJIT_RUNTIME_DEVICEBUFFER_H
+#ifndef FLASHJIT_DEVTOOLS_DEVICEBUFFER_H
+#define FLASHJIT_DEVTOOLS_DEVICEBUFFER_H
 
 #include "flashjit/Runtime/CudaDriver.h"
 

@@ -1,12 +1,12 @@
 //===- Harness.cpp - run a kernel on fresh inputs and check it ------------===//
 // Why: see Harness.h.
-#include "flashjit/Runtime/Harness.h"
+#include "flashjit/DevTools/Harness.h"
 
 #include "flashjit/Runtime/CudaDriver.h"
-#include "flashjit/Runtime/DeviceBuffer.h"
-#include "flashjit/Runtime/EventTimer.h"
-#include "flashjit/Runtime/HostFloat.h"
-#include "flashjit/Runtime/Reference.h"
+#include "flashjit/DevTools/DeviceBuffer.h"
+#include "flashjit/DevTools/EventTimer.h"
+#include "flashjit/DevTools/HostFloat.h"
+#include "flashjit/DevTools/Reference.h"
 
 #include "llvm/Support/FormatVariadic.h"
 

@@ -1,8 +1,8 @@
 //===- HostFloat.h - f16 and bf16 on the host -----------------------*- C++ -*-===//
 // Why: inputs are made and outputs read on the CPU; these conversions
 // (round to nearest even, NaN and infinity kept) are all that needs.
-#ifndef FLASHJIT_RUNTIME_HOSTFLOAT_H
-#define FLASHJIT_RUNTIME_HOSTFLOAT_H
+#ifndef FLASHJIT_DEVTOOLS_HOSTFLOAT_H
+#define FLASHJIT_DEVTOOLS_HOSTFLOAT_H
 
 #include "flashjit/Dialect/AttentionSpec.h"
 #include <cstdint>

@@ -1,12 +1,12 @@
 //===- Reference.h - exact attention in float64 on the CPU ----------*- C++ -*-===//
 // Why: every GPU result is checked against this: straightforward softmax in
 // double precision over the same (rounded) inputs, for chosen rows.
-#ifndef FLASHJIT_RUNTIME_REFERENCE_H
-#define FLASHJIT_RUNTIME_REFERENCE_H
+#ifndef FLASHJIT_DEVTOOLS_REFERENCE_H
+#define FLASHJIT_DEVTOOLS_REFERENCE_H
 
 #include "flashjit/Compiler/ModInterpreter.h"
 #include "flashjit/Dialect/AttentionSpec.h"
-#include "flashjit/Runtime/HostBlockMask.h"
+#include "flashjit/DevTools/HostBlockMask.h"
 #include <cstdint>
 #include <vector>
 
