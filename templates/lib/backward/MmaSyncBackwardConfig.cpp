@@ -1,0 +1,245 @@
+//===- MmaSyncBackwardConfig.cpp - what the backward template supports ----===//
+// Why: the runtime sizes workspaces, checks configs and launches the three
+// backward kernels without building IR; their ABI (parameter pointers,
+// grids, workspace layout) and the template's limits live here, apart
+// from the IR builders.
+#include "flashjit/Templates/MmaSyncBackward.h"
+
+#include "flashjit/Templates/MmaSyncForward.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MathExtras.h"
+
+namespace flashjit {
+namespace {
+
+llvm::Error configError(const llvm::Twine &message) {
+  return llvm::createStringError("mma_sync_bwd: " + message.str());
+}
+
+uint64_t alignUp(uint64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+unsigned ceilDiv(int64_t x, int64_t y) {
+  return static_cast<unsigned>((x + y - 1) / y);
+}
+
+} // namespace
+
+BackwardKernelNames BackwardKernelNames::of(llvm::StringRef base) {
+  return {(base + "_bwd_pre").str(), (base + "_bwd").str(),
+          (base + "_bwd_dq").str()};
+}
+
+BackwardWorkspaceLayout
+BackwardWorkspaceLayout::of(const AttentionSpec &spec, int64_t batch,
+                            int64_t seqlenQ) {
+  BackwardWorkspaceLayout w;
+  const uint64_t rows = static_cast<uint64_t>(batch) * spec.numHeads * seqlenQ;
+  w.dOffset = 0;
+  w.dqAccumOffset = alignUp(rows * sizeof(float));
+  w.totalBytes = w.dqAccumOffset + alignUp(rows * spec.headDim * sizeof(float));
+  return w;
+}
+
+std::array<void *, BackwardPreprocessArgs::kNumParams>
+BackwardPreprocessArgs::paramPointers() {
+  std::array<void *, kNumParams> p{};
+  unsigned i = 0;
+  p[i++] = &o;
+  p[i++] = &dO;
+  p[i++] = &d;
+  p[i++] = &dqAccum;
+  for (auto *strides : {&oStrides, &dOStrides})
+    for (int64_t &s : *strides)
+      p[i++] = &s;
+  p[i++] = &seqlenQ;
+  return p;
+}
+
+std::array<void *, BackwardMainArgs::kNumParams>
+BackwardMainArgs::paramPointers() {
+  std::array<void *, kNumParams> p{};
+  unsigned i = 0;
+  for (void *ptr : {static_cast<void *>(&q), static_cast<void *>(&k),
+                    static_cast<void *>(&v), static_cast<void *>(&dO),
+                    static_cast<void *>(&dk), static_cast<void *>(&dv),
+                    static_cast<void *>(&lse), static_cast<void *>(&d),
+                    static_cast<void *>(&dqAccum)})
+    p[i++] = ptr;
+  for (auto *strides : {&qStrides, &kStrides, &vStrides, &dOStrides,
+                        &dkStrides, &dvStrides, &lseStrides})
+    for (int64_t &s : *strides)
+      p[i++] = &s;
+  p[i++] = &seqlenQ;
+  p[i++] = &seqlenK;
+  p[i++] = &scaleLog2;
+  p[i++] = &scale;
+  return p;
+}
+
+std::array<void *, BackwardConvertArgs::kNumParams>
+BackwardConvertArgs::paramPointers() {
+  std::array<void *, kNumParams> p{};
+  unsigned i = 0;
+  p[i++] = &dqAccum;
+  p[i++] = &dq;
+  for (int64_t &s : dqStrides)
+    p[i++] = &s;
+  p[i++] = &seqlenQ;
+  p[i++] = &scale;
+  return p;
+}
+
+BackwardGeometry BackwardGeometry::of(const AttentionSpec &spec,
+                                      const TileConfig &config, int64_t batch,
+                                      int64_t seqlenQ, int64_t seqlenK) {
+  BackwardGeometry g;
+  const int64_t chunks = spec.headDim / 8;
+  const int64_t lanesPerRow =
+      static_cast<int64_t>(llvm::PowerOf2Ceil(static_cast<uint64_t>(chunks)));
+  const int64_t rowsPerBlock = kBackwardAuxThreads / lanesPerRow;
+  auto aux = [&](unsigned gridX) {
+    LaunchGeometry l;
+    l.gridX = gridX;
+    l.gridY = static_cast<unsigned>(spec.numHeads);
+    l.gridZ = static_cast<unsigned>(batch);
+    l.blockX = kBackwardAuxThreads;
+    return l;
+  };
+  g.preprocess = aux(ceilDiv(seqlenQ, rowsPerBlock));
+  g.convert = aux(ceilDiv(seqlenQ * chunks, kBackwardAuxThreads));
+  TemplateResources r = MmaSyncBackward::resources(spec, config);
+  g.main.gridX = ceilDiv(seqlenK, config.blockN);
+  g.main.gridY = static_cast<unsigned>(spec.numKVHeads);
+  g.main.gridZ = static_cast<unsigned>(batch);
+  g.main.blockX = r.threadsPerBlock;
+  g.main.sharedMemoryBytes = r.sharedMemoryBytes;
+  return g;
+}
+
+llvm::Error MmaSyncBackward::supports(const AttentionSpec &spec,
+                                      const Target &target) {
+  if (auto err = spec.validate())
+    return err;
+  std::vector<int64_t> dims = headDims();
+  if (!llvm::is_contained(dims, spec.headDim)) {
+    std::vector<std::string> names;
+    for (int64_t d : dims)
+      names.push_back(std::to_string(d));
+    return llvm::createStringError(
+        llvm::formatv("the backward pass does not support head dim {0} yet: "
+                      "supported head dims are {1}",
+                      spec.headDim, llvm::join(names, ", "))
+            .str());
+  }
+  if (target.computeCapability < minComputeCapability())
+    return llvm::createStringError(
+        llvm::formatv("the backward pass needs sm_{0} or newer, not {1}",
+                      minComputeCapability(), target.chip)
+            .str());
+  if (spec.windowLeft >= 0 || spec.windowRight >= 0 || spec.hasMods() ||
+      !spec.captures.empty() || spec.isBlockSparse())
+    return llvm::createStringError(
+        "the backward pass supports dense and causal attention (top-left or "
+        "bottom-right) so far; windows, score_mod, mask_mod and block-sparse "
+        "masks are not supported yet: " +
+        spec.canonical());
+  return llvm::Error::success();
+}
+
+llvm::Error MmaSyncBackward::checkConfig(const AttentionSpec &spec,
+                                         const TileConfig &config) {
+  if (config.family != family())
+    return configError(
+        llvm::formatv("config family '{0}' given to it", config.family).str());
+  if (config.stages != 1)
+    return configError(
+        llvm::formatv("stages must be 1, got {0}", config.stages).str());
+  if (config.warps < 1 || config.warps > 8 ||
+      config.blockN != config.warps * kKeyRowsPerWarp)
+    return configError(
+        llvm::formatv("each warp owns {0} key rows: block_n must be 16 x "
+                      "warps with 1 to 8 warps, got block_n {1} and {2} warps",
+                      kKeyRowsPerWarp, config.blockN, config.warps)
+            .str());
+  if (config.blockM < 16 || config.blockM % 16 != 0 ||
+      config.blockM > config.blockN ||
+      !llvm::isPowerOf2_64(static_cast<uint64_t>(config.blockM)))
+    return configError(
+        llvm::formatv("block_m must be a power of two from 16 to block_n "
+                      "({0}), got {1}",
+                      config.blockN, config.blockM)
+            .str());
+  // dQ = dS K: warp w takes query m tile w % (block_m / 16) and one of
+  // warps / (block_m / 16) equal column ranges, each two n8 tiles wide.
+  const int64_t split = config.warps / (config.blockM / 16);
+  if (config.warps % (config.blockM / 16) != 0 ||
+      spec.headDim % (split * 16) != 0)
+    return configError(
+        llvm::formatv("dQ splits head dim {0} into {1} column ranges of a "
+                      "multiple of 16: choose block_m so that warps / "
+                      "(block_m / 16) divides head dim / 16",
+                      spec.headDim, split)
+            .str());
+  return llvm::Error::success();
+}
+
+TemplateResources MmaSyncBackward::resources(const AttentionSpec &spec,
+                                             const TileConfig &config) {
+  TemplateResources r;
+  r.threadsPerBlock = static_cast<unsigned>(config.warps * 32);
+  const int64_t eltBytes = dtypeBytes(spec.dtype);
+  const int64_t rowBytes =
+      (spec.headDim + MmaSyncForward::kRowPadding) * eltBytes;
+  // K and V tiles, Q and dO tiles, dS^T [block_n][block_m + 8], then the
+  // query rows' LSE (base 2) and D in f32.
+  const int64_t bytes =
+      2 * config.blockN * rowBytes + 2 * config.blockM * rowBytes +
+      config.blockN * (config.blockM + MmaSyncForward::kRowPadding) *
+          eltBytes +
+      2 * config.blockM * 4;
+  r.sharedMemoryBytes = static_cast<unsigned>(bytes);
+  // dK and dV accumulators (d/2 f32 each), S^T and dP^T (block_m/2 each).
+  r.registersPerThread =
+      static_cast<unsigned>(spec.headDim + config.blockM + 40);
+  r.queryRowsPerWarp = static_cast<unsigned>(kKeyRowsPerWarp);
+  return r;
+}
+
+std::vector<TileConfig> MmaSyncBackward::candidates(const AttentionSpec &spec) {
+  std::vector<TileConfig> out;
+  out.push_back(defaultConfig(spec));
+  for (int64_t warps : {4, 8})
+    for (int64_t blockM : {32, 64, 128}) {
+      TileConfig c{family().str(), blockM, warps * kKeyRowsPerWarp, 1, warps};
+      if (llvm::Error err = checkConfig(spec, c))
+        llvm::consumeError(std::move(err));
+      else if (c != out.front())
+        out.push_back(c);
+    }
+  return out;
+}
+
+TileConfig MmaSyncBackward::defaultConfig(const AttentionSpec &spec) {
+  // From head dim 96, 64 query rows per step keep S^T and dP^T (32 f32
+  // each) beside dK and dV (d/2 each) and spill; 32 rows fit in 255
+  // registers without spilling on sm_80 and sm_90a (ptxas -v).
+  return {family().str(), spec.headDim >= 96 ? 32 : 64, 64, 1, 4};
+}
+
+KernelInfo MmaSyncBackward::mainKernelInfo(const AttentionSpec &spec,
+                                           const TileConfig &config,
+                                           llvm::StringRef baseName) {
+  TemplateResources r = resources(spec, config);
+  KernelInfo info;
+  info.name = BackwardKernelNames::of(baseName).main;
+  info.config = config;
+  info.threadsPerBlock = r.threadsPerBlock;
+  info.sharedMemoryBytes = r.sharedMemoryBytes;
+  info.numHeads = spec.numHeads;
+  return info;
+}
+
+} // namespace flashjit
