@@ -211,8 +211,12 @@ TemplateResources MmaSyncBackward::resources(const AttentionSpec &spec,
 std::vector<TileConfig> MmaSyncBackward::candidates(const AttentionSpec &spec) {
   std::vector<TileConfig> out;
   out.push_back(defaultConfig(spec));
+  // 64 query rows per step spill from head dim 96 with 16 key rows per
+  // warp (defaultConfig), 128 at every head dim.
   for (int64_t warps : {4, 8})
-    for (int64_t blockM : {32, 64, 128}) {
+    for (int64_t blockM : {32, 64}) {
+      if (blockM == 64 && spec.headDim >= 96)
+        continue;
       TileConfig c{family().str(), blockM, warps * kKeyRowsPerWarp, 1, warps};
       if (llvm::Error err = checkConfig(spec, c))
         llvm::consumeError(std::move(err));
