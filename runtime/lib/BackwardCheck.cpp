@@ -55,10 +55,17 @@ groupsToCheck(int64_t batch, int64_t kvHeads, int64_t count,
   return out;
 }
 
-/// Squared error and squared reference of one gradient's checked values.
+/// Squared error, squared reference and squared magnitude (the reference's
+/// sums of absolute terms) of one gradient's checked values.
 struct ErrorSums {
-  double errSq = 0, refSq = 0;
-  double relative() const { return std::sqrt(errSq / std::max(refSq, 1e-300)); }
+  double errSq = 0, refSq = 0, magSq = 0;
+  /// ||x - ref|| / ||ref||; where the gradient is zero (||ref|| at the
+  /// float64 rounding of its terms), relative to its terms' magnitude.
+  double relative() const {
+    const double denominator =
+        refSq > 0x1p-80 * magSq ? refSq : std::max(magSq, 1e-300);
+    return std::sqrt(errSq / denominator);
+  }
 };
 
 } // namespace
@@ -174,11 +181,12 @@ runAndCheckBackward(const Kernel &forward, const BackwardKernel &backward,
 
   ErrorSums dqSums, dkSums, dvSums;
   auto compare = [&](ErrorSums &sums, const std::vector<uint16_t> &bits,
-                     int64_t base, const double *ref) {
+                     int64_t base, const double *ref, const double *mag) {
     for (int64_t c = 0; c < D; ++c) {
       double diff = bitsToFloat(spec.dtype, bits[base + c]) - ref[c];
       sums.errSq += diff * diff;
       sums.refSq += ref[c] * ref[c];
+      sums.magSq += mag[c] * mag[c];
       report.maxAbsError = std::isnan(diff)
                                ? NAN
                                : std::max(report.maxAbsError, std::fabs(diff));
@@ -191,11 +199,11 @@ runAndCheckBackward(const Kernel &forward, const BackwardKernel &backward,
       for (int64_t i = 0; i < Sq; ++i)
         compare(dqSums, dqBits,
                 elementOffset(opt.layout, b, kvh * group + g, i, H, Sq, D),
-                &ref.dq[(g * Sq + i) * D]);
+                &ref.dq[(g * Sq + i) * D], &ref.dqMagnitude[(g * Sq + i) * D]);
     for (int64_t j = 0; j < Sk; ++j) {
       int64_t base = elementOffset(opt.layout, b, kvh, j, Hkv, Sk, D);
-      compare(dkSums, dkBits, base, &ref.dk[j * D]);
-      compare(dvSums, dvBits, base, &ref.dv[j * D]);
+      compare(dkSums, dkBits, base, &ref.dk[j * D], &ref.dkMagnitude[j * D]);
+      compare(dvSums, dvBits, base, &ref.dv[j * D], &ref.dvMagnitude[j * D]);
     }
     ++report.checkedGroups;
   }

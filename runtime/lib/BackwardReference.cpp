@@ -25,6 +25,9 @@ ReferenceGradients referenceGradients(const HostBackwardProblem &p,
   out.dq.assign(group * Sq * D, 0.0);
   out.dk.assign(Sk * D, 0.0);
   out.dv.assign(Sk * D, 0.0);
+  out.dqMagnitude.assign(group * Sq * D, 0.0);
+  out.dkMagnitude.assign(Sk * D, 0.0);
+  out.dvMagnitude.assign(Sk * D, 0.0);
   const float *k = &p.k[((batch * spec.numKVHeads + kvHead) * Sk) * D];
   const float *v = &p.v[((batch * spec.numKVHeads + kvHead) * Sk) * D];
 
@@ -32,15 +35,19 @@ ReferenceGradients referenceGradients(const HostBackwardProblem &p,
     threads = std::max(1u, std::thread::hardware_concurrency());
   const int64_t rows = group * Sq;
   threads = static_cast<unsigned>(std::min<int64_t>(threads, rows));
-  std::vector<std::vector<double>> dkParts(threads), dvParts(threads);
+  std::vector<std::vector<double>> dkParts(threads), dvParts(threads),
+      dkMagParts(threads), dvMagParts(threads);
   std::atomic<int64_t> next{0};
   constexpr int64_t kRowsPerTask = 16;
 
   auto work = [&](unsigned t) {
     std::vector<double> &dk = dkParts[t], &dv = dvParts[t];
+    std::vector<double> &dkMag = dkMagParts[t], &dvMag = dvMagParts[t];
     dk.assign(Sk * D, 0.0);
     dv.assign(Sk * D, 0.0);
-    std::vector<double> s(Sk), dp(Sk), qi(D), doi(D), dqi(D);
+    dkMag.assign(Sk * D, 0.0);
+    dvMag.assign(Sk * D, 0.0);
+    std::vector<double> s(Sk), dp(Sk), qi(D), doi(D), dqi(D), dqiMag(D);
     for (;;) {
       const int64_t first = next.fetch_add(kRowsPerTask);
       if (first >= rows)
@@ -84,16 +91,25 @@ ReferenceGradients referenceGradients(const HostBackwardProblem &p,
           rowD += s[j] * dot;
         }
         std::fill(dqi.begin(), dqi.end(), 0.0);
+        std::fill(dqiMag.begin(), dqiMag.end(), 0.0);
         for (int64_t j = 0; j < end; ++j) {
           const double ds = s[j] * (dp[j] - rowD);
           const double dsScaled = p.scale * ds;
+          const double dsMag =
+              p.scale * s[j] * (std::fabs(dp[j]) + std::fabs(rowD));
           for (int64_t c = 0; c < D; ++c) {
-            dqi[c] += dsScaled * k[j * D + c];
+            const double kc = k[j * D + c];
+            dqi[c] += dsScaled * kc;
+            dqiMag[c] += dsMag * std::fabs(kc);
             dk[j * D + c] += dsScaled * qi[c];
+            dkMag[j * D + c] += dsMag * std::fabs(qi[c]);
             dv[j * D + c] += s[j] * doi[c];
+            dvMag[j * D + c] += s[j] * std::fabs(doi[c]);
           }
         }
         std::copy(dqi.begin(), dqi.end(), &out.dq[(g * Sq + i) * D]);
+        std::copy(dqiMag.begin(), dqiMag.end(),
+                  &out.dqMagnitude[(g * Sq + i) * D]);
       }
     }
   };
@@ -107,6 +123,8 @@ ReferenceGradients referenceGradients(const HostBackwardProblem &p,
     for (int64_t e = 0; e < Sk * D; ++e) {
       out.dk[e] += dkParts[t][e];
       out.dv[e] += dvParts[t][e];
+      out.dkMagnitude[e] += dkMagParts[t][e];
+      out.dvMagnitude[e] += dvMagParts[t][e];
     }
   return out;
 }

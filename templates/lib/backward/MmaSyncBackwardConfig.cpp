@@ -154,9 +154,12 @@ llvm::Error MmaSyncBackward::checkConfig(const AttentionSpec &spec,
   if (config.family != family())
     return configError(
         llvm::formatv("config family '{0}' given to it", config.family).str());
-  if (config.stages != 1)
+  if (config.stages != 1 && config.stages != 2)
     return configError(
-        llvm::formatv("stages must be 1, got {0}", config.stages).str());
+        llvm::formatv("stages must be 1 (one Q and dO buffer) or 2 (the "
+                      "next query block loads during this one), got {0}",
+                      config.stages)
+            .str());
   if (config.warps < 1 || config.warps > 8 ||
       config.blockN != config.warps * kKeyRowsPerWarp)
     return configError(
@@ -193,13 +196,13 @@ TemplateResources MmaSyncBackward::resources(const AttentionSpec &spec,
   const int64_t eltBytes = dtypeBytes(spec.dtype);
   const int64_t rowBytes =
       (spec.headDim + MmaSyncForward::kRowPadding) * eltBytes;
-  // K and V tiles, Q and dO tiles, dS^T [block_n][block_m + 8], then the
-  // query rows' LSE (base 2) and D in f32.
+  // K and V tiles; `stages` buffers of the Q and dO tiles and the query
+  // rows' LSE and D (f32); dS^T [block_n][block_m + 8].
   const int64_t bytes =
-      2 * config.blockN * rowBytes + 2 * config.blockM * rowBytes +
+      2 * config.blockN * rowBytes +
+      config.stages * (2 * config.blockM * rowBytes + 2 * config.blockM * 4) +
       config.blockN * (config.blockM + MmaSyncForward::kRowPadding) *
-          eltBytes +
-      2 * config.blockM * 4;
+          eltBytes;
   r.sharedMemoryBytes = static_cast<unsigned>(bytes);
   // dK and dV accumulators (d/2 f32 each), S^T and dP^T (block_m/2 each).
   r.registersPerThread =
@@ -213,11 +216,13 @@ std::vector<TileConfig> MmaSyncBackward::candidates(const AttentionSpec &spec) {
   out.push_back(defaultConfig(spec));
   // 64 query rows per step spill from head dim 96 with 16 key rows per
   // warp (defaultConfig), 128 at every head dim.
+  for (int64_t stages : {1, 2})
   for (int64_t warps : {4, 8})
     for (int64_t blockM : {32, 64}) {
       if (blockM == 64 && spec.headDim >= 96)
         continue;
-      TileConfig c{family().str(), blockM, warps * kKeyRowsPerWarp, 1, warps};
+      TileConfig c{family().str(), blockM, warps * kKeyRowsPerWarp, stages,
+                   warps};
       if (llvm::Error err = checkConfig(spec, c))
         llvm::consumeError(std::move(err));
       else if (c != out.front())

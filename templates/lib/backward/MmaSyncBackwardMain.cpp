@@ -149,11 +149,14 @@ void MainKernelBuilder::buildMain(StringRef name) {
   const int64_t dTiles = d / 8;   // n8 tiles of dK, dV
   const int64_t rowBytes = rowElems * eltBytes;
   const int64_t dsRowElems = bM + MmaSyncForward::kRowPadding;
-  const int64_t kOff = 0, vOff = bN * rowBytes, qOff = 2 * bN * rowBytes;
+  // K, V; then `stages` buffers of Q, dO, LSE and D; then dS^T.
+  const int64_t kOff = 0, vOff = bN * rowBytes;
+  const int64_t qOff = 2 * bN * rowBytes;
   const int64_t doOff = qOff + bM * rowBytes;
-  const int64_t dsOff = doOff + bM * rowBytes;
-  const int64_t lseOff = dsOff + bN * dsRowElems * eltBytes;
+  const int64_t lseOff = doOff + bM * rowBytes;
   const int64_t dOff = lseOff + bM * 4;
+  const int64_t stageBytes = 2 * bM * rowBytes + 2 * bM * 4;
+  const int64_t dsOff = qOff + cfg.stages * stageBytes;
   // dQ = dS K: warp w takes query m tile w % qTiles, columns
   // [part * dCols, part * dCols + dCols) with part = w / qTiles.
   const int64_t qTiles = bM / 16;
@@ -230,54 +233,85 @@ void MainKernelBuilder::buildMain(StringRef name) {
   const float log2e = static_cast<float>(M_LOG2E);
 
   SmallVector<Value> init(2 * dTiles * kAcc, cF32(0.0f));
-  // One query block of `head`: returns dK, dV accumulators.
-  auto queryBlockStep = [&](Value head, Value m0, ValueRange acc) {
+  // The steps: every (query head of the group, visible query block), t in
+  // [0, group * blocks), head-major.
+  Value blocks = sub(queryBlocks, firstBlock);
+  Value steps = mul(blocks, c64(group));
+  auto headOf = [&](Value t) {
+    return group == 1 ? kvHead
+                      : add(mul(kvHead, c64(group)),
+                            arith::DivUIOp::create(b, loc, t, blocks));
+  };
+  auto firstRowOf = [&](Value t) {
+    Value block = group == 1 ? t : Value(arith::RemUIOp::create(b, loc, t, blocks));
+    return mul(add(firstBlock, block), c64(bM));
+  };
+  // Starts the cp.async of step t's Q, dO, LSE and D into the buffer at
+  // byte offset `buffer`; rows past seqlen_q read as zeros (their LSE and
+  // D too: such columns are masked).
+  auto loadStep = [&](Value t, Value buffer) {
+    Value head = headOf(t), m0 = firstRowOf(t);
+    copyTile(p.q, p.qStrides, batch, head, m0, p.seqlenQ, bM,
+             add(c64(qOff), buffer));
+    copyTile(p.dO, p.dOStrides, batch, head, m0, p.seqlenQ, bM,
+             add(c64(doOff), buffer));
+    OpBuilder::InsertionGuard g(b);
+    auto owner = scf::IfOp::create(b, loc, cmp(Pred::slt, tid, c64(bM)),
+                                   /*withElse=*/false);
+    b.setInsertionPoint(owner.thenBlock()->getTerminator());
+    Value row = add(m0, tid);
+    Value inRange = cmp(Pred::slt, row, p.seqlenQ);
+    Value bytes = arith::SelectOp::create(b, loc, inRange, c32(4), c32(0));
+    Value safeRow = arith::SelectOp::create(b, loc, inRange, row, m0);
+    auto copyWord = [&](Value from, int64_t to) {
+      NVVM::CpAsyncOp::create(
+          b, loc,
+          sharedAddress(toI32(add(add(c64(to), buffer), mul(tid, c64(4))))),
+          from, /*size=*/4, NVVM::LoadCacheModifierKind::CA, bytes);
+    };
+    copyWord(globalAddress(p.lse, f32,
+                           rowOffset(p.lseStrides, batch, head, safeRow)),
+             lseOff);
+    copyWord(globalAddress(p.d, f32, workspaceRow(p, batch, head, safeRow, 1)),
+             dOff);
+  };
+
+  // One step: returns dK, dV accumulators.
+  auto queryBlockStep = [&](Value t, ValueRange acc) {
+    Value head = headOf(t), m0 = firstRowOf(t);
     SmallVector<Value> dkAcc(acc.begin(), acc.begin() + dTiles * kAcc);
     SmallVector<Value> dvAcc(acc.begin() + dTiles * kAcc, acc.end());
-    // Every warp is done with the previous block's Q, dO, dS^T, LSE, D.
+    // Every warp is done with the previous step's buffers and dS^T.
     gpu::BarrierOp::create(b, loc);
-    copyTile(p.q, p.qStrides, batch, head, m0, p.seqlenQ, bM, c64(qOff));
-    copyTile(p.dO, p.dOStrides, batch, head, m0, p.seqlenQ, bM, c64(doOff));
-    NVVM::CpAsyncCommitGroupOp::create(b, loc);
-    {
-      // LSE * log2(e) and D of the block's rows: +inf and 0 past seqlen_q
-      // (P = 0 there); a forward LSE of -inf (the row saw no key) is +inf.
-      OpBuilder::InsertionGuard g(b);
-      auto owner = scf::IfOp::create(b, loc, cmp(Pred::slt, tid, c64(bM)),
-                                     /*withElse=*/false);
-      b.setInsertionPoint(owner.thenBlock()->getTerminator());
-      Value row = add(m0, tid);
-      auto inRange = scf::IfOp::create(
-          b, loc, TypeRange{f32, f32}, cmp(Pred::slt, row, p.seqlenQ),
-          /*withElse=*/true);
-      b.setInsertionPointToStart(inRange.thenBlock());
-      Value lse = LLVM::LoadOp::create(
-          b, loc, f32,
-          globalAddress(p.lse, f32,
-                        rowOffset(p.lseStrides, batch, head, row)),
-          /*alignment=*/4);
-      Value empty = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ,
-                                          lse, cF32(-kInf));
-      Value lseLog2 = arith::MulFOp::create(
-          b, loc, arith::SelectOp::create(b, loc, empty, cF32(kInf), lse),
-          cF32(log2e));
-      Value dRow = LLVM::LoadOp::create(
-          b, loc, f32,
-          globalAddress(p.d, f32, workspaceRow(p, batch, head, row, 1)),
-          /*alignment=*/4);
-      scf::YieldOp::create(b, loc, ValueRange{lseLog2, dRow});
-      b.setInsertionPointToStart(inRange.elseBlock());
-      scf::YieldOp::create(b, loc, ValueRange{cF32(kInf), cF32(0.0f)});
-      b.setInsertionPointAfter(inRange);
-      storeShared(inRange.getResult(0), add(c64(lseOff), mul(tid, c64(4))));
-      storeShared(inRange.getResult(1), add(c64(dOff), mul(tid, c64(4))));
+    Value buffer = c64(0);
+    if (cfg.stages == 1) {
+      loadStep(t, buffer);
+      NVVM::CpAsyncCommitGroupOp::create(b, loc);
+      NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
+    } else {
+      // Step t + 1 streams into the other buffer during this step.
+      buffer = mul(remU(t, 2), c64(stageBytes));
+      {
+        OpBuilder::InsertionGuard g(b);
+        Value next = add(t, c64(1));
+        auto more = scf::IfOp::create(b, loc, cmp(Pred::slt, next, steps),
+                                      /*withElse=*/false);
+        b.setInsertionPoint(more.thenBlock()->getTerminator());
+        loadStep(next, mul(sub(c64(1), remU(t, 2)), c64(stageBytes)));
+      }
+      NVVM::CpAsyncCommitGroupOp::create(b, loc);
+      NVVM::CpAsyncWaitGroupOp::create(b, loc, 1);
     }
-    NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
     gpu::BarrierOp::create(b, loc);
+    Value qBt = add(qB, buffer), dOBt = add(dOB, buffer);
+    Value qTt = add(qT, buffer), dOTt = add(dOT, buffer);
+    Value lseAt = add(c64(lseOff), buffer), dAt = add(c64(dOff), buffer);
 
     // S^T = K Q^T, masked where the tile crosses seqlen_k or the diagonal.
-    SmallVector<Value> s = rowTimesColumns(kA, qB);
-    Value needMask = cmp(Pred::sgt, add(n0, c64(bN)), p.seqlenK);
+    SmallVector<Value> s = rowTimesColumns(kA, qBt);
+    Value needMask = arith::OrIOp::create(
+        b, loc, cmp(Pred::sgt, add(n0, c64(bN)), p.seqlenK),
+        cmp(Pred::sgt, add(m0, c64(bM)), p.seqlenQ));
     if (spec.causal)
       needMask = arith::OrIOp::create(
           b, loc, needMask,
@@ -289,6 +323,10 @@ void MainKernelBuilder::buildMain(StringRef name) {
       OpBuilder::InsertionGuard g(b);
       b.setInsertionPointToStart(masked.thenBlock());
       SmallVector<Value> out(s.size());
+      // Column c is a query row below seqlen_q iff c < seqlen_q - m0 -
+      // quadCol (clamped to [0, block_m]).
+      Value columns = toI32(maxS(
+          minS(sub(sub(p.seqlenQ, m0), quadCol), c64(bM)), c64(0)));
       for (int64_t h = 0; h < 2; ++h) {
         Value key = add(add(n0, warpKey0), add(quadRow, c64(8 * h)));
         Value keyOk = cmp(Pred::slt, key, p.seqlenK);
@@ -302,7 +340,8 @@ void MainKernelBuilder::buildMain(StringRef name) {
         for (int64_t nt = 0; nt < nTiles; ++nt)
           for (int64_t e = 0; e < 2; ++e) {
             int64_t i = nt * kAcc + 2 * h + e;
-            Value valid = keyOk;
+            Value valid = arith::AndIOp::create(
+                b, loc, keyOk, cmp(Pred::slt, c32(nt * 8 + e), columns));
             if (spec.causal)
               valid = arith::AndIOp::create(
                   b, loc, valid, cmp(Pred::sge, c32(nt * 8 + e), need));
@@ -322,10 +361,14 @@ void MainKernelBuilder::buildMain(StringRef name) {
     for (int64_t nt = 0; nt < nTiles; ++nt)
       for (int64_t e = 0; e < 2; ++e) {
         Value column = add(c64(nt * 8 + e), quadCol);
-        negLse[nt * 2 + e] = arith::NegFOp::create(
-            b, loc, loadShared(f32, add(c64(lseOff), mul(column, c64(4)))));
-        dCol[nt * 2 + e] =
-            loadShared(f32, add(c64(dOff), mul(column, c64(4))));
+        // A forward LSE of -inf (the row saw no key) is +inf: P = 0.
+        Value lse = loadShared(f32, add(lseAt, mul(column, c64(4))));
+        Value empty = arith::CmpFOp::create(
+            b, loc, arith::CmpFPredicate::OEQ, lse, cF32(-kInf));
+        negLse[nt * 2 + e] = arith::MulFOp::create(
+            b, loc, arith::SelectOp::create(b, loc, empty, cF32(kInf), lse),
+            cF32(-log2e));
+        dCol[nt * 2 + e] = loadShared(f32, add(dAt, mul(column, c64(4))));
       }
     SmallVector<Value> prob(s.size());
     for (int64_t nt = 0; nt < nTiles; ++nt)
@@ -334,7 +377,7 @@ void MainKernelBuilder::buildMain(StringRef name) {
         prob[i] = exp2(LLVM::FMAOp::create(b, loc, s[i], p.scaleLog2,
                                            negLse[nt * 2 + r % 2]));
       }
-    SmallVector<Value> dp = rowTimesColumns(vA, dOB);
+    SmallVector<Value> dp = rowTimesColumns(vA, dOBt);
     SmallVector<Value> ds(s.size());
     for (int64_t nt = 0; nt < nTiles; ++nt)
       for (int64_t r = 0; r < kAcc; ++r) {
@@ -354,8 +397,8 @@ void MainKernelBuilder::buildMain(StringRef name) {
     SmallVector<Value> probPacked = pack(prob), dsPacked = pack(ds);
 
     // dV += P^T dO, dK += dS^T Q.
-    accumulateOverQueries(probPacked, dOT, dvAcc);
-    accumulateOverQueries(dsPacked, qT, dkAcc);
+    accumulateOverQueries(probPacked, dOTt, dvAcc);
+    accumulateOverQueries(dsPacked, qTt, dkAcc);
 
     // dS^T to shared memory for dQ.
     for (int64_t nt = 0; nt < nTiles; ++nt)
@@ -405,28 +448,26 @@ void MainKernelBuilder::buildMain(StringRef name) {
     return next;
   };
 
-  // The query blocks of one head.
-  auto overQueryBlocks = [&](Value head, ValueRange acc) {
-    auto loop = scf::ForOp::create(
-        b, loc, toIndex(firstBlock), toIndex(queryBlocks), cIdx(1), acc,
-        [&](OpBuilder &, Location, Value blockIndex, ValueRange state) {
-          Value m0 = mul(toI64(blockIndex), c64(bM));
-          scf::YieldOp::create(b, loc, queryBlockStep(head, m0, state));
-        });
-    return SmallVector<Value>(loop.getResults());
-  };
   SmallVector<Value> result;
-  if (group == 1) {
-    result = overQueryBlocks(kvHead, init);
-  } else {
-    // GQA/MQA: the query heads of the group, summed into the same dK, dV.
-    auto heads = scf::ForOp::create(
-        b, loc, cIdx(0), cIdx(group), cIdx(1), init,
-        [&](OpBuilder &, Location, Value g, ValueRange state) {
-          Value head = add(mul(kvHead, c64(group)), toI64(g));
-          scf::YieldOp::create(b, loc, overQueryBlocks(head, state));
+  {
+    if (cfg.stages == 2) {
+      // The first step's loads, before the loop.
+      OpBuilder::InsertionGuard g(b);
+      auto any = scf::IfOp::create(b, loc, cmp(Pred::sgt, steps, c64(0)),
+                                   /*withElse=*/false);
+      b.setInsertionPoint(any.thenBlock()->getTerminator());
+      loadStep(c64(0), c64(0));
+    }
+    if (cfg.stages == 2)
+      NVVM::CpAsyncCommitGroupOp::create(b, loc);
+    auto loop = scf::ForOp::create(
+        b, loc, cIdx(0), toIndex(steps), cIdx(1), init,
+        [&](OpBuilder &, Location, Value step, ValueRange state) {
+          scf::YieldOp::create(b, loc, queryBlockStep(toI64(step), state));
         });
-    result.assign(heads.getResults().begin(), heads.getResults().end());
+    result.assign(loop.getResults().begin(), loop.getResults().end());
+    // No copy is left in flight at the end.
+    NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
   }
 
   // ---- epilogue: dK = scale * acc, dV, rows below seqlen_k ---------------

@@ -14,11 +14,14 @@
 // CHECK-LABEL: gpu.func @gqa_bwd(%{{.+}}: !llvm.ptr<1>, {{(%[^:]+: !llvm.ptr<1>, )+}}{{(%[^:]+: i64, )+}}%{{.+}}: i32, %{{.+}}: i32, %{{.+}}: f32, %{{.+}}: f32) kernel attributes {known_block_size = array<i32: 128, 1, 1>}
 // K and V load once, by cp.async.
 // CHECK: nvvm.cp.async.shared.global
-// The query heads of the group (4), then the query blocks, carry the dK
-// and dV accumulators (2 x 16 f32 per thread at head dim 64).
-// CHECK: scf.for %{{.+}} = %{{.+}} to %{{.+}} step %{{.+}} iter_args({{.+}}) -> ({{(f32, )+}}f32)
+// One loop over the steps (the 4 query heads of the group x the visible
+// query blocks) carries the dK and dV accumulators (2 x 16 f32 per thread
+// at head dim 64).
 // CHECK: scf.for %{{.+}} = %{{.+}} to %{{.+}} step %{{.+}} iter_args({{.+}}) -> ({{(f32, )+}}f32)
 // CHECK: gpu.barrier
+// Q and dO tiles by 16-byte cp.async, LSE and D rows by 4-byte ones.
+// CHECK: nvvm.cp.async.shared.global {{.+}}, 16, cache =  cg
+// CHECK: nvvm.cp.async.shared.global {{.+}}, 4, cache =  ca
 // S^T = K Q^T by ldmatrix and mma.sync.
 // CHECK: nvvm.ldmatrix
 // CHECK: nvvm.mma.sync

@@ -29,7 +29,10 @@ struct BackwardCheckOptions {
 };
 
 struct BackwardCheckReport {
-  /// ||x - ref|| / ||ref|| over the checked groups, per gradient.
+  /// ||x - ref|| / ||ref|| over the checked groups, per gradient; for a
+  /// gradient that is zero (every row sees one key: P = 1, dS = 0), the
+  /// error relative to the magnitude of its terms instead
+  /// (ReferenceGradients).
   double dqError = 0, dkError = 0, dvError = 0;
   double maxAbsError = 0;
   /// NaN or inf anywhere in dq, dk, dv (poison left or computed).

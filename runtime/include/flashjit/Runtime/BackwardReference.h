@@ -29,6 +29,12 @@ struct HostBackwardProblem {
 /// and adds nothing to dk and dv.
 struct ReferenceGradients {
   std::vector<double> dq, dk, dv;
+  /// The same sums over the absolute values of their terms (dS taken as
+  /// P (|dP| + |D|)): the scale of each gradient's rounding errors, which
+  /// stays when the gradient itself is zero (one visible key: P = 1 and
+  /// dS = 0, so dq = dk = 0 while the kernels' rounded O leaves dP - D at
+  /// the rounding of D).
+  std::vector<double> dqMagnitude, dkMagnitude, dvMagnitude;
 };
 
 /// Computes the gradients of (batch, kvHead) on `threads` host threads
