@@ -214,8 +214,8 @@ TemplateResources MmaSyncBackward::resources(const AttentionSpec &spec,
 std::vector<TileConfig> MmaSyncBackward::candidates(const AttentionSpec &spec) {
   std::vector<TileConfig> out;
   out.push_back(defaultConfig(spec));
-  // 64 query rows per step spill from head dim 96 with 16 key rows per
-  // warp (defaultConfig), 128 at every head dim.
+  // 64 query rows per step spill at head dim 128 and 96 with 4 warps
+  // (defaultConfig), 128 at every head dim.
   for (int64_t stages : {1, 2})
   for (int64_t warps : {4, 8})
     for (int64_t blockM : {32, 64}) {
@@ -232,10 +232,13 @@ std::vector<TileConfig> MmaSyncBackward::candidates(const AttentionSpec &spec) {
 }
 
 TileConfig MmaSyncBackward::defaultConfig(const AttentionSpec &spec) {
-  // From head dim 96, 64 query rows per step keep S^T and dP^T (32 f32
-  // each) beside dK and dV (d/2 each) and spill; 32 rows fit in 255
-  // registers without spilling on sm_80 and sm_90a (ptxas -v).
-  return {family().str(), spec.headDim >= 96 ? 32 : 64, 64, 1, 4};
+  // 8 warps (128 keys per block) with the next query step loading during
+  // this one were the fastest candidates on an H100 (docs/backward.md).
+  // At head dim 128, 64 query rows per step keep S^T and dP^T (32 f32
+  // each) beside dK and dV (64 each) and spill; 32 fit in 255 registers.
+  // At head dim 96, 32 rows would split dQ's columns into ranges of 24
+  // (checkConfig), and 64 fit (ptxas -v, sm_80 and sm_90a).
+  return {family().str(), spec.headDim >= 128 ? 32 : 64, 128, 2, 8};
 }
 
 KernelInfo MmaSyncBackward::mainKernelInfo(const AttentionSpec &spec,
