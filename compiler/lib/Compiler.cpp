@@ -177,6 +177,20 @@ struct DiagnosticCollector {
           return success();
         }) {}
 };
+
+/// The description of `spec` in `ctx`, or an error that carries the
+/// diagnostics `diagnostics` collected while building it.
+llvm::Expected<OwningOpRef<ModuleOp>>
+describe(MLIRContext &ctx, const AttentionSpec &spec,
+         const std::optional<TileConfig> &config,
+         const DiagnosticCollector &diagnostics) {
+  auto module = buildDescription(ctx, spec, config);
+  if (!module)
+    return llvm::createStringError(llvm::toString(module.takeError()) +
+                                   (diagnostics.text.empty() ? "" : ":\n") +
+                                   diagnostics.text);
+  return module;
+}
 } // namespace
 
 llvm::Expected<CompiledKernel> compileAttention(const AttentionSpec &spec,
@@ -192,11 +206,9 @@ llvm::Expected<CompiledKernel> compileAttention(const AttentionSpec &spec,
   SharedContext &shared = sharedContext();
   std::lock_guard<std::mutex> lock(shared.mutex);
   DiagnosticCollector diagnostics(shared.context);
-  auto module = buildDescription(shared.context, spec, config);
+  auto module = describe(shared.context, spec, config, diagnostics);
   if (!module)
-    return llvm::createStringError(llvm::toString(module.takeError()) +
-                                   (diagnostics.text.empty() ? "" : ":\n") +
-                                   diagnostics.text);
+    return module.takeError();
   return runPipeline(shared.context, **module, spec,
                      forwardKernelInfo(spec, **tmpl, config, spec.kernelName()),
                      KernelKind::Forward, *target, options, diagnostics.text);
@@ -218,11 +230,9 @@ compileBlockMaskKernel(const AttentionSpec &spec,
   SharedContext &shared = sharedContext();
   std::lock_guard<std::mutex> lock(shared.mutex);
   DiagnosticCollector diagnostics(shared.context);
-  auto module = buildDescription(shared.context, spec, std::nullopt);
+  auto module = describe(shared.context, spec, std::nullopt, diagnostics);
   if (!module)
-    return llvm::createStringError(llvm::toString(module.takeError()) +
-                                   (diagnostics.text.empty() ? "" : ":\n") +
-                                   diagnostics.text);
+    return module.takeError();
   return runPipeline(
       shared.context, **module, spec,
       blockMaskKernelInfo(spec, spec.kernelName() + "_block_mask"),
@@ -243,11 +253,9 @@ compileBackward(const AttentionSpec &spec, const CompileOptions &options) {
   SharedContext &shared = sharedContext();
   std::lock_guard<std::mutex> lock(shared.mutex);
   DiagnosticCollector diagnostics(shared.context);
-  auto module = buildDescription(shared.context, spec, config);
+  auto module = describe(shared.context, spec, config, diagnostics);
   if (!module)
-    return llvm::createStringError(llvm::toString(module.takeError()) +
-                                   (diagnostics.text.empty() ? "" : ":\n") +
-                                   diagnostics.text);
+    return module.takeError();
   return runPipeline(
       shared.context, **module, spec,
       MmaSyncBackward::mainKernelInfo(spec, config, spec.kernelName()),

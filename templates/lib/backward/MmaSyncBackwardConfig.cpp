@@ -7,8 +7,6 @@
 
 #include "flashjit/Templates/MmaSyncForward.h"
 
-#include "llvm/ADT/STLExtras.h"
-#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MathExtras.h"
 
@@ -121,24 +119,9 @@ BackwardGeometry BackwardGeometry::of(const AttentionSpec &spec,
 
 llvm::Error MmaSyncBackward::supports(const AttentionSpec &spec,
                                       const Target &target) {
-  if (auto err = spec.validate())
+  if (auto err = checkHeadDimAndTarget(spec, target, headDims(), family(),
+                                       minComputeCapability()))
     return err;
-  std::vector<int64_t> dims = headDims();
-  if (!llvm::is_contained(dims, spec.headDim)) {
-    std::vector<std::string> names;
-    for (int64_t d : dims)
-      names.push_back(std::to_string(d));
-    return llvm::createStringError(
-        llvm::formatv("the backward pass does not support head dim {0} yet: "
-                      "supported head dims are {1}",
-                      spec.headDim, llvm::join(names, ", "))
-            .str());
-  }
-  if (target.computeCapability < minComputeCapability())
-    return llvm::createStringError(
-        llvm::formatv("the backward pass needs sm_{0} or newer, not {1}",
-                      minComputeCapability(), target.chip)
-            .str());
   if (spec.windowLeft >= 0 || spec.windowRight >= 0 || spec.hasMods() ||
       !spec.captures.empty() || spec.isBlockSparse())
     return llvm::createStringError(
@@ -235,9 +218,12 @@ TileConfig MmaSyncBackward::defaultConfig(const AttentionSpec &spec) {
   // 8 warps (128 keys per block) with the next query step loading during
   // this one were the fastest candidates on an H100 (docs/backward.md).
   // At head dim 128, 64 query rows per step keep S^T and dP^T (32 f32
-  // each) beside dK and dV (64 each) and spill; 32 fit in 255 registers.
-  // At head dim 96, 32 rows would split dQ's columns into ranges of 24
-  // (checkConfig), and 64 fit (ptxas -v, sm_80 and sm_90a).
+  // each) beside dK and dV (64 each) and spill; 32 fit in 255 registers
+  // (ptxas -v, sm_80 and sm_90a). Head dim 96 keeps 4 warps and 32 rows:
+  // with 8 warps, 32 rows would split dQ's columns into ranges of 24
+  // (checkConfig); 64 rows build without spills but have not run on a GPU.
+  if (spec.headDim == 96)
+    return {family().str(), 32, 64, 1, 4};
   return {family().str(), spec.headDim >= 128 ? 32 : 64, 128, 2, 8};
 }
 

@@ -22,9 +22,14 @@
 // zero dO; key rows past seqlen_k are masked; a row whose forward LSE is
 // -inf (it saw no key) gets P = 0.
 //
-// Shared layout: K [block_n][D + 8], V [block_n][D + 8], Q [block_m][D + 8],
-// dO [block_m][D + 8], dS^T [block_n][block_m + 8] (element type), then
-// the block's query rows' LSE * log2(e) and D (f32 [block_m] each).
+// Steps: one loop over (query head of the group, visible query block).
+// stages = 1 loads a step's Q, dO, LSE and D, waits, then computes;
+// stages = 2 starts the next step's loads into the other buffer first, so
+// they stream in during this step's products.
+//
+// Shared layout: K [block_n][D + 8], V [block_n][D + 8], then per stage
+// Q [block_m][D + 8], dO [block_m][D + 8] (element type) and the query
+// rows' LSE and D (f32 [block_m] each), then dS^T [block_n][block_m + 8].
 #include "BackwardBuilder.h"
 
 #include "flashjit/Templates/MmaSyncBackward.h"

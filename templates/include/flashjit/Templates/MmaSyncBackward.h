@@ -112,7 +112,8 @@ struct BackwardGeometry {
 
 /// The sm_80+ backward template. A config names family "mma_sync_bwd":
 /// block_n key rows per block (16 per warp, so warps = block_n / 16),
-/// block_m query rows per inner step (16 to block_n), stages 1.
+/// block_m query rows per inner step (16 to block_n), stages 1 or 2 (2:
+/// the next step's Q, dO, LSE and D load during this one).
 class MmaSyncBackward {
 public:
   static llvm::StringRef family() { return "mma_sync_bwd"; }
