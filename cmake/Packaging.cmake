@@ -4,12 +4,13 @@
 # the CMake package (flashjit::flashjit, flashjit::cxx) and flashjit.pc.
 include(CMakePackageConfigHelpers)
 
-# The C API's header, the C++ API's header and every project header the
-# latter includes, directly or not. The configure step below checks this
+# The C API's header, the C++ API's headers (FlashJIT.h, Backward.h) and
+# every project header they include, directly or not. The configure step below checks this
 # list against FlashJIT.h's include chain.
 set(FLASHJIT_PUBLIC_HEADERS
   runtime/include/flashjit/flashjit.h
   runtime/include/flashjit/FlashJIT.h
+  runtime/include/flashjit/Backward.h
   runtime/include/flashjit/Runtime/CacheOptions.h
   runtime/include/flashjit/Runtime/DeviceInfo.h
   runtime/include/flashjit/Runtime/ErrorCode.h
@@ -29,7 +30,7 @@ set(FLASHJIT_PUBLIC_HEADERS
 set(_fj_include_dirs runtime/include dialect/include templates/include
                      autotune/include compiler/include)
 set(_fj_closure runtime/include/flashjit/flashjit.h)
-set(_fj_queue flashjit/FlashJIT.h)
+set(_fj_queue flashjit/FlashJIT.h flashjit/Backward.h)
 while(_fj_queue)
   list(POP_FRONT _fj_queue _fj_name)
   set(_fj_path "")

@@ -9,6 +9,7 @@
 #include "flashjit/Compiler/Pipeline.h"
 #include "flashjit/Templates/BlockMaskKernel.h"
 #include "flashjit/Templates/KernelTemplate.h"
+#include "flashjit/Templates/MmaSyncBackward.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -176,6 +177,20 @@ struct DiagnosticCollector {
           return success();
         }) {}
 };
+
+/// The description of `spec` in `ctx`, or an error that carries the
+/// diagnostics `diagnostics` collected while building it.
+llvm::Expected<OwningOpRef<ModuleOp>>
+describe(MLIRContext &ctx, const AttentionSpec &spec,
+         const std::optional<TileConfig> &config,
+         const DiagnosticCollector &diagnostics) {
+  auto module = buildDescription(ctx, spec, config);
+  if (!module)
+    return llvm::createStringError(llvm::toString(module.takeError()) +
+                                   (diagnostics.text.empty() ? "" : ":\n") +
+                                   diagnostics.text);
+  return module;
+}
 } // namespace
 
 llvm::Expected<CompiledKernel> compileAttention(const AttentionSpec &spec,
@@ -191,11 +206,9 @@ llvm::Expected<CompiledKernel> compileAttention(const AttentionSpec &spec,
   SharedContext &shared = sharedContext();
   std::lock_guard<std::mutex> lock(shared.mutex);
   DiagnosticCollector diagnostics(shared.context);
-  auto module = buildDescription(shared.context, spec, config);
+  auto module = describe(shared.context, spec, config, diagnostics);
   if (!module)
-    return llvm::createStringError(llvm::toString(module.takeError()) +
-                                   (diagnostics.text.empty() ? "" : ":\n") +
-                                   diagnostics.text);
+    return module.takeError();
   return runPipeline(shared.context, **module, spec,
                      forwardKernelInfo(spec, **tmpl, config, spec.kernelName()),
                      KernelKind::Forward, *target, options, diagnostics.text);
@@ -217,15 +230,36 @@ compileBlockMaskKernel(const AttentionSpec &spec,
   SharedContext &shared = sharedContext();
   std::lock_guard<std::mutex> lock(shared.mutex);
   DiagnosticCollector diagnostics(shared.context);
-  auto module = buildDescription(shared.context, spec, std::nullopt);
+  auto module = describe(shared.context, spec, std::nullopt, diagnostics);
   if (!module)
-    return llvm::createStringError(llvm::toString(module.takeError()) +
-                                   (diagnostics.text.empty() ? "" : ":\n") +
-                                   diagnostics.text);
+    return module.takeError();
   return runPipeline(
       shared.context, **module, spec,
       blockMaskKernelInfo(spec, spec.kernelName() + "_block_mask"),
       KernelKind::BlockMask, *target, options, diagnostics.text);
+}
+
+llvm::Expected<CompiledKernel>
+compileBackward(const AttentionSpec &spec, const CompileOptions &options) {
+  auto target = Target::parse(options.target.chip);
+  if (!target)
+    return target.takeError();
+  if (auto err = MmaSyncBackward::supports(spec, *target))
+    return std::move(err);
+  TileConfig config =
+      options.config.value_or(MmaSyncBackward::defaultConfig(spec));
+  if (auto err = MmaSyncBackward::checkConfig(spec, config))
+    return std::move(err);
+  SharedContext &shared = sharedContext();
+  std::lock_guard<std::mutex> lock(shared.mutex);
+  DiagnosticCollector diagnostics(shared.context);
+  auto module = describe(shared.context, spec, config, diagnostics);
+  if (!module)
+    return module.takeError();
+  return runPipeline(
+      shared.context, **module, spec,
+      MmaSyncBackward::mainKernelInfo(spec, config, spec.kernelName()),
+      KernelKind::Backward, *target, options, diagnostics.text);
 }
 
 llvm::Expected<CompiledKernel> compileDescription(llvm::StringRef mlirText,

@@ -6,6 +6,7 @@
 #include "flashjit/Compiler/Passes.h"
 #include "flashjit/Templates/BlockMaskKernel.h"
 #include "flashjit/Templates/KernelTemplate.h"
+#include "flashjit/Templates/MmaSyncBackward.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -112,6 +113,38 @@ LogicalResult lowerToBlockMaskKernel(attn::AttentionOp op, ModuleOp module) {
   return success();
 }
 
+/// Builds the three backward kernels of `op` (kernel=backward) from its
+/// "mma_sync_bwd" config, named after its function (MmaSyncBackward.h).
+LogicalResult lowerToBackwardKernels(attn::AttentionOp op, ModuleOp module) {
+  auto func = cast<func::FuncOp>(op->getParentOp());
+  attn::TileConfigAttr configAttr = op.getConfigAttr();
+  if (!configAttr)
+    return op.emitOpError("has no tile config: the backward kernels need "
+                          "`config #attn.tile_config<\"")
+           << MmaSyncBackward::family() << "\", ...>`";
+  TileConfig config = fromAttr(configAttr);
+  AttentionSpec spec = op.getSpec();
+  BackwardKernelNames names = BackwardKernelNames::of(func.getSymName());
+  FailureOr<OpBuilder> b = kernelBuilder(op, module, names.main);
+  if (failed(b))
+    return failure();
+  gpu::GPUModuleOp kernels = getOrCreateKernelModule(module);
+  for (StringRef name : {StringRef(names.preprocess), StringRef(names.convert)})
+    if (kernels.lookupSymbol(name))
+      return op.emitOpError("a kernel named '") << name << "' already exists";
+  if (auto err = MmaSyncBackward::build(*b, op.getLoc(), spec, config,
+                                        func.getSymName()))
+    return op.emitOpError(llvm::toString(std::move(err)));
+  for (StringRef name : {StringRef(names.preprocess), StringRef(names.main),
+                         StringRef(names.convert)})
+    if (failed(verifyBuilt(op, module, name,
+                           "the backward template (config " +
+                               config.canonical() + ")")))
+      return failure();
+  func.erase();
+  return success();
+}
+
 /// Lowers `op`, whose function has passed checkKernelFunction.
 LogicalResult lowerOne(attn::AttentionOp op, ModuleOp module) {
   auto func = cast<func::FuncOp>(op->getParentOp());
@@ -147,9 +180,10 @@ struct LowerAttentionToKernelPass
   void runOnOperation() override {
     ModuleOp module = getOperation();
     const bool blockMask = kernel == "block-mask";
-    if (!blockMask && kernel != "forward") {
+    const bool backward = kernel == "backward";
+    if (!blockMask && !backward && kernel != "forward") {
       module.emitError("attn-lower-to-kernel: unknown kernel '")
-          << kernel << "': expected forward or block-mask";
+          << kernel << "': expected forward, block-mask or backward";
       return signalPassFailure();
     }
     // Collected first: lowering erases the op's function.
@@ -168,8 +202,9 @@ struct LowerAttentionToKernelPass
         return signalPassFailure();
     }
     for (attn::AttentionOp op : ops)
-      if (failed(blockMask ? lowerToBlockMaskKernel(op, module)
-                           : lowerOne(op, module)))
+      if (failed(blockMask  ? lowerToBlockMaskKernel(op, module)
+                 : backward ? lowerToBackwardKernels(op, module)
+                            : lowerOne(op, module)))
         return signalPassFailure();
   }
 };

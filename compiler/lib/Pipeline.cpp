@@ -39,7 +39,9 @@ void buildAttentionPipeline(OpPassManager &pm, const Target &target,
   //    canonicalizer walks them bottom-up, because its default top-down
   //    walk takes many times as long here for the same result.
   LowerAttentionToKernelOptions lowerOptions;
-  lowerOptions.kernel = kind == KernelKind::BlockMask ? "block-mask" : "forward";
+  lowerOptions.kernel = kind == KernelKind::BlockMask  ? "block-mask"
+                        : kind == KernelKind::Backward ? "backward"
+                                                       : "forward";
   pm.addPass(createLowerAttentionToKernel(lowerOptions));
   pm.addPass(createCanonicalizerPass(bottomUpCanonicalization()));
   pm.addPass(createCSEPass());
@@ -82,7 +84,7 @@ void registerAttentionPipeline() {
   registerPassPipeline(
       "flashjit-pipeline",
       "Lower attn.attention to PTX (chip=..., device=..., "
-      "stop-after=attn|kernel|llvm|ptx, kernel=forward|block-mask)",
+      "stop-after=attn|kernel|llvm|ptx, kernel=forward|block-mask|backward)",
       [](OpPassManager &pm, StringRef optionText,
          function_ref<LogicalResult(const Twine &)> errorHandler) {
         auto options = PipelineOptions::createFromString(optionText);
@@ -95,13 +97,15 @@ void registerAttentionPipeline() {
         auto stage = parseStage(options->stopAfter);
         if (!stage)
           return errorHandler(llvm::toString(stage.takeError()));
-        if (options->kernel != "forward" && options->kernel != "block-mask")
+        KernelKind kind = KernelKind::Forward;
+        if (options->kernel == "block-mask")
+          kind = KernelKind::BlockMask;
+        else if (options->kernel == "backward")
+          kind = KernelKind::Backward;
+        else if (options->kernel != "forward")
           return errorHandler("unknown kernel '" + options->kernel +
-                              "': expected forward or block-mask");
-        buildAttentionPipeline(pm, *target, options->device, *stage,
-                               options->kernel == "block-mask"
-                                   ? KernelKind::BlockMask
-                                   : KernelKind::Forward);
+                              "': expected forward, block-mask or backward");
+        buildAttentionPipeline(pm, *target, options->device, *stage, kind);
         return success();
       },
       [](function_ref<void(const detail::PassOptions &)> optHandler) {

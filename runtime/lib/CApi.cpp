@@ -8,6 +8,7 @@
 
 #include "DLPackTensors.h"
 
+#include "flashjit/Backward.h"
 #include "flashjit/FlashJIT.h"
 #include "flashjit/Runtime/ErrorCode.h"
 
@@ -29,6 +30,11 @@ struct flashjit_kernel {
   std::shared_ptr<const flashjit::Kernel> kernel;
   int device = 0;
   std::string config;
+};
+
+struct flashjit_backward {
+  std::shared_ptr<const flashjit::BackwardKernel> kernel;
+  int device = 0;
 };
 
 namespace {
@@ -512,6 +518,98 @@ flashjit_status_t flashjit_kernel_forward(flashjit_kernel_t kernel,
   return guarded(__func__, [&](const char *fn) {
     return forwardKernel(fn, kernel, q, k, v, o, lse, scale, nullptr, 0,
                          stream);
+  });
+}
+
+
+// ---- the backward pass ------------------------------------------------------
+
+flashjit_status_t flashjit_backward_compile(
+    flashjit_context_t ctx, const flashjit_attention_spec_t *spec,
+    const char *config, flashjit_backward_t *out) {
+  return guarded(__func__, [&](const char *fn) {
+    if (!out)
+      return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
+                  "out is a null pointer");
+    *out = nullptr;
+    if (!ctx)
+      return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
+                  "ctx is a null handle");
+    auto parsed = readSpec(spec);
+    if (!parsed)
+      return fail(fn, parsed.takeError());
+    flashjit::BackwardOptions options;
+    if (config && *config) {
+      auto tile = flashjit::TileConfig::parse(config);
+      if (!tile)
+        return fail(fn, flashjit::withCode(ErrorCode::InvalidArgument,
+                                           tile.takeError()));
+      options.config = *tile;
+    }
+    auto kernel = ctx->context->compileBackward(*parsed, options);
+    if (!kernel)
+      return fail(fn, kernel.takeError());
+    *out = new flashjit_backward{*kernel, ctx->device};
+    return succeed();
+  });
+}
+
+flashjit_status_t flashjit_backward_release(flashjit_backward_t backward) {
+  return guarded(__func__, [&](const char *) {
+    delete backward;
+    return succeed();
+  });
+}
+
+flashjit_status_t flashjit_backward_workspace_size(
+    flashjit_backward_t backward, int64_t batch, int64_t seqlen_q,
+    uint64_t *bytes) {
+  return guarded(__func__, [&](const char *fn) {
+    if (!backward || !bytes)
+      return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
+                  "backward and bytes must not be null");
+    if (batch < 1 || seqlen_q < 1)
+      return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
+                  "batch and seqlen_q must be at least 1");
+    *bytes = backward->kernel->workspaceBytes(batch, seqlen_q);
+    return succeed();
+  });
+}
+
+flashjit_status_t flashjit_backward_run(
+    flashjit_backward_t backward, const DLTensor *q, const DLTensor *k,
+    const DLTensor *v, const DLTensor *o, const DLTensor *lse,
+    const DLTensor *dout, DLTensor *dq, DLTensor *dk, DLTensor *dv,
+    void *workspace, uint64_t workspace_bytes, double scale, void *stream) {
+  return guarded(__func__, [&](const char *fn) {
+    if (!backward)
+      return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
+                  "backward is a null handle");
+    flashjit::BackwardArgs args;
+    const std::pair<const char *, const DLTensor *> tensors[] = {
+        {"q", q},       {"k", k},   {"v", v},   {"o", o},  {"dout", dout},
+        {"dq", dq},     {"dk", dk}, {"dv", dv}};
+    flashjit::TensorRef *refs[] = {&args.q,  &args.k,  &args.v, &args.o,
+                                   &args.dO, &args.dq, &args.dk, &args.dv};
+    for (size_t i = 0; i < 8; ++i) {
+      auto ref = flashjit::toTensorRef(tensors[i].first, tensors[i].second,
+                                       backward->device);
+      if (!ref)
+        return fail(fn, ref.takeError());
+      *refs[i] = *ref;
+    }
+    auto lseRef = flashjit::toLseRef("lse", lse, backward->device);
+    if (!lseRef)
+      return fail(fn, lseRef.takeError());
+    args.lse = *lseRef;
+    args.workspace = workspace;
+    args.workspaceBytes = static_cast<size_t>(workspace_bytes);
+    if (!std::isnan(scale))
+      args.scale = scale;
+    args.stream = static_cast<CUstream>(stream);
+    if (llvm::Error err = backward->kernel->backward(args))
+      return fail(fn, std::move(err));
+    return succeed();
   });
 }
 

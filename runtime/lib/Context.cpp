@@ -5,6 +5,7 @@
 // Every error it returns carries an ErrorCode saying what kind it is.
 #include "flashjit/FlashJIT.h"
 
+#include "flashjit/Backward.h"
 #include "flashjit/Autotune/Candidates.h"
 #include "flashjit/Autotune/Heuristic.h"
 #include "flashjit/Autotune/KnownGPUs.h"
@@ -20,6 +21,7 @@
 #include "flashjit/Runtime/TensorMaps.h"
 #include "flashjit/Templates/BlockMaskKernel.h"
 #include "flashjit/Templates/KernelTemplate.h"
+#include "flashjit/Templates/MmaSyncBackward.h"
 
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
@@ -318,6 +320,8 @@ struct Context::KernelTable {
   std::map<Key, std::shared_ptr<Kernel::LengthChoice>> byLength;
   /// Block-mask kernels, by the spec's canonical text.
   std::map<std::string, std::shared_ptr<const BlockMaskBuilder>> builders;
+  /// Backward kernels, by the spec's and the config's canonical text.
+  std::map<std::string, std::shared_ptr<const BackwardKernel>> backwards;
 };
 
 struct Context::WarnedEntries {
@@ -693,6 +697,47 @@ Context::blockMaskBuilder(const AttentionSpec &spec) {
       DeviceError);
   std::lock_guard<std::mutex> lock(Kernels->mutex);
   return Kernels->builders.try_emplace(key, builder).first->second;
+}
+
+llvm::Expected<std::shared_ptr<const BackwardKernel>>
+Context::compileBackward(const AttentionSpec &spec,
+                         const BackwardOptions &options) {
+  if (auto err = spec.validate())
+    return withCode(ErrorCode::InvalidArgument, std::move(err));
+  if (options.deterministic)
+    return makeError(ErrorCode::Unsupported,
+                     "the deterministic backward pass is not implemented yet: "
+                     "dQ is summed with f32 atomics in a varying order (dK "
+                     "and dV are reproducible); build without "
+                     "BackwardOptions::deterministic");
+  if (auto err = MmaSyncBackward::supports(spec, TargetChip))
+    return withCode(ErrorCode::Unsupported, std::move(err));
+  TileConfig config =
+      options.config.value_or(MmaSyncBackward::defaultConfig(spec));
+  if (auto err = MmaSyncBackward::checkConfig(spec, config))
+    return withCode(ErrorCode::InvalidArgument, std::move(err));
+  std::string key = spec.canonical() + "|" + config.canonical();
+  {
+    std::lock_guard<std::mutex> lock(Kernels->mutex);
+    if (auto it = Kernels->backwards.find(key);
+        it != Kernels->backwards.end())
+      return it->second;
+  }
+  auto loaded = loadOrBuild(*Cache, TargetChip, Device.has_value(),
+                            Options.device, spec, config,
+                            [&]() -> llvm::Expected<CompiledKernel> {
+                              CompileOptions compile;
+                              compile.target = TargetChip;
+                              compile.config = config;
+                              return flashjit::compileBackward(spec, compile);
+                            });
+  if (!loaded)
+    return loaded.takeError();
+  auto kernel = std::make_shared<const BackwardKernel>(
+      spec, loaded->entry->info, loaded->entry->ptx, std::move(loaded->module),
+      DeviceError);
+  std::lock_guard<std::mutex> lock(Kernels->mutex);
+  return Kernels->backwards.try_emplace(key, kernel).first->second;
 }
 
 } // namespace flashjit

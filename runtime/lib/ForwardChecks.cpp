@@ -345,6 +345,25 @@ llvm::Error checkForwardArgs(const AttentionSpec &spec,
   return llvm::Error::success();
 }
 
+llvm::Error checkTensorRef(const char *name, const TensorRef &t,
+                           const AttentionSpec &spec) {
+  return checkTensor(name, t, spec);
+}
+
+bool hasDistinctElements(const TensorRef &t) {
+  return isInjective(t.shape, t.strides);
+}
+
+bool spansOverlap(const TensorRef &a, const TensorRef &b) {
+  return overlaps(byteRange(a.data, a.shape, a.strides, 2),
+                  byteRange(b.data, b.shape, b.strides, 2));
+}
+
+bool spansOverlap(const TensorRef &a, const LseRef &b) {
+  return overlaps(byteRange(a.data, a.shape, a.strides, 2),
+                  byteRange(b.data, b.shape, b.strides, 4));
+}
+
 ForwardKernelArgs toKernelArgs(const ForwardArgs &args, double scale) {
   ForwardKernelArgs k;
   k.q = args.q.data;

@@ -165,12 +165,13 @@ public:
   const AttentionSpec &spec;
   mlir::Type elt, f32, i64, i32, globalPtr;
 
-private:
   /// A kernel of `argTypes` with a known block size; the insertion point
   /// moves into its body.
   mlir::gpu::GPUFuncOp beginKernel(llvm::StringRef name,
                                    llvm::ArrayRef<mlir::Type> argTypes,
                                    int64_t threads);
+
+private:
   /// The parameters of the spec's captured tensors and block mask (a
   /// pointer and one i64 stride per dimension each), in the ABI's order,
   /// and their values from `args` starting at `at`.

@@ -57,11 +57,13 @@ void registerMeasurementTemplate(const KernelTemplate &tmpl) {
   } while (!measurementTemplates.compare_exchange_weak(head, node));
 }
 
-llvm::Error KernelTemplate::supports(const AttentionSpec &spec,
-                                    const Target &target) const {
+llvm::Error checkHeadDimAndTarget(const AttentionSpec &spec,
+                                  const Target &target,
+                                  llvm::ArrayRef<int64_t> dims,
+                                  llvm::StringRef family,
+                                  int minComputeCapability) {
   if (auto err = spec.validate())
     return err;
-  std::vector<int64_t> dims = headDims();
   if (!llvm::is_contained(dims, spec.headDim)) {
     std::vector<std::string> names;
     for (int64_t d : dims)
@@ -69,14 +71,22 @@ llvm::Error KernelTemplate::supports(const AttentionSpec &spec,
     return llvm::createStringError(
         llvm::formatv("head dim {0} is not supported by the {1} template: "
                       "supported head dims are {2}",
-                      spec.headDim, family(), llvm::join(names, ", "))
+                      spec.headDim, family, llvm::join(names, ", "))
             .str());
   }
-  if (target.computeCapability < minComputeCapability())
+  if (target.computeCapability < minComputeCapability)
     return llvm::createStringError(
         llvm::formatv("the {0} template needs sm_{1} or newer, not {2}",
-                      family(), minComputeCapability(), target.chip)
+                      family, minComputeCapability, target.chip)
             .str());
+  return llvm::Error::success();
+}
+
+llvm::Error KernelTemplate::supports(const AttentionSpec &spec,
+                                    const Target &target) const {
+  if (auto err = checkHeadDimAndTarget(spec, target, headDims(), family(),
+                                       minComputeCapability()))
+    return err;
   if (needsArchSpecificTarget() &&
       (!target.archSpecific ||
        target.computeCapability != minComputeCapability()))

@@ -2,6 +2,7 @@
 // Why: one command proves a kernel on this GPU: fresh random inputs, the
 // float64 reference, poisoned outputs, then CUDA-event timing.
 #include "Commands.h"
+#include "RunBackward.h"
 
 #include "flashjit/FlashJIT.h"
 #include "flashjit/DevTools/Harness.h"
@@ -59,6 +60,27 @@ static cl::opt<std::string>
                         "(e.g. mma_sync), instead of the tuned or heuristic "
                         "one"),
                cl::sub(runCommand), cl::cat(category));
+
+static cl::opt<bool> backward(
+    "backward",
+    cl::desc("Check and time the backward pass (dQ, dK, dV against the "
+             "float64 reference) instead of the forward"),
+    cl::sub(runCommand), cl::cat(category));
+static cl::opt<std::string> backwardConfig(
+    "backward-config",
+    cl::desc("With --backward: build this mma_sync_bwd tile config (e.g. "
+             "mma_sync_bwd:m32:n64:s1:w4) instead of the default"),
+    cl::sub(runCommand), cl::cat(category));
+static cl::opt<bool> deterministic(
+    "deterministic",
+    cl::desc("With --backward: ask for the deterministic backward (not "
+             "implemented yet: an error)"),
+    cl::sub(runCommand), cl::cat(category));
+static cl::opt<int64_t> checkGroups(
+    "check-kv-groups",
+    cl::desc("With --backward: (batch, KV head) groups whose gradients are "
+             "checked against the float64 reference (0: all)"),
+    cl::init(2), cl::sub(runCommand), cl::cat(category));
 
 namespace {
 /// Pairs up to which `run` checks a GPU-built block mask against the
@@ -179,6 +201,25 @@ int runRun() {
                          std::chrono::steady_clock::now() - start)
                          .count();
   CacheStats stats = (*ctx)->cache().stats();
+
+  if (backward) {
+    BackwardRunRequest request;
+    BackwardCheckOptions &check = request.check;
+    check.batch = batch;
+    check.seqlenQ = seqlen;
+    check.seqlenK = seqlenK > 0 ? int64_t(seqlenK) : int64_t(seqlen);
+    check.layout = layout == "bshd" ? Layout::BSHD : Layout::BHSD;
+    check.seed = seed ? uint64_t(seed) : std::random_device()();
+    check.checkedGroups = checkGroups;
+    if (scale.getNumOccurrences())
+      check.scale = double(scale);
+    check.warmup = warmup;
+    check.iterations = iterations;
+    request.config = backwardConfig;
+    request.deterministic = deterministic;
+    request.json = json;
+    return runBackwardCheck(**ctx, *spec, **kernel, request);
+  }
 
   CheckOptions options;
   options.batch = batch;

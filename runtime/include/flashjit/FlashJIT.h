@@ -41,6 +41,8 @@ class KernelCache;
 class LoadedModule;
 struct LengthClass;
 struct ForwardLaunchParams;
+class BackwardKernel;     // flashjit/Backward.h
+struct BackwardOptions;   // flashjit/Backward.h
 
 /// A device tensor [batch, heads, seqlen, head_dim] (O, Q, K, V) with
 /// strides in elements; head_dim must be contiguous (stride 1). Row-major
@@ -344,6 +346,12 @@ public:
   /// cache or compiled now (and loaded on the GPU), like compile().
   llvm::Expected<std::shared_ptr<const BlockMaskBuilder>>
   blockMaskBuilder(const AttentionSpec &spec);
+
+  /// The backward kernels of `spec` (flashjit/Backward.h), from memory,
+  /// the disk cache (keyed by their own config family, apart from the
+  /// forward's) or compiled now, and loaded on the GPU, like compile().
+  llvm::Expected<std::shared_ptr<const BackwardKernel>>
+  compileBackward(const AttentionSpec &spec, const BackwardOptions &options);
 
   /// The config compile() would build and where it comes from, without
   /// compiling. Errors: a bad spec or seqlen, or no config fits.

@@ -40,7 +40,7 @@ extern "C" {
 
 /* Raised when a function or a field is added (flashjit_get_version's
  * api_version tells what the loaded library implements). */
-#define FLASHJIT_C_API_VERSION 4
+#define FLASHJIT_C_API_VERSION 5
 
 typedef enum flashjit_status {
   FLASHJIT_STATUS_OK = 0,
@@ -284,6 +284,47 @@ FLASHJIT_API flashjit_status_t flashjit_context_build_block_mask(
     const DLTensor *captures, int32_t num_captures, int64_t seqlen_q,
     int64_t seqlen_k, DLTensor *kv_num_blocks, DLTensor *kv_indices,
     DLTensor *full_kv_num_blocks, DLTensor *full_kv_indices, void *stream);
+
+/* ---- The backward pass (C API version 5; docs/backward.md) ----------- */
+
+/* The backward kernels of one spec: dQ, dK and dV of softmax(scale Q K^T) V
+ * from q, k, v, the forward's o and lse, and dO. Dense or causal attention
+ * (either alignment), head dims 64, 96 and 128, sm_80 or newer; any other
+ * spec is FLASHJIT_STATUS_UNSUPPORTED. */
+typedef struct flashjit_backward *flashjit_backward_t;
+
+/* Compiles (or takes from the cache) the backward kernels of `spec`.
+ * `config`: NULL or "" for the default, else a tile config of family
+ * mma_sync_bwd, e.g. "mma_sync_bwd:m32:n128:s2:w8". */
+FLASHJIT_API flashjit_status_t flashjit_backward_compile(
+    flashjit_context_t ctx, const flashjit_attention_spec_t *spec,
+    const char *config, flashjit_backward_t *out);
+
+/* Releases a backward handle (NULL: nothing to do). */
+FLASHJIT_API flashjit_status_t flashjit_backward_release(
+    flashjit_backward_t backward);
+
+/* The bytes of device workspace one call on `batch` sequences of
+ * `seqlen_q` query rows needs. The caller allocates it (256-byte aligned,
+ * as cudaMalloc's), may do so in advance, and may reuse it for every call
+ * on one stream; calls that may overlap need one each. */
+FLASHJIT_API flashjit_status_t flashjit_backward_workspace_size(
+    flashjit_backward_t backward, int64_t batch, int64_t seqlen_q,
+    uint64_t *bytes);
+
+/* Runs the backward pass on `stream` (a CUstream; NULL: the legacy default
+ * stream): q, o, dout [B, H, Sq, D] and k, v [B, Hkv, Sk, D] in the spec's
+ * dtype, lse f32 [B, H, Sq] as flashjit_kernel_forward wrote it; writes dq
+ * [B, H, Sq, D], dk and dv [B, Hkv, Sk, D]. Strides in elements (NULL:
+ * row-major), head_dim contiguous. `scale` is the forward's (NAN:
+ * 1/sqrt(head_dim)). Every argument is checked before anything launches:
+ * shapes, dtypes, alignment, gradients that overlap each other or an
+ * input, the workspace's size. */
+FLASHJIT_API flashjit_status_t flashjit_backward_run(
+    flashjit_backward_t backward, const DLTensor *q, const DLTensor *k,
+    const DLTensor *v, const DLTensor *o, const DLTensor *lse,
+    const DLTensor *dout, DLTensor *dq, DLTensor *dk, DLTensor *dv,
+    void *workspace, uint64_t workspace_bytes, double scale, void *stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

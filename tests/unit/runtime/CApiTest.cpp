@@ -643,3 +643,53 @@ TEST_CASE("a block mask built through the C API: checked, then launched") {
         FLASHJIT_STATUS_INVALID_ARGUMENT);
   CHECK(has(lastError(), "ctx is a null handle"));
 }
+
+TEST_CASE("the backward pass through the C API: compiled, sized, checked") {
+  Ctx c;
+  flashjit_attention_spec_t spec = smallSpec();
+  spec.causal = 1;
+  flashjit_backward_t backward = nullptr;
+  CHECK(flashjit_backward_compile(c.ctx, &spec, "mma_sync:m64:n64:s2:w4",
+                                  &backward) ==
+        FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(has(lastError(), "mma_sync_bwd"));
+  CHECK(flashjit_backward_compile(c.ctx, &spec, "no-config:x", &backward) ==
+        FLASHJIT_STATUS_INVALID_ARGUMENT);
+  flashjit_attention_spec_t wide = smallSpec();
+  wide.head_dim = 256;
+  CHECK(flashjit_backward_compile(c.ctx, &wide, nullptr, &backward) ==
+        FLASHJIT_STATUS_UNSUPPORTED);
+  REQUIRE(flashjit_backward_compile(c.ctx, &spec, nullptr, &backward) ==
+          FLASHJIT_STATUS_OK);
+  uint64_t bytes = 0;
+  REQUIRE(flashjit_backward_workspace_size(backward, 2, 40, &bytes) ==
+          FLASHJIT_STATUS_OK);
+  CHECK(bytes >= uint64_t(4) * 2 * 4 * 40 * 65);
+  CHECK(flashjit_backward_workspace_size(backward, 0, 40, &bytes) ==
+        FLASHJIT_STATUS_INVALID_ARGUMENT);
+
+  // The forward's tensors of smallSpec(), dout and the gradients.
+  Args a;
+  Tensor dout(0x60000000, {2, 4, 40, 64}, kBF16),
+      dq(0x70000000, {2, 4, 40, 64}, kBF16),
+      dk(0x80000000, {2, 2, 40, 64}, kBF16),
+      dv(0x90000000, {2, 2, 40, 64}, kBF16);
+  void *workspace = reinterpret_cast<void *>(uintptr_t(0xA0000000));
+  auto run = [&](void *ws, uint64_t size, DLTensor *dkTensor) {
+    return flashjit_backward_run(backward, &a.q.dl, &a.k.dl, &a.v.dl, &a.o.dl,
+                                 &a.lse.dl, &dout.dl, &dq.dl, dkTensor,
+                                 &dv.dl, ws, size, NAN, nullptr);
+  };
+  CHECK(run(nullptr, bytes, &dk.dl) == FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(has(lastError(), "workspace is a null pointer"));
+  CHECK(run(workspace, bytes - 256, &dk.dl) ==
+        FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(run(workspace, bytes, &dq.dl) == FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(has(lastError(), "dk shape"));
+  if (!driverLoadable()) {
+    CHECK(run(workspace, bytes, &dk.dl) == FLASHJIT_STATUS_NO_DEVICE);
+    CHECK(has(lastError(), "no GPU is available"));
+  }
+  CHECK(flashjit_backward_release(backward) == FLASHJIT_STATUS_OK);
+  CHECK(flashjit_backward_release(nullptr) == FLASHJIT_STATUS_OK);
+}

@@ -26,9 +26,10 @@ enum class Stage {
 llvm::Expected<Stage> parseStage(llvm::StringRef name);
 const char *stageName(Stage stage);
 
-/// The kernels a spec has: its forward pass, and for a block-sparse spec
-/// the kernel that builds its block mask on the GPU (BlockMaskKernel.h).
-enum class KernelKind { Forward, BlockMask };
+/// The kernels a spec has: its forward pass, for a block-sparse spec
+/// the kernel that builds its block mask on the GPU (BlockMaskKernel.h),
+/// and the three kernels of its backward pass (MmaSyncBackward.h).
+enum class KernelKind { Forward, BlockMask, Backward };
 
 struct CompileOptions {
   Target target;
@@ -56,6 +57,12 @@ llvm::Expected<CompiledKernel> compileAttention(const AttentionSpec &spec,
 /// ignored. Its KernelInfo comes from blockMaskKernelInfo.
 llvm::Expected<CompiledKernel>
 compileBlockMaskKernel(const AttentionSpec &spec, const CompileOptions &options);
+
+/// Builds the backward kernels of `spec` (MmaSyncBackward.h) with
+/// options.config (a "mma_sync_bwd" config; none: the template's default)
+/// into one module. Its KernelInfo names the main kernel.
+llvm::Expected<CompiledKernel> compileBackward(const AttentionSpec &spec,
+                                               const CompileOptions &options);
 
 /// Parses `mlirText` (a module holding one func with one attn.attention,
 /// as `compile --emit attn` prints) and lowers it like compileAttention.

@@ -39,10 +39,15 @@ def LowerAttentionToKernel
     builds the block mask of its block-sparse attention on the GPU
     (templates/BlockMaskKernel.h), named `<function>_block_mask`; it needs
     no tile config.
+
+    With `kernel=backward`, each function becomes the three kernels of its
+    backward pass (templates/MmaSyncBackward.h), `<function>_bwd_pre`,
+    `<function>_bwd` and `<function>_bwd_dq`, built from its
+    `mma_sync_bwd` tile config.
   }];
   let options = [
     Option<"kernel", "kernel", "std::string", /*default=*/"\"forward\"",
-           "Which kernel to build: forward, or block-mask">,
+           "Which kernels to build: forward, block-mask or backward">,
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::gpu::GPUDialect",

@@ -25,7 +25,7 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
       llvm::cl::init("ptx")};
   Option<std::string> kernel{
       *this, "kernel",
-      llvm::cl::desc("Kernel to build: forward, or block-mask"),
+      llvm::cl::desc("Kernel to build: forward, block-mask or backward"),
       llvm::cl::init("forward")};
 };
 
@@ -38,7 +38,8 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
 /// Post-condition of each stage: `Stage` in Compiler.h. The chip must come
 /// from Target::parse (LLVM aborts on an unknown chip/feature pair). For
 /// KernelKind::BlockMask, step 1 is skipped and step 2 builds the
-/// block-mask kernel.
+/// block-mask kernel; for KernelKind::Backward, step 1 is skipped and
+/// step 2 builds the three backward kernels from the op's config.
 void buildAttentionPipeline(mlir::OpPassManager &pm, const Target &target,
                             llvm::StringRef device, Stage stopAfter,
                             KernelKind kind = KernelKind::Forward);

@@ -32,6 +32,18 @@ llvm::Error checkBlockMaskOutput(const AttentionSpec &spec,
                                  const BlockMaskRef &mask, int64_t seqlenQ,
                                  int64_t seqlenK);
 
+/// One tensor of a launch: non-null, 16-byte aligned, the spec's dtype
+/// and head dim, contiguous rows that start 16-byte aligned, seqlen below
+/// 2^31. `name` starts the message.
+llvm::Error checkTensorRef(const char *name, const TensorRef &t,
+                           const AttentionSpec &spec);
+/// Whether no two elements of `t` share memory.
+bool hasDistinctElements(const TensorRef &t);
+/// Whether the memory `a` spans meets the memory `b` spans (first to last
+/// byte of each).
+bool spansOverlap(const TensorRef &a, const TensorRef &b);
+bool spansOverlap(const TensorRef &a, const LseRef &b);
+
 /// The kernel's parameters for `args` (call checkForwardArgs first).
 ForwardKernelArgs toKernelArgs(const ForwardArgs &args, double scale);
 

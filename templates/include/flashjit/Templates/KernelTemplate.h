@@ -119,6 +119,14 @@ llvm::Expected<const KernelTemplate *> findTemplate(llvm::StringRef family);
 /// The cluster size of `config`'s family (KernelTemplate::clusterSize); 1
 /// for a family no template has.
 unsigned clusterSizeOf(const TileConfig &config);
+/// What every template's supports() asks first: a valid spec, a head dim
+/// of `dims`, a target of at least `minComputeCapability`; the error names
+/// `family`'s template and what it supports.
+llvm::Error checkHeadDimAndTarget(const AttentionSpec &spec,
+                                  const Target &target,
+                                  llvm::ArrayRef<int64_t> dims,
+                                  llvm::StringRef family,
+                                  int minComputeCapability);
 /// What every template's checkConfig asks of a block-sparse spec: the
 /// config's block_m and block_n divide the mask's block, so that each
 /// query tile reads one row of the block mask and each key tile lies in

@@ -1,0 +1,132 @@
+//===- BackwardReference.cpp - exact attention gradients in float64 -------===//
+// Why: see BackwardReference.h. Per query row i (scores s_j = scale q_i.k_j
+// over the keys it sees): P = softmax(s), dP_j = dO_i . v_j,
+// D = sum_j P_j dP_j, dS_j = P_j (dP_j - D); then dq_i = scale sum_j dS_j
+// k_j, dk_j += scale dS_j q_i, dv_j += P_j dO_i. Rows are split among
+// threads, each with its own dk and dv sums, added in thread order.
+#include "flashjit/DevTools/BackwardReference.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <thread>
+
+namespace flashjit {
+
+ReferenceGradients referenceGradients(const HostBackwardProblem &p,
+                                      int64_t batch, int64_t kvHead,
+                                      unsigned threads) {
+  const AttentionSpec &spec = p.spec;
+  const int64_t D = spec.headDim, Sq = p.seqlenQ, Sk = p.seqlenK;
+  const int64_t group = spec.groupSize();
+  const int64_t offset =
+      spec.causalAlign == CausalAlign::BottomRight ? Sk - Sq : 0;
+  ReferenceGradients out;
+  out.dq.assign(group * Sq * D, 0.0);
+  out.dk.assign(Sk * D, 0.0);
+  out.dv.assign(Sk * D, 0.0);
+  out.dqMagnitude.assign(group * Sq * D, 0.0);
+  out.dkMagnitude.assign(Sk * D, 0.0);
+  out.dvMagnitude.assign(Sk * D, 0.0);
+  const float *k = &p.k[((batch * spec.numKVHeads + kvHead) * Sk) * D];
+  const float *v = &p.v[((batch * spec.numKVHeads + kvHead) * Sk) * D];
+
+  if (threads == 0)
+    threads = std::max(1u, std::thread::hardware_concurrency());
+  const int64_t rows = group * Sq;
+  threads = static_cast<unsigned>(std::min<int64_t>(threads, rows));
+  std::vector<std::vector<double>> dkParts(threads), dvParts(threads),
+      dkMagParts(threads), dvMagParts(threads);
+  std::atomic<int64_t> next{0};
+  constexpr int64_t kRowsPerTask = 16;
+
+  auto work = [&](unsigned t) {
+    std::vector<double> &dk = dkParts[t], &dv = dvParts[t];
+    std::vector<double> &dkMag = dkMagParts[t], &dvMag = dvMagParts[t];
+    dk.assign(Sk * D, 0.0);
+    dv.assign(Sk * D, 0.0);
+    dkMag.assign(Sk * D, 0.0);
+    dvMag.assign(Sk * D, 0.0);
+    std::vector<double> s(Sk), dp(Sk), qi(D), doi(D), dqi(D), dqiMag(D);
+    for (;;) {
+      const int64_t first = next.fetch_add(kRowsPerTask);
+      if (first >= rows)
+        break;
+      for (int64_t r = first; r < std::min(rows, first + kRowsPerTask); ++r) {
+        const int64_t g = r / Sq, i = r % Sq;
+        const int64_t head = kvHead * group + g;
+        const float *q = &p.q[((batch * spec.numHeads + head) * Sq + i) * D];
+        const float *dO =
+            &p.dO[((batch * spec.numHeads + head) * Sq + i) * D];
+        for (int64_t c = 0; c < D; ++c) {
+          qi[c] = q[c];
+          doi[c] = dO[c];
+        }
+        // Keys [0, end) are visible.
+        int64_t end = Sk;
+        if (spec.causal)
+          end = std::clamp<int64_t>(i + offset + 1, 0, Sk);
+        if (end == 0)
+          continue;
+        double max = -INFINITY;
+        for (int64_t j = 0; j < end; ++j) {
+          double dot = 0;
+          for (int64_t c = 0; c < D; ++c)
+            dot += qi[c] * k[j * D + c];
+          s[j] = p.scale * dot;
+          max = std::max(max, s[j]);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < end; ++j) {
+          s[j] = std::exp(s[j] - max);
+          sum += s[j];
+        }
+        double rowD = 0;
+        for (int64_t j = 0; j < end; ++j) {
+          s[j] /= sum; // P
+          double dot = 0;
+          for (int64_t c = 0; c < D; ++c)
+            dot += doi[c] * v[j * D + c];
+          dp[j] = dot;
+          rowD += s[j] * dot;
+        }
+        std::fill(dqi.begin(), dqi.end(), 0.0);
+        std::fill(dqiMag.begin(), dqiMag.end(), 0.0);
+        for (int64_t j = 0; j < end; ++j) {
+          const double ds = s[j] * (dp[j] - rowD);
+          const double dsScaled = p.scale * ds;
+          const double dsMag =
+              p.scale * s[j] * (std::fabs(dp[j]) + std::fabs(rowD));
+          for (int64_t c = 0; c < D; ++c) {
+            const double kc = k[j * D + c];
+            dqi[c] += dsScaled * kc;
+            dqiMag[c] += dsMag * std::fabs(kc);
+            dk[j * D + c] += dsScaled * qi[c];
+            dkMag[j * D + c] += dsMag * std::fabs(qi[c]);
+            dv[j * D + c] += s[j] * doi[c];
+            dvMag[j * D + c] += s[j] * std::fabs(doi[c]);
+          }
+        }
+        std::copy(dqi.begin(), dqi.end(), &out.dq[(g * Sq + i) * D]);
+        std::copy(dqiMag.begin(), dqiMag.end(),
+                  &out.dqMagnitude[(g * Sq + i) * D]);
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t)
+    pool.emplace_back(work, t);
+  work(0);
+  for (std::thread &th : pool)
+    th.join();
+  for (unsigned t = 0; t < threads; ++t)
+    for (int64_t e = 0; e < Sk * D; ++e) {
+      out.dk[e] += dkParts[t][e];
+      out.dv[e] += dvParts[t][e];
+      out.dkMagnitude[e] += dkMagParts[t][e];
+      out.dvMagnitude[e] += dvMagParts[t][e];
+    }
+  return out;
+}
+
+} // namespace flashjit

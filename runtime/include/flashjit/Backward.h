@@ -1,0 +1,98 @@
+//===- Backward.h - the backward pass of flashjit's C++ API -------*- C++ -*-===//
+// Why: training needs dQ, dK and dV. A BackwardKernel holds the three
+// generated backward kernels of one AttentionSpec (MmaSyncBackward.h:
+// preprocess, main, convert) and launches them on the caller's stream.
+//
+//   #include "flashjit/Backward.h"
+//   auto fwd = ctx->compile(spec);                  // forward: O and LSE
+//   auto bwd = ctx->compileBackward(spec, {});      // BackwardKernel
+//   size_t bytes = (*bwd)->workspaceBytes(batch, seqlenQ);
+//   ... allocate `bytes` of device memory (once; reuse it) ...
+//   flashjit::BackwardArgs a;  // q, k, v, o, lse, dO -> dq, dk, dv
+//   a.workspace = ws; a.workspaceBytes = bytes;
+//   llvm::Error err = (*bwd)->backward(a);
+//
+// The workspace is the caller's: workspaceBytes() says how large it must
+// be for a problem, so it can be allocated in advance (from a caching
+// allocator, before graph capture) and reused by every call on one stream.
+// Two calls that may run at once need two workspaces.
+#ifndef FLASHJIT_BACKWARD_H
+#define FLASHJIT_BACKWARD_H
+
+#include "flashjit/FlashJIT.h"
+
+namespace flashjit {
+
+/// What BackwardKernel::backward takes. Shapes as in ForwardArgs: q, o,
+/// dO, dq [batch, heads, seqlen_q, head_dim]; k, v, dk, dv [batch,
+/// kv_heads, seqlen_k, head_dim]; lse f32 [batch, heads, seqlen_q], the
+/// forward's log-sum-exp (natural log, as Kernel::forward writes it).
+/// Any strides forward() accepts.
+struct BackwardArgs {
+  TensorRef q, k, v, o, dO;
+  LseRef lse;
+  TensorRef dq, dk, dv;
+  /// Device memory of at least BackwardKernel::workspaceBytes(batch,
+  /// seqlen_q) bytes, 256-byte aligned (cuMemAlloc's alignment); the call
+  /// overwrites it.
+  void *workspace = nullptr;
+  size_t workspaceBytes = 0;
+  /// Softmax scale of the forward; none: 1/sqrt(head_dim).
+  std::optional<double> scale;
+  /// The caller's stream (null: the legacy default stream).
+  CUstream stream = nullptr;
+};
+
+/// How to build the backward kernels.
+struct BackwardOptions {
+  /// A "mma_sync_bwd" tile config (MmaSyncBackward.h); none: the
+  /// template's default for the spec.
+  std::optional<TileConfig> config;
+  /// dQ, dK and dV bitwise reproducible run to run. Not implemented yet:
+  /// compileBackward returns an Unsupported error when it is set. (dK and
+  /// dV are reproducible already; dQ is summed with f32 atomics in an
+  /// order that varies.)
+  bool deterministic = false;
+};
+
+class BackwardKernel {
+public:
+  const AttentionSpec &spec() const { return Spec; }
+  /// The main kernel's info (name, config, threads, shared memory).
+  const KernelInfo &info() const { return Info; }
+  /// PTX of the three kernels.
+  const std::string &ptx() const { return Ptx; }
+
+  /// Bytes of workspace one call on `batch` sequences of `seqlenQ` query
+  /// rows needs: 4 * batch * heads * seqlen_q * (head_dim + 1), rounded up
+  /// to 256-byte parts (BackwardWorkspaceLayout).
+  size_t workspaceBytes(int64_t batch, int64_t seqlenQ) const;
+
+  /// Checks every argument (the forward's checks for q, k, v, o and lse;
+  /// dO, dq, dk and dv against them; outputs that overlap each other or an
+  /// input; the workspace), then runs preprocess, main and convert on
+  /// args.stream. A failed check launches nothing.
+  llvm::Error backward(const BackwardArgs &args) const;
+  /// The checks of backward() alone (no device needed).
+  llvm::Error check(const BackwardArgs &args) const;
+
+  BackwardKernel(AttentionSpec spec, KernelInfo info, std::string ptx,
+                 std::unique_ptr<LoadedModule> module,
+                 std::string deviceError);
+  ~BackwardKernel();
+
+private:
+  AttentionSpec Spec;
+  KernelInfo Info;
+  std::string Ptx;
+  /// Null when there is no GPU; DeviceError then says why.
+  std::unique_ptr<LoadedModule> Module;
+  std::string DeviceError;
+  /// The preprocess and convert kernels of Module (the main one is
+  /// Module->function()).
+  CUfunction Preprocess = nullptr, Convert = nullptr;
+};
+
+} // namespace flashjit
+
+#endif

@@ -1,0 +1,200 @@
+//===- BackwardKernel.cpp - checks and launches of the backward pass ------===//
+// Why: see flashjit/Backward.h. A bad stride or an output that overlaps an
+// input would corrupt memory silently, so every argument is checked before
+// the three kernels (MmaSyncBackward.h) are launched in order on the
+// caller's stream.
+#include "flashjit/Backward.h"
+
+#include "flashjit/Runtime/CudaDriver.h"
+#include "flashjit/Runtime/ErrorCode.h"
+#include "flashjit/Runtime/ForwardChecks.h"
+#include "flashjit/Runtime/Launch.h"
+#include "flashjit/Runtime/ModuleLoader.h"
+#include "flashjit/Templates/MmaSyncBackward.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <cmath>
+
+namespace flashjit {
+namespace {
+
+llvm::Error invalid(const llvm::Twine &message) {
+  return makeError(ErrorCode::InvalidArgument, message.str());
+}
+
+std::array<int64_t, 3> first3(const std::array<int64_t, 4> &s) {
+  return {s[0], s[1], s[2]};
+}
+
+} // namespace
+
+BackwardKernel::BackwardKernel(AttentionSpec spec, KernelInfo info,
+                               std::string ptx,
+                               std::unique_ptr<LoadedModule> module,
+                               std::string deviceError)
+    : Spec(std::move(spec)), Info(std::move(info)), Ptx(std::move(ptx)),
+      Module(std::move(module)), DeviceError(std::move(deviceError)) {
+  if (!Module)
+    return;
+  // The main kernel's name is base_bwd: its module holds base_bwd_pre and
+  // base_bwd_dq beside it.
+  llvm::StringRef main = Info.name;
+  BackwardKernelNames names =
+      BackwardKernelNames::of(main.drop_back(llvm::StringRef("_bwd").size()));
+  auto drv = CudaDriver::get();
+  if (!drv) {
+    DeviceError = llvm::toString(drv.takeError());
+    Module.reset();
+    return;
+  }
+  for (auto [name, fn] : {std::pair{&names.preprocess, &Preprocess},
+                          std::pair{&names.convert, &Convert}})
+    if (auto err = FLASHJIT_CU(*drv, cuModuleGetFunction, fn,
+                               Module->module(), name->c_str())) {
+      DeviceError = "the backward module lacks " + *name + ": " +
+                    llvm::toString(std::move(err));
+      Module.reset();
+      return;
+    }
+}
+
+BackwardKernel::~BackwardKernel() = default;
+
+size_t BackwardKernel::workspaceBytes(int64_t batch, int64_t seqlenQ) const {
+  return BackwardWorkspaceLayout::of(Spec, batch, seqlenQ).totalBytes;
+}
+
+llvm::Error BackwardKernel::check(const BackwardArgs &a) const {
+  // q, k, v, o and lse as the forward took and gave them.
+  ForwardArgs forward;
+  forward.q = a.q;
+  forward.k = a.k;
+  forward.v = a.v;
+  forward.o = a.o;
+  forward.lse = a.lse;
+  forward.scale = a.scale;
+  if (auto err = checkForwardArgs(Spec, forward))
+    return invalid("the forward's tensors: " + llvm::toString(std::move(err)));
+  const std::pair<const char *, const TensorRef *> grads[] = {
+      {"dO", &a.dO}, {"dq", &a.dq}, {"dk", &a.dk}, {"dv", &a.dv}};
+  for (auto [name, t] : grads) {
+    if (auto err = checkTensorRef(name, *t, Spec))
+      return withCode(ErrorCode::InvalidArgument, std::move(err));
+    const TensorRef &like = t == &a.dk || t == &a.dv ? a.k : a.q;
+    if (t->shape != like.shape)
+      return invalid(llvm::formatv(
+          "{0} shape [{1}, {2}, {3}, {4}] must equal {5}'s [{6}, {7}, {8}, "
+          "{9}]",
+          name, t->shape[0], t->shape[1], t->shape[2], t->shape[3],
+          &like == &a.k ? "k" : "q", like.shape[0], like.shape[1],
+          like.shape[2], like.shape[3]));
+  }
+  // The gradients are written: each element once, apart from each other
+  // and from every input.
+  const std::pair<const char *, const TensorRef *> inputs[] = {
+      {"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"o", &a.o}, {"dO", &a.dO}};
+  for (size_t i = 1; i < 4; ++i) {
+    auto [name, out] = grads[i];
+    if (!hasDistinctElements(*out))
+      return invalid(llvm::formatv(
+          "{0} strides make distinct gradients share memory", name));
+    for (auto [inName, in] : inputs)
+      if (spansOverlap(*out, *in))
+        return invalid(llvm::formatv("{0} overlaps input {1} in memory: the "
+                                     "kernels would read what they write",
+                                     name, inName));
+    if (spansOverlap(*out, a.lse))
+      return invalid(llvm::formatv("{0} overlaps input lse in memory", name));
+    for (size_t j = 1; j < i; ++j)
+      if (spansOverlap(*out, *grads[j].second))
+        return invalid(llvm::formatv("{0} and {1} overlap in memory", name,
+                                     grads[j].first));
+  }
+  const size_t need = workspaceBytes(a.q.shape[0], a.q.shape[2]);
+  if (!a.workspace)
+    return invalid(llvm::formatv("the workspace is a null pointer: allocate "
+                                 "workspaceBytes(batch, seqlen_q) = {0} bytes "
+                                 "of device memory",
+                                 need));
+  if (reinterpret_cast<uintptr_t>(a.workspace) % 256 != 0)
+    return invalid("the workspace pointer is not 256-byte aligned");
+  if (a.workspaceBytes < need)
+    return invalid(llvm::formatv("the workspace has {0} bytes; this problem "
+                                 "needs workspaceBytes(batch, seqlen_q) = {1}",
+                                 a.workspaceBytes, need));
+  return llvm::Error::success();
+}
+
+llvm::Error BackwardKernel::backward(const BackwardArgs &a) const {
+  if (auto err = check(a))
+    return err;
+  if (!Module)
+    return makeError(ErrorCode::NoDevice, "cannot launch " + Info.name +
+                                              ": no GPU is available (" +
+                                              DeviceError + ")");
+  const int64_t batch = a.q.shape[0], seqlenQ = a.q.shape[2],
+                seqlenK = a.k.shape[2];
+  const double scale = a.scale.value_or(Spec.defaultScale());
+  BackwardWorkspaceLayout layout =
+      BackwardWorkspaceLayout::of(Spec, batch, seqlenQ);
+  auto *base = static_cast<char *>(a.workspace);
+  float *d = reinterpret_cast<float *>(base + layout.dOffset);
+  float *dqAccum = reinterpret_cast<float *>(base + layout.dqAccumOffset);
+  BackwardGeometry geometry =
+      BackwardGeometry::of(Spec, Info.config, batch, seqlenQ, seqlenK);
+
+  BackwardPreprocessArgs pre;
+  pre.o = a.o.data;
+  pre.dO = a.dO.data;
+  pre.d = d;
+  pre.dqAccum = dqAccum;
+  pre.oStrides = first3(a.o.strides);
+  pre.dOStrides = first3(a.dO.strides);
+  pre.seqlenQ = static_cast<int32_t>(seqlenQ);
+
+  BackwardMainArgs main;
+  main.q = a.q.data;
+  main.k = a.k.data;
+  main.v = a.v.data;
+  main.dO = a.dO.data;
+  main.dk = a.dk.data;
+  main.dv = a.dv.data;
+  main.lse = a.lse.data;
+  main.d = d;
+  main.dqAccum = dqAccum;
+  main.qStrides = first3(a.q.strides);
+  main.kStrides = first3(a.k.strides);
+  main.vStrides = first3(a.v.strides);
+  main.dOStrides = first3(a.dO.strides);
+  main.dkStrides = first3(a.dk.strides);
+  main.dvStrides = first3(a.dv.strides);
+  main.lseStrides = a.lse.strides;
+  main.seqlenQ = static_cast<int32_t>(seqlenQ);
+  main.seqlenK = static_cast<int32_t>(seqlenK);
+  main.scaleLog2 = static_cast<float>(scale * M_LOG2E);
+  main.scale = static_cast<float>(scale);
+
+  BackwardConvertArgs convert;
+  convert.dqAccum = dqAccum;
+  convert.dq = a.dq.data;
+  convert.dqStrides = first3(a.dq.strides);
+  convert.seqlenQ = static_cast<int32_t>(seqlenQ);
+  convert.scale = static_cast<float>(scale);
+
+  const int device = Module->deviceOrdinal();
+  auto prePointers = pre.paramPointers();
+  if (auto err = launch(Preprocess, geometry.preprocess, prePointers.data(),
+                        a.stream, device))
+    return withCode(ErrorCode::LaunchError, std::move(err));
+  auto mainPointers = main.paramPointers();
+  if (auto err = launch(Module->function(), geometry.main,
+                        mainPointers.data(), a.stream, device))
+    return withCode(ErrorCode::LaunchError, std::move(err));
+  auto convertPointers = convert.paramPointers();
+  return withCode(ErrorCode::LaunchError,
+                  launch(Convert, geometry.convert, convertPointers.data(),
+                         a.stream, device));
+}
+
+} // namespace flashjit

@@ -1,0 +1,152 @@
+//===- MmaSyncBackward.h - the backward pass on mma.sync (sm_80+) -*- C++ -*-===//
+// Why: training needs dQ, dK and dV. FlashAttention-2's backward recomputes
+// the score tiles from Q, K, V and the forward's log-sum-exp instead of
+// storing the N x N probabilities, so memory stays O(N). It is three
+// kernels, built together from one description into one module:
+//
+//   preprocess  D = rowsum(dO * O) per query row (f32 workspace), and the
+//               f32 dQ accumulator zeroed;
+//   main        one block per (key block, KV head, batch): K and V stay in
+//               shared memory; for each query head of the GQA group and
+//               each query block it recomputes S = Q K^T and
+//               P = exp(S * scale - LSE), keeps dV += P^T dO and
+//               dK += dS^T Q on chip (dS = P * (dP - D), dP = dO V^T) and
+//               adds dS K into the f32 dQ workspace with atomics;
+//   convert     dQ = scale * workspace, rounded to f16/bf16.
+//
+// This header is the contract between the generated kernels and the
+// runtime: their parameter lists, grids and the workspace layout.
+#ifndef FLASHJIT_TEMPLATES_MMASYNCBACKWARD_H
+#define FLASHJIT_TEMPLATES_MMASYNCBACKWARD_H
+
+#include "flashjit/Dialect/AttentionSpec.h"
+#include "flashjit/Templates/KernelABI.h"
+#include "flashjit/Templates/KernelTemplate.h"
+#include "flashjit/Templates/Target.h"
+#include "flashjit/Templates/TileConfig.h"
+
+#include "llvm/Support/Error.h"
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mlir {
+class OpBuilder;
+class Location;
+} // namespace mlir
+
+namespace flashjit {
+
+/// The entry symbols of the three backward kernels of `base` (a spec's
+/// kernel name): base_bwd_pre, base_bwd, base_bwd_dq.
+struct BackwardKernelNames {
+  std::string preprocess, main, convert;
+  static BackwardKernelNames of(llvm::StringRef base);
+};
+
+/// The f32 workspace of one backward call, in this order (each part 256-
+/// byte aligned): D [batch, heads, seqlen_q] and the dQ accumulator
+/// [batch, heads, seqlen_q, head_dim], both contiguous. The preprocess
+/// kernel writes D and zeroes the accumulator.
+struct BackwardWorkspaceLayout {
+  uint64_t dOffset = 0, dqAccumOffset = 0, totalBytes = 0;
+  static BackwardWorkspaceLayout of(const AttentionSpec &spec, int64_t batch,
+                                    int64_t seqlenQ);
+};
+
+/// Parameters of the preprocess kernel: O and dO [batch, heads, seqlen_q,
+/// head_dim] with (batch, head, row) strides in elements, D and the dQ
+/// accumulator (workspace), which it zeroes.
+struct BackwardPreprocessArgs {
+  const void *o = nullptr, *dO = nullptr;
+  float *d = nullptr, *dqAccum = nullptr;
+  std::array<int64_t, 3> oStrides{}, dOStrides{};
+  int32_t seqlenQ = 0;
+  static constexpr unsigned kNumParams = 4 + 6 + 1;
+  std::array<void *, kNumParams> paramPointers();
+};
+
+/// Parameters of the main kernel. Q, dO [batch, heads, seqlen_q, d]; K,
+/// V, dK, dV [batch, kv_heads, seqlen_k, d]; LSE f32 [batch, heads,
+/// seqlen_q] (the forward's, natural log); D and dQ accumulator from the
+/// workspace. Strides in elements, (batch, head, row).
+struct BackwardMainArgs {
+  const void *q = nullptr, *k = nullptr, *v = nullptr, *dO = nullptr;
+  void *dk = nullptr, *dv = nullptr;
+  const float *lse = nullptr, *d = nullptr;
+  float *dqAccum = nullptr;
+  std::array<int64_t, 3> qStrides{}, kStrides{}, vStrides{}, dOStrides{},
+      dkStrides{}, dvStrides{}, lseStrides{};
+  int32_t seqlenQ = 0, seqlenK = 0;
+  /// softmax scale * log2(e), and the softmax scale.
+  float scaleLog2 = 0, scale = 0;
+  static constexpr unsigned kNumParams = 9 + 21 + 4;
+  std::array<void *, kNumParams> paramPointers();
+};
+
+/// Parameters of the convert kernel: the dQ accumulator (workspace), dQ
+/// [batch, heads, seqlen_q, d] with strides in elements, the scale.
+struct BackwardConvertArgs {
+  const float *dqAccum = nullptr;
+  void *dq = nullptr;
+  std::array<int64_t, 3> dqStrides{};
+  int32_t seqlenQ = 0;
+  float scale = 0;
+  static constexpr unsigned kNumParams = 2 + 3 + 2;
+  std::array<void *, kNumParams> paramPointers();
+};
+
+/// Threads of one block of the preprocess and convert kernels.
+constexpr unsigned kBackwardAuxThreads = 128;
+
+/// The backward kernels' grids. Main: (ceil(seqlen_k / block_n), kv_heads,
+/// batch), warps * 32 threads, the config's shared memory. Preprocess and
+/// convert: kBackwardAuxThreads threads, no dynamic shared memory.
+struct BackwardGeometry {
+  LaunchGeometry preprocess, main, convert;
+  static BackwardGeometry of(const AttentionSpec &spec,
+                             const TileConfig &config, int64_t batch,
+                             int64_t seqlenQ, int64_t seqlenK);
+};
+
+/// The sm_80+ backward template. A config names family "mma_sync_bwd":
+/// block_n key rows per block (16 per warp, so warps = block_n / 16),
+/// block_m query rows per inner step (16 to block_n), stages 1 or 2 (2:
+/// the next step's Q, dO, LSE and D load during this one).
+class MmaSyncBackward {
+public:
+  static llvm::StringRef family() { return "mma_sync_bwd"; }
+  static constexpr int minComputeCapability() { return 80; }
+  /// Key rows each warp owns (one m16 tile).
+  static constexpr int64_t kKeyRowsPerWarp = 16;
+  static std::vector<int64_t> headDims() { return {64, 96, 128}; }
+
+  /// Whether the backward can be built for this spec and target: head dim
+  /// in headDims(), sm_80 or newer, dense or causal attention (either
+  /// alignment) with no window, mods or block mask yet.
+  static llvm::Error supports(const AttentionSpec &spec, const Target &target);
+  static llvm::Error checkConfig(const AttentionSpec &spec,
+                                 const TileConfig &config);
+  /// Threads and shared memory of the main kernel's block.
+  static TemplateResources resources(const AttentionSpec &spec,
+                                     const TileConfig &config);
+  /// The configs it builds for the spec, the default first.
+  static std::vector<TileConfig> candidates(const AttentionSpec &spec);
+  static TileConfig defaultConfig(const AttentionSpec &spec);
+  /// The KernelInfo of the main kernel (its name, config, threads, shared
+  /// memory); the runtime finds the other two by BackwardKernelNames.
+  static KernelInfo mainKernelInfo(const AttentionSpec &spec,
+                                   const TileConfig &config,
+                                   llvm::StringRef baseName);
+
+  /// Checks, then emits the three kernels of `baseName` at the builder's
+  /// insertion point (inside a gpu.module).
+  static llvm::Error build(mlir::OpBuilder &builder, mlir::Location loc,
+                           const AttentionSpec &spec, const TileConfig &config,
+                           llvm::StringRef baseName);
+};
+
+} // namespace flashjit
+
+#endif

@@ -1,0 +1,67 @@
+//===- BackwardBuilder.h - IR builders of the backward kernels ---*- C++ -*-===//
+// Why: the main backward kernel is made of the mma_sync template's pieces
+// (cp.async tile copies, ldmatrix, mma.sync m16n8k16, packing) in a new
+// schedule, so its builder derives from that template's builder; the two
+// small kernels around it (preprocess, convert) need only KernelIR.
+#ifndef FLASHJIT_TEMPLATES_BACKWARD_BACKWARDBUILDER_H
+#define FLASHJIT_TEMPLATES_BACKWARD_BACKWARDBUILDER_H
+
+#include "../MmaSyncBuilder.h"
+
+namespace flashjit::backward {
+
+using mlir::ArrayRef;
+using mlir::Location;
+using mlir::OpBuilder;
+using mlir::SmallVector;
+using mlir::StringRef;
+using mlir::Value;
+using mlir::ValueRange;
+
+/// The main kernel (MmaSyncBackward.h): one block per (key block, KV
+/// head, batch), warp w owning key rows [16 w, 16 w + 16) of the block.
+class MainKernelBuilder : public mma_sync::Builder {
+public:
+  MainKernelBuilder(OpBuilder &b, Location loc, const AttentionSpec &spec,
+                    const TileConfig &config)
+      : Builder(b, loc, spec, config, /*withSoftmax=*/true) {}
+
+  void buildMain(StringRef name);
+
+private:
+  /// The kernel's parameters (BackwardMainArgs) as IR values, seqlens
+  /// widened to i64.
+  struct Params {
+    Value q, k, v, dO, dk, dv, lse, d, dqAccum;
+    SmallVector<Value, 3> qStrides, kStrides, vStrides, dOStrides, dkStrides,
+        dvStrides, lseStrides;
+    Value seqlenQ, seqlenK, scaleLog2, scale;
+  };
+  Params beginMainKernel(StringRef name);
+  /// Element `row` (i64) of (batch, head) in the [batch, heads, seqlen_q]
+  /// workspace layout, times `perRow` elements.
+  Value workspaceRow(const Params &p, Value batch, Value head, Value row,
+                     int64_t perRow);
+  /// Scores of this warp's key rows against the block's query columns
+  /// (S^T = K Q^T, or dP^T = V dO^T): A from the warp's rows of a tile of
+  /// [block_n][d], B from a tile of [block_m][d], both at lane addresses.
+  SmallVector<Value> rowTimesColumns(Value aLane, Value bLane);
+  /// acc += X^T-tile products: A = packed pairs over the query dimension
+  /// (packed[nt * 2 + h]), B by ldmatrix.trans from a [block_m][d] tile.
+  void accumulateOverQueries(ArrayRef<Value> packed, Value bLaneTrans,
+                             mlir::MutableArrayRef<Value> acc);
+  /// f32 -> shared memory at byte offset `offset` (i64), and back.
+  void storeShared(Value value, Value offset);
+  Value loadShared(mlir::Type type, Value offset);
+};
+
+/// Emits the preprocess kernel: D = rowsum(dO * O) (BackwardPreprocessArgs).
+void buildPreprocessKernel(OpBuilder &b, Location loc,
+                           const AttentionSpec &spec, StringRef name);
+/// Emits the convert kernel: dQ = scale * accumulator (BackwardConvertArgs).
+void buildConvertKernel(OpBuilder &b, Location loc, const AttentionSpec &spec,
+                        StringRef name);
+
+} // namespace flashjit::backward
+
+#endif

@@ -1,0 +1,243 @@
+//===- MmaSyncBackwardConfig.cpp - what the backward template supports ----===//
+// Why: the runtime sizes workspaces, checks configs and launches the three
+// backward kernels without building IR; their ABI (parameter pointers,
+// grids, workspace layout) and the template's limits live here, apart
+// from the IR builders.
+#include "flashjit/Templates/MmaSyncBackward.h"
+
+#include "flashjit/Templates/MmaSyncForward.h"
+
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MathExtras.h"
+
+namespace flashjit {
+namespace {
+
+llvm::Error configError(const llvm::Twine &message) {
+  return llvm::createStringError("mma_sync_bwd: " + message.str());
+}
+
+uint64_t alignUp(uint64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+unsigned ceilDiv(int64_t x, int64_t y) {
+  return static_cast<unsigned>((x + y - 1) / y);
+}
+
+} // namespace
+
+BackwardKernelNames BackwardKernelNames::of(llvm::StringRef base) {
+  return {(base + "_bwd_pre").str(), (base + "_bwd").str(),
+          (base + "_bwd_dq").str()};
+}
+
+BackwardWorkspaceLayout
+BackwardWorkspaceLayout::of(const AttentionSpec &spec, int64_t batch,
+                            int64_t seqlenQ) {
+  BackwardWorkspaceLayout w;
+  const uint64_t rows = static_cast<uint64_t>(batch) * spec.numHeads * seqlenQ;
+  w.dOffset = 0;
+  w.dqAccumOffset = alignUp(rows * sizeof(float));
+  w.totalBytes = w.dqAccumOffset + alignUp(rows * spec.headDim * sizeof(float));
+  return w;
+}
+
+std::array<void *, BackwardPreprocessArgs::kNumParams>
+BackwardPreprocessArgs::paramPointers() {
+  std::array<void *, kNumParams> p{};
+  unsigned i = 0;
+  p[i++] = &o;
+  p[i++] = &dO;
+  p[i++] = &d;
+  p[i++] = &dqAccum;
+  for (auto *strides : {&oStrides, &dOStrides})
+    for (int64_t &s : *strides)
+      p[i++] = &s;
+  p[i++] = &seqlenQ;
+  return p;
+}
+
+std::array<void *, BackwardMainArgs::kNumParams>
+BackwardMainArgs::paramPointers() {
+  std::array<void *, kNumParams> p{};
+  unsigned i = 0;
+  for (void *ptr : {static_cast<void *>(&q), static_cast<void *>(&k),
+                    static_cast<void *>(&v), static_cast<void *>(&dO),
+                    static_cast<void *>(&dk), static_cast<void *>(&dv),
+                    static_cast<void *>(&lse), static_cast<void *>(&d),
+                    static_cast<void *>(&dqAccum)})
+    p[i++] = ptr;
+  for (auto *strides : {&qStrides, &kStrides, &vStrides, &dOStrides,
+                        &dkStrides, &dvStrides, &lseStrides})
+    for (int64_t &s : *strides)
+      p[i++] = &s;
+  p[i++] = &seqlenQ;
+  p[i++] = &seqlenK;
+  p[i++] = &scaleLog2;
+  p[i++] = &scale;
+  return p;
+}
+
+std::array<void *, BackwardConvertArgs::kNumParams>
+BackwardConvertArgs::paramPointers() {
+  std::array<void *, kNumParams> p{};
+  unsigned i = 0;
+  p[i++] = &dqAccum;
+  p[i++] = &dq;
+  for (int64_t &s : dqStrides)
+    p[i++] = &s;
+  p[i++] = &seqlenQ;
+  p[i++] = &scale;
+  return p;
+}
+
+BackwardGeometry BackwardGeometry::of(const AttentionSpec &spec,
+                                      const TileConfig &config, int64_t batch,
+                                      int64_t seqlenQ, int64_t seqlenK) {
+  BackwardGeometry g;
+  const int64_t chunks = spec.headDim / 8;
+  const int64_t lanesPerRow =
+      static_cast<int64_t>(llvm::PowerOf2Ceil(static_cast<uint64_t>(chunks)));
+  const int64_t rowsPerBlock = kBackwardAuxThreads / lanesPerRow;
+  auto aux = [&](unsigned gridX) {
+    LaunchGeometry l;
+    l.gridX = gridX;
+    l.gridY = static_cast<unsigned>(spec.numHeads);
+    l.gridZ = static_cast<unsigned>(batch);
+    l.blockX = kBackwardAuxThreads;
+    return l;
+  };
+  g.preprocess = aux(ceilDiv(seqlenQ, rowsPerBlock));
+  g.convert = aux(ceilDiv(seqlenQ * chunks, kBackwardAuxThreads));
+  TemplateResources r = MmaSyncBackward::resources(spec, config);
+  g.main.gridX = ceilDiv(seqlenK, config.blockN);
+  g.main.gridY = static_cast<unsigned>(spec.numKVHeads);
+  g.main.gridZ = static_cast<unsigned>(batch);
+  g.main.blockX = r.threadsPerBlock;
+  g.main.sharedMemoryBytes = r.sharedMemoryBytes;
+  return g;
+}
+
+llvm::Error MmaSyncBackward::supports(const AttentionSpec &spec,
+                                      const Target &target) {
+  if (auto err = checkHeadDimAndTarget(spec, target, headDims(), family(),
+                                       minComputeCapability()))
+    return err;
+  if (spec.windowLeft >= 0 || spec.windowRight >= 0 || spec.hasMods() ||
+      !spec.captures.empty() || spec.isBlockSparse())
+    return llvm::createStringError(
+        "the backward pass supports dense and causal attention (top-left or "
+        "bottom-right) so far; windows, score_mod, mask_mod and block-sparse "
+        "masks are not supported yet: " +
+        spec.canonical());
+  return llvm::Error::success();
+}
+
+llvm::Error MmaSyncBackward::checkConfig(const AttentionSpec &spec,
+                                         const TileConfig &config) {
+  if (config.family != family())
+    return configError(
+        llvm::formatv("config family '{0}' given to it", config.family).str());
+  if (config.stages != 1 && config.stages != 2)
+    return configError(
+        llvm::formatv("stages must be 1 (one Q and dO buffer) or 2 (the "
+                      "next query block loads during this one), got {0}",
+                      config.stages)
+            .str());
+  if (config.warps < 1 || config.warps > 8 ||
+      config.blockN != config.warps * kKeyRowsPerWarp)
+    return configError(
+        llvm::formatv("each warp owns {0} key rows: block_n must be 16 x "
+                      "warps with 1 to 8 warps, got block_n {1} and {2} warps",
+                      kKeyRowsPerWarp, config.blockN, config.warps)
+            .str());
+  if (config.blockM < 16 || config.blockM % 16 != 0 ||
+      config.blockM > config.blockN ||
+      !llvm::isPowerOf2_64(static_cast<uint64_t>(config.blockM)))
+    return configError(
+        llvm::formatv("block_m must be a power of two from 16 to block_n "
+                      "({0}), got {1}",
+                      config.blockN, config.blockM)
+            .str());
+  // dQ = dS K: warp w takes query m tile w % (block_m / 16) and one of
+  // warps / (block_m / 16) equal column ranges, each two n8 tiles wide.
+  const int64_t split = config.warps / (config.blockM / 16);
+  if (config.warps % (config.blockM / 16) != 0 ||
+      spec.headDim % (split * 16) != 0)
+    return configError(
+        llvm::formatv("dQ splits head dim {0} into {1} column ranges of a "
+                      "multiple of 16: choose block_m so that warps / "
+                      "(block_m / 16) divides head dim / 16",
+                      spec.headDim, split)
+            .str());
+  return llvm::Error::success();
+}
+
+TemplateResources MmaSyncBackward::resources(const AttentionSpec &spec,
+                                             const TileConfig &config) {
+  TemplateResources r;
+  r.threadsPerBlock = static_cast<unsigned>(config.warps * 32);
+  const int64_t eltBytes = dtypeBytes(spec.dtype);
+  const int64_t rowBytes =
+      (spec.headDim + MmaSyncForward::kRowPadding) * eltBytes;
+  // K and V tiles; `stages` buffers of the Q and dO tiles and the query
+  // rows' LSE and D (f32); dS^T [block_n][block_m + 8].
+  const int64_t bytes =
+      2 * config.blockN * rowBytes +
+      config.stages * (2 * config.blockM * rowBytes + 2 * config.blockM * 4) +
+      config.blockN * (config.blockM + MmaSyncForward::kRowPadding) *
+          eltBytes;
+  r.sharedMemoryBytes = static_cast<unsigned>(bytes);
+  // dK and dV accumulators (d/2 f32 each), S^T and dP^T (block_m/2 each).
+  r.registersPerThread =
+      static_cast<unsigned>(spec.headDim + config.blockM + 40);
+  r.queryRowsPerWarp = static_cast<unsigned>(kKeyRowsPerWarp);
+  return r;
+}
+
+std::vector<TileConfig> MmaSyncBackward::candidates(const AttentionSpec &spec) {
+  std::vector<TileConfig> out;
+  out.push_back(defaultConfig(spec));
+  // 64 query rows per step spill at head dim 128 and 96 with 4 warps
+  // (defaultConfig), 128 at every head dim.
+  for (int64_t stages : {1, 2})
+  for (int64_t warps : {4, 8})
+    for (int64_t blockM : {32, 64}) {
+      if (blockM == 64 && spec.headDim >= 96)
+        continue;
+      TileConfig c{family().str(), blockM, warps * kKeyRowsPerWarp, stages,
+                   warps};
+      if (llvm::Error err = checkConfig(spec, c))
+        llvm::consumeError(std::move(err));
+      else if (c != out.front())
+        out.push_back(c);
+    }
+  return out;
+}
+
+TileConfig MmaSyncBackward::defaultConfig(const AttentionSpec &spec) {
+  // 8 warps (128 keys per block) with the next query step loading during
+  // this one were the fastest candidates on an H100 (docs/backward.md).
+  // At head dim 128, 64 query rows per step keep S^T and dP^T (32 f32
+  // each) beside dK and dV (64 each) and spill; 32 fit in 255 registers
+  // (ptxas -v, sm_80 and sm_90a). Head dim 96 keeps 4 warps and 32 rows:
+  // with 8 warps, 32 rows would split dQ's columns into ranges of 24
+  // (checkConfig); 64 rows build without spills but have not run on a GPU.
+  if (spec.headDim == 96)
+    return {family().str(), 32, 64, 1, 4};
+  return {family().str(), spec.headDim >= 128 ? 32 : 64, 128, 2, 8};
+}
+
+KernelInfo MmaSyncBackward::mainKernelInfo(const AttentionSpec &spec,
+                                           const TileConfig &config,
+                                           llvm::StringRef baseName) {
+  TemplateResources r = resources(spec, config);
+  KernelInfo info;
+  info.name = BackwardKernelNames::of(baseName).main;
+  info.config = config;
+  info.threadsPerBlock = r.threadsPerBlock;
+  info.sharedMemoryBytes = r.sharedMemoryBytes;
+  info.numHeads = spec.numHeads;
+  return info;
+}
+
+} // namespace flashjit

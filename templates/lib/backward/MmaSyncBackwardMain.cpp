@@ -1,0 +1,506 @@
+//===- MmaSyncBackwardMain.cpp - the main backward kernel on mma.sync -----===//
+// Why: FlashAttention-2's backward, parallel over key blocks: dK and dV of
+// a key block are sums over every query row, so the block that owns the
+// key block keeps them in registers for its whole life and writes them
+// once; only dQ, a sum over key blocks, leaves the chip as f32 atomics.
+//
+// Work split: a block owns block_n key rows of one (batch, KV head); warp
+// w owns 16 of them (one m16 tile). K and V load once. For each query head
+// of the GQA group and each query block of block_m rows that the causal
+// mask leaves visible to some key of the block:
+//   S^T  = K Q^T       mma.sync, the warp's K rows as A, Q tile as B;
+//   P^T  = 2^(S^T c - LSE log2 e)   (c = scale log2 e; masked scores -inf);
+//   dP^T = V dO^T      as S^T with V and dO;
+//   dS^T = P^T (dP^T - D)           (D per query column, from preprocess);
+//   dV  += P^T dO      the accumulators of P^T are the A fragments of a
+//   dK  += dS^T Q      k16 step over queries (as P in the forward's P V);
+//   dS^T -> shared memory, one barrier, then dQ = dS K: warp w takes a
+//   16-row query tile and a column range, A by ldmatrix.trans of dS^T, and
+//   adds its f32 results into the workspace with atomics.
+// dK is scaled by the softmax scale once at the end; dQ's scale is applied
+// by the convert kernel. Query rows past seqlen_q have LSE +inf (P = 0) and
+// zero dO; key rows past seqlen_k are masked; a row whose forward LSE is
+// -inf (it saw no key) gets P = 0.
+//
+// Steps: one loop over (query head of the group, visible query block).
+// stages = 1 loads a step's Q, dO, LSE and D, waits, then computes;
+// stages = 2 starts the next step's loads into the other buffer first, so
+// they stream in during this step's products.
+//
+// Shared layout: K [block_n][D + 8], V [block_n][D + 8], then per stage
+// Q [block_m][D + 8], dO [block_m][D + 8] (element type) and the query
+// rows' LSE and D (f32 [block_m] each), then dS^T [block_n][block_m + 8].
+#include "BackwardBuilder.h"
+
+#include "flashjit/Templates/MmaSyncBackward.h"
+
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+#include <cmath>
+#include <limits>
+
+using namespace mlir;
+
+namespace flashjit::backward {
+
+using Pred = arith::CmpIPredicate;
+
+namespace {
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr int64_t kAcc = mma_sync::kAccPerTile;
+} // namespace
+
+MainKernelBuilder::Params MainKernelBuilder::beginMainKernel(StringRef name) {
+  SmallVector<Type> argTypes(9, globalPtr);
+  argTypes.append(21, i64);
+  argTypes.append({i32, i32, f32, f32});
+  gpu::GPUFuncOp func = beginKernel(name, argTypes, threads);
+  ValueRange args = func.getBody().front().getArguments();
+  Params p;
+  p.q = args[0];
+  p.k = args[1];
+  p.v = args[2];
+  p.dO = args[3];
+  p.dk = args[4];
+  p.dv = args[5];
+  p.lse = args[6];
+  p.d = args[7];
+  p.dqAccum = args[8];
+  SmallVector<Value, 3> *strides[] = {&p.qStrides,  &p.kStrides,
+                                      &p.vStrides,  &p.dOStrides,
+                                      &p.dkStrides, &p.dvStrides,
+                                      &p.lseStrides};
+  for (int i = 0; i < 7; ++i)
+    strides[i]->assign(args.begin() + 9 + 3 * i, args.begin() + 12 + 3 * i);
+  p.seqlenQ = arith::ExtSIOp::create(b, loc, i64, args[30]);
+  p.seqlenK = arith::ExtSIOp::create(b, loc, i64, args[31]);
+  p.scaleLog2 = args[32];
+  p.scale = args[33];
+  return p;
+}
+
+Value MainKernelBuilder::workspaceRow(const Params &p, Value batch, Value head,
+                                      Value row, int64_t perRow) {
+  Value rows = add(mul(add(mul(batch, c64(spec.numHeads)), head), p.seqlenQ),
+                   row);
+  return perRow == 1 ? rows : mul(rows, c64(perRow));
+}
+
+void MainKernelBuilder::storeShared(Value value, Value offset) {
+  LLVM::StoreOp::create(b, loc, value, sharedAddress(toI32(offset)),
+                        /*alignment=*/4);
+}
+
+Value MainKernelBuilder::loadShared(Type type, Value offset) {
+  return LLVM::LoadOp::create(b, loc, type, sharedAddress(toI32(offset)),
+                              /*alignment=*/4);
+}
+
+SmallVector<Value> MainKernelBuilder::rowTimesColumns(Value aLane,
+                                                      Value bLane) {
+  const int64_t nTiles = cfg.blockM / 8;
+  SmallVector<Value> acc(nTiles * kAcc, cF32(0.0f));
+  for (int64_t ks = 0; ks < d / 16; ++ks) {
+    SmallVector<SmallVector<Value, 4>> a = {
+        ldmatrix(toI32(add(aLane, c64(ks * 16 * eltBytes))), false)};
+    for (int64_t np = 0; np < nTiles / 2; ++np) {
+      auto bFrag = ldmatrix(
+          toI32(add(bLane, c64((np * 16 * rowElems + ks * 16) * eltBytes))),
+          false);
+      mmaTwoTiles(a, bFrag, acc, [&](int64_t, int64_t half) {
+        return (2 * np + half) * kAcc;
+      });
+    }
+  }
+  return acc;
+}
+
+void MainKernelBuilder::accumulateOverQueries(ArrayRef<Value> packed,
+                                              Value bLaneTrans,
+                                              MutableArrayRef<Value> acc) {
+  for (int64_t kk = 0; kk < cfg.blockM / 16; ++kk) {
+    const Value *t0 = &packed[(2 * kk) * 2];
+    const Value *t1 = &packed[(2 * kk + 1) * 2];
+    SmallVector<SmallVector<Value, 4>> a = {{t0[0], t0[1], t1[0], t1[1]}};
+    for (int64_t dp = 0; dp < d / 16; ++dp) {
+      auto bFrag = ldmatrix(
+          toI32(add(bLaneTrans,
+                    c64((kk * 16 * rowElems + dp * 16) * eltBytes))),
+          true);
+      mmaTwoTiles(a, bFrag, acc, [&](int64_t, int64_t half) {
+        return (2 * dp + half) * kAcc;
+      });
+    }
+  }
+}
+
+void MainKernelBuilder::buildMain(StringRef name) {
+  std::string smemName = (name + "_smem").str();
+  LLVM::GlobalOp::create(b, loc, LLVM::LLVMArrayType::get(b.getI8Type(), 0),
+                         /*isConstant=*/false, LLVM::Linkage::External,
+                         smemName, Attribute(), /*alignment=*/128,
+                         /*addrSpace=*/3);
+  OpBuilder::InsertionGuard funcGuard(b);
+  Params p = beginMainKernel(name);
+  smemBase = LLVM::AddressOfOp::create(b, loc, sharedPtr, smemName);
+  tid = threadIdX();
+  Value keyBlock = toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::x));
+  Value kvHead = toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::y));
+  Value batch = toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::z));
+
+  const int64_t bM = cfg.blockM, bN = cfg.blockN;
+  const int64_t nTiles = bM / 8;  // n8 tiles of S^T: query columns
+  const int64_t dTiles = d / 8;   // n8 tiles of dK, dV
+  const int64_t rowBytes = rowElems * eltBytes;
+  const int64_t dsRowElems = bM + MmaSyncForward::kRowPadding;
+  // K, V; then `stages` buffers of Q, dO, LSE and D; then dS^T.
+  const int64_t kOff = 0, vOff = bN * rowBytes;
+  const int64_t qOff = 2 * bN * rowBytes;
+  const int64_t doOff = qOff + bM * rowBytes;
+  const int64_t lseOff = doOff + bM * rowBytes;
+  const int64_t dOff = lseOff + bM * 4;
+  const int64_t stageBytes = 2 * bM * rowBytes + 2 * bM * 4;
+  const int64_t dsOff = qOff + cfg.stages * stageBytes;
+  // dQ = dS K: warp w takes query m tile w % qTiles, columns
+  // [part * dCols, part * dCols + dCols) with part = w / qTiles.
+  const int64_t qTiles = bM / 16;
+  const int64_t dCols = d / (cfg.warps / qTiles);
+
+  Value lane = remU(tid, 32), warp = divU(tid, 32);
+  Value quadRow = divU(lane, 4);
+  Value quadCol = mul(remU(lane, 4), c64(2));
+  Value matrix = divU(lane, 8), matrixRow = remU(lane, 8);
+  Value warpKey0 = mul(warp, c64(16));
+  Value n0 = mul(keyBlock, c64(bN));
+  Value diagonal = spec.causalAlign == CausalAlign::BottomRight
+                       ? sub(p.seqlenK, p.seqlenQ)
+                       : c64(0);
+
+  // ---- K and V of the block, once ----------------------------------------
+  copyTile(p.k, p.kStrides, batch, kvHead, n0, p.seqlenK, bN, c64(kOff));
+  copyTile(p.v, p.vStrides, batch, kvHead, n0, p.seqlenK, bN, c64(vOff));
+  NVVM::CpAsyncCommitGroupOp::create(b, loc);
+  NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
+
+  // Lane addresses (bytes). A from the warp's 16 rows of a [block_n][D]
+  // tile: matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15).
+  auto rowsA = [&](int64_t tile) {
+    return add(c64(tile),
+               mul(add(mul(add(warpKey0, remU(lane, 16)), c64(rowElems)),
+                       mul(divU(lane, 16), c64(8))),
+                   c64(eltBytes)));
+  };
+  // B (not transposed) from a [block_m][D] tile: two n8 tiles of one k16
+  // step, (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15).
+  auto columnsB = [&](int64_t tile) {
+    return add(c64(tile),
+               mul(add(mul(add(matrixRow, mul(divU(matrix, 2), c64(8))),
+                           c64(rowElems)),
+                       mul(remU(matrix, 2), c64(8))),
+                   c64(eltBytes)));
+  };
+  // B by ldmatrix.trans from a [k][n] tile: (k 0-7, n 0-7), (k 8-15, n 0-7),
+  // (k 0-7, n 8-15), (k 8-15, n 8-15).
+  auto transposedB = [&](int64_t tile) {
+    return add(c64(tile),
+               mul(add(mul(add(matrixRow, mul(remU(matrix, 2), c64(8))),
+                           c64(rowElems)),
+                       mul(divU(matrix, 2), c64(8))),
+                   c64(eltBytes)));
+  };
+  Value kA = rowsA(kOff), vA = rowsA(vOff);
+  Value qB = columnsB(qOff), dOB = columnsB(doOff);
+  Value qT = transposedB(qOff), dOT = transposedB(doOff);
+  // dQ's operands: A = dS (m = query, k = key) by ldmatrix.trans of dS^T
+  // [key][query] (matrix i: keys (i / 2) * 8.., queries (i % 2) * 8..),
+  // this warp's query tile; B = K (k = key, n = d) transposed, this warp's
+  // columns.
+  Value dqTile = remU(warp, qTiles);
+  Value dqColumn0 = mul(divU(warp, qTiles), c64(dCols));
+  Value dsA = add(
+      c64(dsOff),
+      mul(add(mul(add(mul(divU(matrix, 2), c64(8)), matrixRow),
+                  c64(dsRowElems)),
+              add(mul(remU(matrix, 2), c64(8)), mul(dqTile, c64(16)))),
+          c64(eltBytes)));
+  Value kT = add(transposedB(kOff), mul(dqColumn0, c64(eltBytes)));
+
+  // ---- query blocks that see some key of this block ----------------------
+  Value queryBlocks = divU(add(p.seqlenQ, c64(bM - 1)), bM);
+  Value firstBlock = c64(0);
+  if (spec.causal) {
+    // Query row i sees key j iff j <= i + diagonal.
+    Value firstRow = maxS(sub(n0, diagonal), c64(0));
+    firstBlock = minS(divU(firstRow, bM), queryBlocks);
+  }
+  const int64_t group = spec.groupSize();
+  const float log2e = static_cast<float>(M_LOG2E);
+
+  SmallVector<Value> init(2 * dTiles * kAcc, cF32(0.0f));
+  // The steps: every (query head of the group, visible query block), t in
+  // [0, group * blocks), head-major.
+  Value blocks = sub(queryBlocks, firstBlock);
+  Value steps = mul(blocks, c64(group));
+  auto headOf = [&](Value t) {
+    return group == 1 ? kvHead
+                      : add(mul(kvHead, c64(group)),
+                            arith::DivUIOp::create(b, loc, t, blocks));
+  };
+  auto firstRowOf = [&](Value t) {
+    Value block = group == 1 ? t : Value(arith::RemUIOp::create(b, loc, t, blocks));
+    return mul(add(firstBlock, block), c64(bM));
+  };
+  // Starts the cp.async of step t's Q, dO, LSE and D into the buffer at
+  // byte offset `buffer`; rows past seqlen_q read as zeros (their LSE and
+  // D too: such columns are masked).
+  auto loadStep = [&](Value t, Value buffer) {
+    Value head = headOf(t), m0 = firstRowOf(t);
+    copyTile(p.q, p.qStrides, batch, head, m0, p.seqlenQ, bM,
+             add(c64(qOff), buffer));
+    copyTile(p.dO, p.dOStrides, batch, head, m0, p.seqlenQ, bM,
+             add(c64(doOff), buffer));
+    OpBuilder::InsertionGuard g(b);
+    auto owner = scf::IfOp::create(b, loc, cmp(Pred::slt, tid, c64(bM)),
+                                   /*withElse=*/false);
+    b.setInsertionPoint(owner.thenBlock()->getTerminator());
+    Value row = add(m0, tid);
+    Value inRange = cmp(Pred::slt, row, p.seqlenQ);
+    Value bytes = arith::SelectOp::create(b, loc, inRange, c32(4), c32(0));
+    Value safeRow = arith::SelectOp::create(b, loc, inRange, row, m0);
+    auto copyWord = [&](Value from, int64_t to) {
+      NVVM::CpAsyncOp::create(
+          b, loc,
+          sharedAddress(toI32(add(add(c64(to), buffer), mul(tid, c64(4))))),
+          from, /*size=*/4, NVVM::LoadCacheModifierKind::CA, bytes);
+    };
+    copyWord(globalAddress(p.lse, f32,
+                           rowOffset(p.lseStrides, batch, head, safeRow)),
+             lseOff);
+    copyWord(globalAddress(p.d, f32, workspaceRow(p, batch, head, safeRow, 1)),
+             dOff);
+  };
+
+  // One step: returns dK, dV accumulators.
+  auto queryBlockStep = [&](Value t, ValueRange acc) {
+    Value head = headOf(t), m0 = firstRowOf(t);
+    SmallVector<Value> dkAcc(acc.begin(), acc.begin() + dTiles * kAcc);
+    SmallVector<Value> dvAcc(acc.begin() + dTiles * kAcc, acc.end());
+    // Every warp is done with the previous step's buffers and dS^T.
+    gpu::BarrierOp::create(b, loc);
+    Value buffer = c64(0);
+    if (cfg.stages == 1) {
+      loadStep(t, buffer);
+      NVVM::CpAsyncCommitGroupOp::create(b, loc);
+      NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
+    } else {
+      // Step t + 1 streams into the other buffer during this step.
+      buffer = mul(remU(t, 2), c64(stageBytes));
+      {
+        OpBuilder::InsertionGuard g(b);
+        Value next = add(t, c64(1));
+        auto more = scf::IfOp::create(b, loc, cmp(Pred::slt, next, steps),
+                                      /*withElse=*/false);
+        b.setInsertionPoint(more.thenBlock()->getTerminator());
+        loadStep(next, mul(sub(c64(1), remU(t, 2)), c64(stageBytes)));
+      }
+      NVVM::CpAsyncCommitGroupOp::create(b, loc);
+      NVVM::CpAsyncWaitGroupOp::create(b, loc, 1);
+    }
+    gpu::BarrierOp::create(b, loc);
+    Value qBt = add(qB, buffer), dOBt = add(dOB, buffer);
+    Value qTt = add(qT, buffer), dOTt = add(dOT, buffer);
+    Value lseAt = add(c64(lseOff), buffer), dAt = add(c64(dOff), buffer);
+
+    // S^T = K Q^T, masked where the tile crosses seqlen_k or the diagonal.
+    SmallVector<Value> s = rowTimesColumns(kA, qBt);
+    Value needMask = arith::OrIOp::create(
+        b, loc, cmp(Pred::sgt, add(n0, c64(bN)), p.seqlenK),
+        cmp(Pred::sgt, add(m0, c64(bM)), p.seqlenQ));
+    if (spec.causal)
+      needMask = arith::OrIOp::create(
+          b, loc, needMask,
+          cmp(Pred::sgt, add(n0, c64(bN - 1)), add(m0, diagonal)));
+    {
+      SmallVector<Type> types(s.size(), f32);
+      auto masked = scf::IfOp::create(b, loc, types, needMask,
+                                      /*withElseRegion=*/true);
+      OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(masked.thenBlock());
+      SmallVector<Value> out(s.size());
+      // Column c is a query row below seqlen_q iff c < seqlen_q - m0 -
+      // quadCol (clamped to [0, block_m]).
+      Value columns = toI32(maxS(
+          minS(sub(sub(p.seqlenQ, m0), quadCol), c64(bM)), c64(0)));
+      for (int64_t h = 0; h < 2; ++h) {
+        Value key = add(add(n0, warpKey0), add(quadRow, c64(8 * h)));
+        Value keyOk = cmp(Pred::slt, key, p.seqlenK);
+        // Column c of the tile (query m0 + quadCol + c) sees the key iff
+        // c >= key - m0 - quadCol - diagonal, clamped to [-1, block_m].
+        Value need;
+        if (spec.causal)
+          need = toI32(maxS(minS(sub(sub(key, add(m0, quadCol)), diagonal),
+                                 c64(bM)),
+                            c64(-1)));
+        for (int64_t nt = 0; nt < nTiles; ++nt)
+          for (int64_t e = 0; e < 2; ++e) {
+            int64_t i = nt * kAcc + 2 * h + e;
+            Value valid = arith::AndIOp::create(
+                b, loc, keyOk, cmp(Pred::slt, c32(nt * 8 + e), columns));
+            if (spec.causal)
+              valid = arith::AndIOp::create(
+                  b, loc, valid, cmp(Pred::sge, c32(nt * 8 + e), need));
+            out[i] = arith::SelectOp::create(b, loc, valid, s[i],
+                                             cF32(-kInf));
+          }
+      }
+      scf::YieldOp::create(b, loc, out);
+      b.setInsertionPointToStart(masked.elseBlock());
+      scf::YieldOp::create(b, loc, ValueRange(s));
+      for (size_t i = 0; i < s.size(); ++i)
+        s[i] = masked.getResult(i);
+    }
+
+    // P^T, dP^T and dS^T; LSE and D per query column.
+    SmallVector<Value> negLse(nTiles * 2), dCol(nTiles * 2);
+    for (int64_t nt = 0; nt < nTiles; ++nt)
+      for (int64_t e = 0; e < 2; ++e) {
+        Value column = add(c64(nt * 8 + e), quadCol);
+        // A forward LSE of -inf (the row saw no key) is +inf: P = 0.
+        Value lse = loadShared(f32, add(lseAt, mul(column, c64(4))));
+        Value empty = arith::CmpFOp::create(
+            b, loc, arith::CmpFPredicate::OEQ, lse, cF32(-kInf));
+        negLse[nt * 2 + e] = arith::MulFOp::create(
+            b, loc, arith::SelectOp::create(b, loc, empty, cF32(kInf), lse),
+            cF32(-log2e));
+        dCol[nt * 2 + e] = loadShared(f32, add(dAt, mul(column, c64(4))));
+      }
+    SmallVector<Value> prob(s.size());
+    for (int64_t nt = 0; nt < nTiles; ++nt)
+      for (int64_t r = 0; r < kAcc; ++r) {
+        int64_t i = nt * kAcc + r;
+        prob[i] = exp2(LLVM::FMAOp::create(b, loc, s[i], p.scaleLog2,
+                                           negLse[nt * 2 + r % 2]));
+      }
+    SmallVector<Value> dp = rowTimesColumns(vA, dOBt);
+    SmallVector<Value> ds(s.size());
+    for (int64_t nt = 0; nt < nTiles; ++nt)
+      for (int64_t r = 0; r < kAcc; ++r) {
+        int64_t i = nt * kAcc + r;
+        ds[i] = arith::MulFOp::create(
+            b, loc, prob[i],
+            arith::SubFOp::create(b, loc, dp[i], dCol[nt * 2 + r % 2]));
+      }
+    auto pack = [&](ArrayRef<Value> x) {
+      SmallVector<Value> packed(nTiles * 2);
+      for (int64_t nt = 0; nt < nTiles; ++nt)
+        for (int64_t h = 0; h < 2; ++h)
+          packed[nt * 2 + h] =
+              packPair(x[nt * kAcc + 2 * h], x[nt * kAcc + 2 * h + 1]);
+      return packed;
+    };
+    SmallVector<Value> probPacked = pack(prob), dsPacked = pack(ds);
+
+    // dV += P^T dO, dK += dS^T Q.
+    accumulateOverQueries(probPacked, dOTt, dvAcc);
+    accumulateOverQueries(dsPacked, qTt, dkAcc);
+
+    // dS^T to shared memory for dQ.
+    for (int64_t nt = 0; nt < nTiles; ++nt)
+      for (int64_t h = 0; h < 2; ++h) {
+        Value row = add(warpKey0, add(quadRow, c64(8 * h)));
+        Value offset = add(
+            c64(dsOff),
+            mul(add(mul(row, c64(dsRowElems)), add(quadCol, c64(nt * 8))),
+                c64(eltBytes)));
+        storeShared(dsPacked[nt * 2 + h], offset);
+      }
+    gpu::BarrierOp::create(b, loc);
+
+    // dQ (this warp's 16 query rows x dCols columns) += dS K, then added
+    // into the workspace.
+    SmallVector<Value> dq(dCols / 8 * kAcc, cF32(0.0f));
+    for (int64_t ks = 0; ks < bN / 16; ++ks) {
+      SmallVector<SmallVector<Value, 4>> a = {ldmatrix(
+          toI32(add(dsA, c64(ks * 16 * dsRowElems * eltBytes))), true)};
+      for (int64_t dp2 = 0; dp2 < dCols / 16; ++dp2) {
+        auto bFrag = ldmatrix(
+            toI32(add(kT, c64((ks * 16 * rowElems + dp2 * 16) * eltBytes))),
+            true);
+        mmaTwoTiles(a, bFrag, dq, [&](int64_t, int64_t half) {
+          return (2 * dp2 + half) * kAcc;
+        });
+      }
+    }
+    for (int64_t h = 0; h < 2; ++h) {
+      Value row = add(add(m0, mul(dqTile, c64(16))), add(quadRow, c64(8 * h)));
+      OpBuilder::InsertionGuard g(b);
+      auto inRange = scf::IfOp::create(
+          b, loc, cmp(Pred::slt, row, p.seqlenQ), /*withElse=*/false);
+      b.setInsertionPoint(inRange.thenBlock()->getTerminator());
+      Value base = add(workspaceRow(p, batch, head, row, d),
+                       add(dqColumn0, quadCol));
+      Value address = globalAddress(p.dqAccum, f32, base);
+      for (int64_t dt = 0; dt < dCols / 8; ++dt)
+        for (int64_t e = 0; e < 2; ++e)
+          LLVM::AtomicRMWOp::create(
+              b, loc, LLVM::AtomicBinOp::fadd,
+              globalAddress(address, f32, c64(dt * 8 + e)),
+              dq[dt * kAcc + 2 * h + e], LLVM::AtomicOrdering::monotonic);
+    }
+    SmallVector<Value> next(dkAcc);
+    next.append(dvAcc.begin(), dvAcc.end());
+    return next;
+  };
+
+  SmallVector<Value> result;
+  {
+    if (cfg.stages == 2) {
+      // The first step's loads, before the loop.
+      OpBuilder::InsertionGuard g(b);
+      auto any = scf::IfOp::create(b, loc, cmp(Pred::sgt, steps, c64(0)),
+                                   /*withElse=*/false);
+      b.setInsertionPoint(any.thenBlock()->getTerminator());
+      loadStep(c64(0), c64(0));
+    }
+    if (cfg.stages == 2)
+      NVVM::CpAsyncCommitGroupOp::create(b, loc);
+    auto loop = scf::ForOp::create(
+        b, loc, cIdx(0), toIndex(steps), cIdx(1), init,
+        [&](OpBuilder &, Location, Value step, ValueRange state) {
+          scf::YieldOp::create(b, loc, queryBlockStep(toI64(step), state));
+        });
+    result.assign(loop.getResults().begin(), loop.getResults().end());
+    // No copy is left in flight at the end.
+    NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
+  }
+
+  // ---- epilogue: dK = scale * acc, dV, rows below seqlen_k ---------------
+  for (int64_t h = 0; h < 2; ++h) {
+    Value key = add(add(n0, warpKey0), add(quadRow, c64(8 * h)));
+    OpBuilder::InsertionGuard g(b);
+    auto inRange = scf::IfOp::create(b, loc, cmp(Pred::slt, key, p.seqlenK),
+                                     /*withElse=*/false);
+    b.setInsertionPoint(inRange.thenBlock()->getTerminator());
+    Value dkRow =
+        add(rowOffset(p.dkStrides, batch, kvHead, key), quadCol);
+    Value dvRow =
+        add(rowOffset(p.dvStrides, batch, kvHead, key), quadCol);
+    for (int64_t dt = 0; dt < dTiles; ++dt) {
+      int64_t i = dt * kAcc + 2 * h;
+      Value dkPair =
+          packPair(arith::MulFOp::create(b, loc, result[i], p.scale),
+                   arith::MulFOp::create(b, loc, result[i + 1], p.scale));
+      LLVM::StoreOp::create(b, loc, dkPair,
+                            globalAddress(p.dk, elt, add(dkRow, c64(dt * 8))),
+                            /*alignment=*/4);
+      int64_t j = dTiles * kAcc + i;
+      LLVM::StoreOp::create(b, loc, packPair(result[j], result[j + 1]),
+                            globalAddress(p.dv, elt, add(dvRow, c64(dt * 8))),
+                            /*alignment=*/4);
+    }
+  }
+  gpu::ReturnOp::create(b, loc);
+}
+
+} // namespace flashjit::backward

@@ -1,0 +1,195 @@
+//===- BackwardApiTest.cpp - the backward pass's API without a GPU --------===//
+// Why: the backward kernels must build for every supported spec and the
+// API must refuse bad arguments before anything reaches the device; both
+// run in CI, which has no GPU.
+#include "RuntimeTestUtil.h"
+
+#include "flashjit/Backward.h"
+#include "flashjit/Runtime/ErrorCode.h"
+#include "flashjit/Templates/MmaSyncBackward.h"
+
+#include <doctest/doctest.h>
+
+using namespace flashjit;
+using namespace flashjit::test;
+
+namespace {
+ErrorCode codeOf(llvm::Error err) { return takeErrorParts(std::move(err)).code; }
+
+AttentionSpec gqaSpec() {
+  AttentionSpec spec;
+  spec.headDim = 64;
+  spec.dtype = DType::F16;
+  spec.causal = true;
+  spec.numHeads = 4;
+  spec.numKVHeads = 2;
+  return spec;
+}
+
+/// Arguments over disjoint fake device addresses (never dereferenced: the
+/// checks look at addresses, shapes and strides only).
+struct FakeArgs {
+  BackwardArgs args;
+  FakeArgs(const AttentionSpec &spec, int64_t b, int64_t sq, int64_t sk,
+           size_t workspaceBytes) {
+    uintptr_t next = 0x10000000;
+    auto take = [&](int64_t elements, int64_t bytes) {
+      void *p = reinterpret_cast<void *>(next);
+      next += (elements * bytes + 0xFFFF) / 0x10000 * 0x10000 + 0x10000;
+      return p;
+    };
+    const int64_t H = spec.numHeads, Hkv = spec.numKVHeads, D = spec.headDim;
+    auto qLike = [&] {
+      return TensorRef::bhsd(take(b * H * sq * D, 2), spec.dtype, b, H, sq, D);
+    };
+    auto kLike = [&] {
+      return TensorRef::bhsd(take(b * Hkv * sk * D, 2), spec.dtype, b, Hkv,
+                             sk, D);
+    };
+    args.q = qLike();
+    args.o = qLike();
+    args.dO = qLike();
+    args.dq = qLike();
+    args.k = kLike();
+    args.v = kLike();
+    args.dk = kLike();
+    args.dv = kLike();
+    args.lse =
+        LseRef::contiguous(static_cast<float *>(take(b * H * sq, 4)), b, H, sq);
+    args.workspace = take(static_cast<int64_t>(workspaceBytes), 1);
+    args.workspaceBytes = workspaceBytes;
+  }
+};
+} // namespace
+
+TEST_CASE("backward kernels build for sm_80 and sm_90a, cached apart from "
+          "the forward") {
+  for (const char *chip : {"sm_80", "sm_90a"}) {
+    TempDir dir;
+    Warnings warnings;
+    ContextOptions options;
+    options.chip = chip;
+    options.cache = cacheOptions(dir / "cache", warnings);
+    options.onWarning = warningSink(warnings);
+    auto ctx = Context::create(options);
+    REQUIRE(static_cast<bool>(ctx));
+    AttentionSpec spec = gqaSpec();
+    auto backward = (*ctx)->compileBackward(spec, BackwardOptions());
+    REQUIRE_MESSAGE(static_cast<bool>(backward),
+                    (backward ? "" : llvm::toString(backward.takeError())));
+    const std::string &ptx = (*backward)->ptx();
+    BackwardKernelNames names = BackwardKernelNames::of(spec.kernelName());
+    CHECK((*backward)->info().name == names.main);
+    for (const std::string &name :
+         {names.preprocess, names.main, names.convert})
+      CHECK(ptx.find(".entry " + name) != std::string::npos);
+    CHECK(ptx.find("mma.sync.aligned.m16n8k16") != std::string::npos);
+    CHECK(ptx.find("ldmatrix.sync.aligned") != std::string::npos);
+    CHECK(ptx.find("atom.global.add.f32") != std::string::npos);
+    CHECK((*backward)->info().config.family == "mma_sync_bwd");
+    // The same object from memory; the forward is another entry.
+    auto again = (*ctx)->compileBackward(spec, BackwardOptions());
+    REQUIRE(static_cast<bool>(again));
+    CHECK(again->get() == backward->get());
+    auto forward = (*ctx)->compile(spec);
+    REQUIRE(static_cast<bool>(forward));
+    CHECK((*forward)->ptx().find(names.main) == std::string::npos);
+    CHECK((*ctx)->cache().stats().builds == 2);
+  }
+}
+
+TEST_CASE("backward: what is not supported is an error") {
+  TempDir dir;
+  Warnings warnings;
+  ContextOptions options;
+  options.chip = "sm_90a";
+  options.cache = cacheOptions(dir / "cache", warnings);
+  auto ctx = Context::create(options);
+  REQUIRE(static_cast<bool>(ctx));
+  BackwardOptions deterministic;
+  deterministic.deterministic = true;
+  auto det = (*ctx)->compileBackward(gqaSpec(), deterministic);
+  REQUIRE(!det);
+  CHECK(codeOf(det.takeError()) == ErrorCode::Unsupported);
+  AttentionSpec window = gqaSpec();
+  window.windowLeft = 64;
+  auto windowed = (*ctx)->compileBackward(window, BackwardOptions());
+  REQUIRE(!windowed);
+  CHECK(codeOf(windowed.takeError()) == ErrorCode::Unsupported);
+  AttentionSpec wide = gqaSpec();
+  wide.headDim = 256;
+  auto tooWide = (*ctx)->compileBackward(wide, BackwardOptions());
+  REQUIRE(!tooWide);
+  CHECK(codeOf(tooWide.takeError()) == ErrorCode::Unsupported);
+  BackwardOptions badConfig;
+  badConfig.config = TileConfig{"mma_sync_bwd", 64, 48, 1, 3};
+  auto bad = (*ctx)->compileBackward(gqaSpec(), badConfig);
+  REQUIRE(!bad);
+  CHECK(codeOf(bad.takeError()) == ErrorCode::InvalidArgument);
+  // A forward family is not a backward config.
+  badConfig.config = TileConfig{"mma_sync", 64, 64, 2, 4};
+  auto forwardConfig = (*ctx)->compileBackward(gqaSpec(), badConfig);
+  REQUIRE(!forwardConfig);
+  CHECK(llvm::toString(forwardConfig.takeError()).find("mma_sync_bwd") !=
+        std::string::npos);
+}
+
+TEST_CASE("backward: argument checks before any launch") {
+  TempDir dir;
+  Warnings warnings;
+  ContextOptions options;
+  options.chip = "sm_90a";
+  options.cache = cacheOptions(dir / "cache", warnings);
+  auto ctx = Context::create(options);
+  REQUIRE(static_cast<bool>(ctx));
+  AttentionSpec spec = gqaSpec();
+  auto backward = (*ctx)->compileBackward(spec, BackwardOptions());
+  REQUIRE(static_cast<bool>(backward));
+  const BackwardKernel &kernel = **backward;
+  const int64_t B = 2, Sq = 100, Sk = 300;
+  const size_t need = kernel.workspaceBytes(B, Sq);
+  // D (f32 per query row) and the f32 dQ accumulator, each 256-aligned.
+  CHECK(need >= size_t(4) * B * spec.numHeads * Sq * (spec.headDim + 1));
+  CHECK(need % 256 == 0);
+
+  FakeArgs good(spec, B, Sq, Sk, need);
+  CHECK(errorText(kernel.check(good.args)).empty());
+  if (!(*ctx)->device())
+    CHECK(codeOf(kernel.backward(good.args)) == ErrorCode::NoDevice);
+
+  auto refused = [&](BackwardArgs args, const char *words) {
+    llvm::Error err = kernel.check(args);
+    REQUIRE(static_cast<bool>(err));
+    auto parts = takeErrorParts(std::move(err));
+    CHECK(parts.code == ErrorCode::InvalidArgument);
+    INFO(parts.message);
+    CHECK(parts.message.find(words) != std::string::npos);
+  };
+  BackwardArgs a = good.args;
+  a.workspace = nullptr;
+  refused(a, "workspace is a null pointer");
+  a = good.args;
+  a.workspaceBytes = need - 256;
+  refused(a, "workspaceBytes");
+  a = good.args;
+  a.dk.shape[2] = Sk - 1;
+  refused(a, "dk shape");
+  a = good.args;
+  a.dq.shape[1] = 2;
+  refused(a, "dq shape");
+  a = good.args;
+  a.dO.dtype = DType::BF16;
+  refused(a, "dO is bf16");
+  a = good.args;
+  a.dv = a.dk;
+  refused(a, "overlap");
+  a = good.args;
+  a.dq.data = a.q.data;
+  refused(a, "overlaps input q");
+  a = good.args;
+  a.dk.strides = {0, 0, 0, 1};
+  refused(a, "share memory");
+  a = good.args;
+  a.lse.shape[2] = Sq + 1;
+  refused(a, "the forward's tensors");
+}

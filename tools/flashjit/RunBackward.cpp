@@ -1,0 +1,91 @@
+//===- RunBackward.cpp - `flashjit run --backward` ------------------------===//
+// Why: proves the backward pass of a spec on this GPU as `run` proves the
+// forward: fresh inputs, the forward for O and LSE, NaN-poisoned
+// gradients, dQ, dK and dV against the float64 reference, then CUDA-event
+// timing of the backward alone.
+#include "RunBackward.h"
+#include "Commands.h"
+
+#include "flashjit/Backward.h"
+#include "flashjit/DevTools/BackwardCheck.h"
+
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+
+namespace flashjit::tools {
+
+int runBackwardCheck(Context &ctx, const AttentionSpec &spec,
+                     const Kernel &forward, const BackwardRunRequest &request) {
+  BackwardOptions options;
+  if (!request.config.empty()) {
+    auto config = TileConfig::parse(request.config);
+    if (!config)
+      return reportError("run", config.takeError());
+    options.config = *config;
+  }
+  options.deterministic = request.deterministic;
+  auto start = std::chrono::steady_clock::now();
+  auto backward = ctx.compileBackward(spec, options);
+  if (!backward)
+    return reportError("run", backward.takeError());
+  double compileMs = std::chrono::duration<double, std::milli>(
+                         std::chrono::steady_clock::now() - start)
+                         .count();
+  auto report = runAndCheckBackward(forward, **backward, request.check);
+  if (!report)
+    return reportError("run", report.takeError());
+  const KernelInfo &info = (*backward)->info();
+  const BackwardCheckOptions &o = request.check;
+  if (request.json) {
+    nlohmann::json j = {{"kernel", info.name},
+                        {"pass", "backward"},
+                        {"device", ctx.device()->name},
+                        {"arch", ctx.target().chip},
+                        {"config", info.config.canonical()},
+                        {"forward_config", forward.info().config.canonical()},
+                        {"batch", o.batch},
+                        {"heads", spec.numHeads},
+                        {"kv_heads", spec.numKVHeads},
+                        {"seqlen_q", o.seqlenQ},
+                        {"seqlen_k", o.seqlenK},
+                        {"head_dim", spec.headDim},
+                        {"dtype", dtypeName(spec.dtype)},
+                        {"causal", spec.causal},
+                        {"causal_align", causalAlignName(spec.causalAlign)},
+                        {"seed", o.seed},
+                        {"compile_ms", compileMs},
+                        {"dq_rel_error", report->dqError},
+                        {"dk_rel_error", report->dkError},
+                        {"dv_rel_error", report->dvError},
+                        {"max_abs_error", report->maxAbsError},
+                        {"non_finite", report->nonFinite},
+                        {"checked_kv_groups", report->checkedGroups},
+                        {"tolerance", report->tolerance},
+                        {"passed", report->passed},
+                        {"median_ms", report->medianMs},
+                        {"tflops", report->tflops}};
+    llvm::outs() << j.dump(2) << "\n";
+  } else {
+    llvm::outs() << info.name << " on " << ctx.device()->name << " ("
+                 << ctx.target().chip << ", " << info.config.canonical()
+                 << "; forward " << forward.info().config.canonical() << ")\n"
+                 << "  shape: batch " << o.batch << ", heads "
+                 << spec.numHeads << "/" << spec.numKVHeads << ", seqlen "
+                 << o.seqlenQ << "x" << o.seqlenK << "\n"
+                 << "  backward kernels ready in "
+                 << llvm::format("%.2f", compileMs) << " ms\n"
+                 << "  check: " << report->summary() << "\n";
+    if (o.iterations > 0)
+      llvm::outs() << "  time: " << llvm::format("%.3f", report->medianMs)
+                   << " ms median of " << o.iterations
+                   << " backward calls, "
+                   << llvm::format("%.1f", report->tflops)
+                   << " TFLOP/s (2.5 x the forward's FLOPs)\n";
+  }
+  return report->passed ? 0 : 1;
+}
+
+} // namespace flashjit::tools
