@@ -20,22 +20,6 @@ using autotune::TuningEntry;
 
 namespace {
 
-/// A context building for an H100 with kernels cached in `dir` and its
-/// warnings collected.
-std::unique_ptr<Context> makeContext(const TempDir &dir, Warnings &warnings,
-                                     const std::string &database = "") {
-  ContextOptions options;
-  options.chip = "sm_90a";
-  options.cache = cacheOptions(dir / "cache", warnings);
-  options.tuning.database = database;
-  options.tuning.gpu = sampleGpu();
-  options.onWarning = warningSink(warnings);
-  auto ctx = Context::create(options);
-  REQUIRE_MESSAGE(static_cast<bool>(ctx),
-                  (ctx ? "" : llvm::toString(ctx.takeError())));
-  return std::move(*ctx);
-}
-
 /// The heuristic's config for d128Spec() on an H100.
 TileConfig heuristicFor(const AttentionSpec &spec) {
   TempDir dir;
@@ -63,14 +47,6 @@ TuningDatabase tunedDatabase(const TileConfig &config) {
   entry.heuristicTflops = 20;
   REQUIRE(errorText(db.upsert(entry)) == "");
   return db;
-}
-
-std::shared_ptr<const Kernel> compileOk(Context &ctx, const AttentionSpec &spec,
-                                        const KernelOptions &options = {}) {
-  auto kernel = ctx.compile(spec, options);
-  REQUIRE_MESSAGE(static_cast<bool>(kernel),
-                  (kernel ? "" : llvm::toString(kernel.takeError())));
-  return *kernel;
 }
 
 } // namespace

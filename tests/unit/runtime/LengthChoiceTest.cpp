@@ -20,28 +20,6 @@ using autotune::TuningEntry;
 
 namespace {
 
-std::unique_ptr<Context> makeContext(const TempDir &dir, Warnings &warnings,
-                                     const std::string &database = "") {
-  ContextOptions options;
-  options.chip = "sm_90a";
-  options.cache = cacheOptions(dir / "cache", warnings);
-  options.tuning.database = database;
-  options.tuning.gpu = sampleGpu();
-  options.onWarning = warningSink(warnings);
-  auto ctx = Context::create(options);
-  REQUIRE_MESSAGE(static_cast<bool>(ctx),
-                  (ctx ? "" : llvm::toString(ctx.takeError())));
-  return std::move(*ctx);
-}
-
-std::shared_ptr<const Kernel> compileOk(Context &ctx, const AttentionSpec &spec,
-                                        const KernelOptions &options = {}) {
-  auto kernel = ctx.compile(spec, options);
-  REQUIRE_MESSAGE(static_cast<bool>(kernel),
-                  (kernel ? "" : llvm::toString(kernel.takeError())));
-  return *kernel;
-}
-
 std::shared_ptr<const Kernel> forLengths(const Kernel &kernel, int64_t q,
                                          int64_t k) {
   auto chosen = kernel.kernelForLengths(q, k);

@@ -7,11 +7,14 @@
 #define FLASHJIT_TESTS_UNIT_RUNTIME_RUNTIMETESTUTIL_H
 
 #include "flashjit/Autotune/TuningDatabase.h"
+#include "flashjit/FlashJIT.h"
 #include "flashjit/Runtime/KernelCache.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
+
+#include <doctest/doctest.h>
 
 #include <cstdlib>
 #include <functional>
@@ -144,6 +147,33 @@ inline CacheEntry sampleEntry(int seed = 0, size_t ptxBytes = 4096,
 /// "" for success, else the message (and the error is consumed).
 inline std::string errorText(llvm::Error err) {
   return err ? llvm::toString(std::move(err)) : std::string();
+}
+
+/// A context building for an H100 (no GPU needed) with kernels cached in
+/// `dir`, the tuning database `database` (empty: the default path) and
+/// its warnings collected.
+inline std::unique_ptr<Context> makeContext(const TempDir &dir,
+                                            Warnings &warnings,
+                                            const std::string &database = "") {
+  ContextOptions options;
+  options.chip = "sm_90a";
+  options.cache = cacheOptions(dir / "cache", warnings);
+  options.tuning.database = database;
+  options.tuning.gpu = sampleGpu();
+  options.onWarning = warningSink(warnings);
+  auto ctx = Context::create(options);
+  REQUIRE_MESSAGE(static_cast<bool>(ctx),
+                  (ctx ? "" : llvm::toString(ctx.takeError())));
+  return std::move(*ctx);
+}
+
+inline std::shared_ptr<const Kernel>
+compileOk(Context &ctx, const AttentionSpec &spec,
+          const KernelOptions &options = {}) {
+  auto kernel = ctx.compile(spec, options);
+  REQUIRE_MESSAGE(static_cast<bool>(kernel),
+                  (kernel ? "" : llvm::toString(kernel.takeError())));
+  return *kernel;
 }
 
 } // namespace flashjit::test
