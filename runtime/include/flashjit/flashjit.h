@@ -241,8 +241,9 @@ FLASHJIT_API flashjit_status_t flashjit_kernel_describe(
  *    other nor q, k, v.
  *  - scale: NaN for 1/sqrt(head_dim); else finite, positive, and in
  *    [8.15e-39, 2.35e38] (scale * log2(e) must be a normal f32).
- *  - Every family but wgmma_persistent takes at most 65535 sequences and
- *    65535 query heads per call (CUDA's grid limits): split the batch.
+ *  - The families that are not persistent (mma_sync, cuda_core, wgmma)
+ *    take at most 65535 sequences and 65535 query heads per call (CUDA's
+ *    grid limits): split the batch, or use wgmma_persistent.
  * NaN in the inputs propagates as IEEE arithmetic does, by rows and tiles
  * (docs/rules.md says exactly where). */
 FLASHJIT_API flashjit_status_t flashjit_kernel_forward(
