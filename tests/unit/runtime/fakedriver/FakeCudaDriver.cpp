@@ -22,11 +22,13 @@ struct CUctx_st {
   int device;
   bool primary;
 };
+struct CUfunc_st {
+  struct CUmod_st *module;
+};
+/// One kernel per module: the function handle lives (and dies) with it.
 struct CUmod_st {
   CUcontext ctx;
-};
-struct CUfunc_st {
-  CUmod_st *module;
+  CUfunc_st function{this};
 };
 struct CUstream_st {
   CUcontext ctx;
@@ -279,7 +281,7 @@ CUresult cuModuleUnload(CUmodule m) {
 CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *) {
   if (current() != m->ctx)
     return CUDA_ERROR_INVALID_HANDLE;
-  *f = new CUfunc_st{m};
+  *f = &m->function;
   return CUDA_SUCCESS;
 }
 CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute, int) {
