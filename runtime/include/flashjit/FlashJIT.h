@@ -114,7 +114,9 @@ struct ForwardArgs {
   std::vector<CapturedRef> captures;
   /// A block-sparse spec's block mask; unused (null) otherwise.
   BlockMaskRef blockMask;
-  /// Softmax scale; none: 1/sqrt(head_dim).
+  /// Softmax scale; none: 1/sqrt(head_dim). Finite, positive, and in
+  /// [kMinScale, kMaxScale] = [8.15e-39, 2.35e38] (ForwardChecks.h:
+  /// scale * log2(e) must be a normal f32).
   std::optional<double> scale;
   /// The caller's stream (null: the legacy default stream), of the
   /// primary context of the Context's device. May be capturing a CUDA
