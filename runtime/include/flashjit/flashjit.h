@@ -154,7 +154,10 @@ FLASHJIT_API flashjit_status_t flashjit_get_version(int32_t *major,
                                                     int32_t *patch,
                                                     int32_t *api_version);
 
-/* A context on CUDA device `device`. cache_dir: NULL for the default
+/* A context on CUDA device `device`: its kernels are loaded, and launched,
+ * in that device's primary context (the CUDA runtime's), whatever context
+ * the calling thread has current, so one process may hold a context per
+ * GPU and call each from any thread. cache_dir: NULL for the default
  * ($FLASHJIT_CACHE_DIR, else $XDG_CACHE_HOME/flashjit, else
  * ~/.cache/flashjit), "" for an in-memory cache only. chip: NULL or "" for
  * the device's (sm_90a when there is no GPU), else e.g. "sm_80". Without a
