@@ -170,6 +170,14 @@ TEST_CASE("R10: a tensor spans at most 2^62 bytes") {
           "spans more than 2^62 bytes");
   refused([](ForwardArgs &a) { a.lse.strides[0] = int64_t(1) << 62; },
           "spans more than 2^62 bytes");
+  // Extents each below 2^31 whose compact strides overflow int64 when
+  // multiplied out: refused, without overflowing in the check.
+  const int64_t big = (int64_t(1) << 31) - 1;
+  refused(
+      [&](ForwardArgs &a) {
+        a.k = TensorRef::bhsd(at(1), DType::BF16, big, 2, big, 64);
+      },
+      "spans more than 2^62 bytes");
   ForwardArgs a = good();
   a.k.strides[0] = int64_t(1) << 40; // far apart, but within the limit
   a.v.data = at(8);
