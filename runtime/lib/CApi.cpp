@@ -275,7 +275,12 @@ extern "C" {
 const char *flashjit_last_error(void) { return LastError.c_str(); }
 
 const char *flashjit_status_name(flashjit_status_t status) {
-  switch (status) {
+  // A C caller may pass any int: read it as one (loading an enum of C++
+  // outside its values is undefined behaviour).
+  static_assert(sizeof(status) == sizeof(int), "the C enum is an int");
+  int code = 0;
+  std::memcpy(&code, &status, sizeof(code));
+  switch (code) {
   case FLASHJIT_STATUS_OK:
     return "ok";
   case FLASHJIT_STATUS_INVALID_ARGUMENT:

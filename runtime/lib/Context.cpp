@@ -18,6 +18,7 @@
 #include "flashjit/Runtime/LengthClasses.h"
 #include "flashjit/Runtime/Launch.h"
 #include "flashjit/Runtime/ModuleLoader.h"
+#include "flashjit/Runtime/ScopedContext.h"
 #include "flashjit/Runtime/TensorMaps.h"
 #include "flashjit/Templates/BlockMaskKernel.h"
 #include "flashjit/Templates/KernelTemplate.h"
@@ -30,6 +31,7 @@
 #include <mutex>
 #include <set>
 #include <tuple>
+#include <unordered_map>
 
 namespace flashjit {
 
@@ -80,9 +82,11 @@ namespace {
 /// maps' layouts, which the launch encodes.
 llvm::Expected<std::optional<ForwardTensorMapLayouts>>
 checkForward(const AttentionSpec &spec, const KernelInfo &info,
-             const std::optional<TensorMapBoxes> &boxes,
+             const std::optional<TensorMapBoxes> &boxes, bool persistent,
              const ForwardArgs &args) {
   if (auto err = checkForwardArgs(spec, args))
+    return withCode(ErrorCode::InvalidArgument, std::move(err));
+  if (auto err = checkGridLimits(info, persistent, args))
     return withCode(ErrorCode::InvalidArgument, std::move(err));
   if (!boxes)
     return std::nullopt;
@@ -93,46 +97,98 @@ checkForward(const AttentionSpec &spec, const KernelInfo &info,
 }
 } // namespace
 
+/// A persistent kernel's tile counters (KernelABI.h): a pair of u32 that
+/// must be zero when a launch starts, which the launch's last block leaves
+/// zero again. Launches in one stream run in turn and share the stream's
+/// pair; launches in different streams may overlap and get different pairs.
+/// A launch captured into a CUDA graph gets a pair of its own, zeroed by a
+/// memset node before it, so replays of the graph on any stream never share
+/// a pair with direct launches (replays of one graph executable are
+/// serialized by the driver).
 struct Kernel::TileCounters {
+  /// Pairs come from slabs of this many, allocated as needed.
+  static constexpr unsigned kPairsPerSlab = 512;
   std::mutex mutex;
-  std::map<CUstream, CUdeviceptr> byStream;
-  int deviceOrdinal = 0;
+  /// By the driver's stream id: unique for the life of the process (a
+  /// handle may be reused by a later stream while an earlier launch still
+  /// runs) and distinct for each thread's per-thread default stream.
+  std::unordered_map<unsigned long long, CUdeviceptr> byStream;
+  std::vector<CUdeviceptr> slabs;
+  unsigned usedInSlab = kPairsPerSlab;
+  /// The module's context, where the slabs live.
+  CUcontext context = nullptr;
 
-  /// The stream's pair, allocated and zeroed on first use.
-  llvm::Expected<uint32_t *> forStream(CUstream stream) {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (auto it = byStream.find(stream); it != byStream.end())
-      return reinterpret_cast<uint32_t *>(it->second);
+  /// A fresh pair, zeroed on `stream` ahead of the launch that takes it.
+  /// Allocates in relaxed capture mode: allowed while this or another
+  /// thread captures a graph.
+  llvm::Expected<CUdeviceptr> freshPair(const CudaDriver &drv,
+                                        CUstream stream) {
+    if (usedInSlab == kPairsPerSlab) {
+      auto scope = ScopedContext::enter(drv, context);
+      if (!scope)
+        return scope.takeError();
+      CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+      if (auto err = FLASHJIT_CU(drv, cuThreadExchangeStreamCaptureMode, &mode))
+        return std::move(err);
+      CUdeviceptr slab = 0;
+      llvm::Error err = FLASHJIT_CU(drv, cuMemAlloc, &slab,
+                                    kPairsPerSlab * 2 * sizeof(uint32_t));
+      (void)drv.cuThreadExchangeStreamCaptureMode(&mode);
+      if (err)
+        return std::move(err);
+      slabs.push_back(slab);
+      usedInSlab = 0;
+    }
+    CUdeviceptr pair = slabs.back() + usedInSlab * 2 * sizeof(uint32_t);
+    if (auto err = FLASHJIT_CU(drv, cuMemsetD32Async, pair, 0, 2, stream))
+      return std::move(err);
+    ++usedInSlab;
+    return pair;
+  }
+
+  /// The pair a launch on `stream` takes.
+  llvm::Expected<uint32_t *> forLaunch(CUstream stream) {
     auto drv = CudaDriver::get();
     if (!drv)
       return drv.takeError();
-    if (auto ctx = drv->ensureContext(deviceOrdinal); !ctx)
-      return ctx.takeError();
-    CUdeviceptr pair = 0;
-    if (auto err = FLASHJIT_CU(*drv, cuMemAlloc, &pair, 2 * sizeof(uint32_t)))
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (auto err = FLASHJIT_CU(*drv, cuStreamIsCapturing, stream, &capture))
       return std::move(err);
-    if (auto err = FLASHJIT_CU(*drv, cuMemsetD32, pair, 0, 2)) {
-      (void)drv->cuMemFree(pair);
-      return std::move(err);
+    if (capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+      std::lock_guard<std::mutex> lock(mutex);
+      auto pair = freshPair(*drv, stream);
+      if (!pair)
+        return pair.takeError();
+      return reinterpret_cast<uint32_t *>(*pair);
     }
-    byStream.emplace(stream, pair);
-    return reinterpret_cast<uint32_t *>(pair);
+    unsigned long long id = 0;
+    if (auto err = FLASHJIT_CU(*drv, cuStreamGetId, stream, &id))
+      return std::move(err);
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = byStream.find(id); it != byStream.end())
+      return reinterpret_cast<uint32_t *>(it->second);
+    auto pair = freshPair(*drv, stream);
+    if (!pair)
+      return pair.takeError();
+    byStream.emplace(id, *pair);
+    return reinterpret_cast<uint32_t *>(*pair);
   }
 
   ~TileCounters() {
-    if (byStream.empty())
+    if (slabs.empty())
       return;
     auto drv = CudaDriver::get();
     if (!drv) {
       llvm::consumeError(drv.takeError());
       return;
     }
-    if (auto ctx = drv->ensureContext(deviceOrdinal); !ctx) {
-      llvm::consumeError(ctx.takeError());
+    auto scope = ScopedContext::enter(*drv, context);
+    if (!scope) {
+      llvm::consumeError(scope.takeError());
       return;
     }
-    for (auto &[stream, pair] : byStream)
-      (void)drv->cuMemFree(pair);
+    for (CUdeviceptr slab : slabs)
+      (void)drv->cuMemFree(slab);
   }
 };
 
@@ -155,18 +211,18 @@ Kernel::Kernel(AttentionSpec spec, KernelInfo info, std::string ptx,
     return;
   Counters = std::make_unique<TileCounters>();
   if (Module)
-    Counters->deviceOrdinal = Module->deviceOrdinal();
+    Counters->context = Module->context();
 }
 
 Kernel::~Kernel() = default;
 
 llvm::Error Kernel::check(const ForwardArgs &args) const {
-  return checkForward(Spec, Info, MapBoxes, args).takeError();
+  return checkForward(Spec, Info, MapBoxes, Persistent, args).takeError();
 }
 
 llvm::Error Kernel::prepareLaunch(const ForwardArgs &args,
                                   ForwardLaunchParams &params) const {
-  auto layouts = checkForward(Spec, Info, MapBoxes, args);
+  auto layouts = checkForward(Spec, Info, MapBoxes, Persistent, args);
   if (!layouts)
     return layouts.takeError();
   if (!Module)
@@ -180,7 +236,7 @@ llvm::Error Kernel::prepareLaunch(const ForwardArgs &args,
     return withCode(ErrorCode::LaunchError, std::move(err));
   // A kernel that takes tiles from a counter gets this stream's.
   if (Counters) {
-    auto counter = Counters->forStream(args.stream);
+    auto counter = Counters->forLaunch(args.stream);
     if (!counter)
       return withCode(ErrorCode::LaunchError, counter.takeError());
     params.args.tileCounter = *counter;
@@ -248,6 +304,20 @@ llvm::Error Kernel::forward(const ForwardArgs &args) const {
 }
 
 llvm::Error Kernel::launchOwn(const ForwardArgs &args) const {
+  // The module's context is current from the tensor maps to the launch,
+  // whatever context the calling thread has (ScopedContext.h).
+  std::optional<ScopedContext> scope;
+  const CudaDriver *drv = nullptr;
+  if (Module) {
+    auto driver = CudaDriver::get();
+    if (!driver)
+      return withCode(ErrorCode::LaunchError, driver.takeError());
+    drv = &*driver;
+    auto entered = ScopedContext::enter(*drv, Module->context());
+    if (!entered)
+      return withCode(ErrorCode::LaunchError, entered.takeError());
+    scope.emplace(std::move(*entered));
+  }
   ForwardLaunchParams params;
   if (auto err = prepareLaunch(args, params))
     return err;
@@ -256,8 +326,8 @@ llvm::Error Kernel::launchOwn(const ForwardArgs &args) const {
       forwardGeometry(Info, args.q.shape[0], args.q.shape[2],
                       Persistent ? Module->residentBlocks() : 0);
   return withCode(ErrorCode::LaunchError,
-                  launch(Module->function(), geometry, pointers.data(),
-                         args.stream, Module->deviceOrdinal()));
+                  launchInCurrentContext(*drv, Module->function(), geometry,
+                                         pointers.data(), args.stream));
 }
 
 namespace {

@@ -7,7 +7,10 @@
 
 #include "llvm/Support/FormatVariadic.h"
 
+#include <array>
+#include <atomic>
 #include <dlfcn.h>
+#include <map>
 #include <mutex>
 #include <vector>
 
@@ -121,36 +124,46 @@ llvm::Expected<int> CudaDriver::deviceCount(int ordinal) const {
   return count;
 }
 
+llvm::Expected<CUcontext> CudaDriver::primaryContext(int ordinal) const {
+  // Lock-free for the first kMaxFast ordinals: launches look their context
+  // up on every call.
+  constexpr int kMaxFast = 64;
+  static std::array<std::atomic<CUcontext>, kMaxFast> fast{};
+  if (ordinal >= 0 && ordinal < kMaxFast)
+    if (CUcontext ctx = fast[ordinal].load(std::memory_order_acquire))
+      return ctx;
+
+  static std::mutex mutex;
+  static std::map<int, CUcontext> retained;
+  std::lock_guard<std::mutex> guard(mutex);
+  if (auto it = retained.find(ordinal); it != retained.end())
+    return it->second;
+  if (auto counted = deviceCount(ordinal); !counted)
+    return counted.takeError();
+  CUdevice device;
+  if (llvm::Error err = FLASHJIT_CU(*this, cuDeviceGet, &device, ordinal))
+    return std::move(err);
+  CUcontext ctx = nullptr;
+  if (llvm::Error err = FLASHJIT_CU(*this, cuDevicePrimaryCtxRetain, &ctx, device))
+    return std::move(err);
+  retained.emplace(ordinal, ctx);
+  if (ordinal < kMaxFast)
+    fast[ordinal].store(ctx, std::memory_order_release);
+  return ctx;
+}
+
 llvm::Expected<CUcontext> CudaDriver::ensureContext(int ordinal) const {
   CUcontext current = nullptr;
   if (llvm::Error err = FLASHJIT_CU(*this, cuCtxGetCurrent, &current))
     return std::move(err);
   if (current)
     return current;
-
-  // One retained primary context per device, shared by all threads.
-  static std::mutex mutex;
-  static std::vector<CUcontext> retained;
-  std::lock_guard<std::mutex> guard(mutex);
-  auto counted = deviceCount(ordinal);
-  if (!counted)
-    return counted.takeError();
-  int count = *counted;
-  if (retained.size() < static_cast<size_t>(count))
-    retained.resize(count, nullptr);
-  if (!retained[ordinal]) {
-    CUdevice device;
-    if (llvm::Error err = FLASHJIT_CU(*this, cuDeviceGet, &device, ordinal))
-      return std::move(err);
-    CUcontext ctx = nullptr;
-    if (llvm::Error err =
-            FLASHJIT_CU(*this, cuDevicePrimaryCtxRetain, &ctx, device))
-      return std::move(err);
-    retained[ordinal] = ctx;
-  }
-  if (llvm::Error err = FLASHJIT_CU(*this, cuCtxSetCurrent, retained[ordinal]))
+  auto primary = primaryContext(ordinal);
+  if (!primary)
+    return primary.takeError();
+  if (llvm::Error err = FLASHJIT_CU(*this, cuCtxSetCurrent, *primary))
     return std::move(err);
-  return retained[ordinal];
+  return *primary;
 }
 
 } // namespace flashjit

@@ -9,6 +9,8 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <array>
+#include <cstdint>
+#include <limits>
 
 namespace flashjit {
 namespace {
@@ -48,25 +50,29 @@ llvm::Error checkCommon(const char *name, const DLTensor *t, int ndim,
 }
 
 /// The tensor's strides in elements; null strides mean compact row-major
-/// (DLPack's rule). Extents below 2^31 keep the products in range.
-template <size_t N> std::array<int64_t, N> stridesOf(const DLTensor *t) {
-  std::array<int64_t, N> strides{};
+/// (DLPack's rule). A product past int64 (extents below 2^31 each, up to
+/// four of them) saturates: the span checks then refuse the tensor.
+std::array<int64_t, 4> stridesOf(const DLTensor *t, int n) {
+  std::array<int64_t, 4> strides{};
   if (t->strides) {
-    for (size_t i = 0; i < N; ++i)
+    for (int i = 0; i < n; ++i)
       strides[i] = t->strides[i];
     return strides;
   }
   int64_t step = 1;
-  for (size_t i = N; i-- > 0;) {
+  for (int i = n; i-- > 0;) {
     strides[i] = step;
-    step *= t->shape[i] > 0 ? t->shape[i] : 1;
+    if (__builtin_mul_overflow(step, t->shape[i] > 0 ? t->shape[i] : 1, &step))
+      step = std::numeric_limits<int64_t>::max();
   }
   return strides;
 }
 
-/// data + byte_offset, as DLPack defines the first element.
+/// data + byte_offset, as DLPack defines the first element (an address:
+/// never dereferenced here, so computed without pointer arithmetic).
 void *firstElement(const DLTensor *t) {
-  return static_cast<char *>(t->data) + t->byte_offset;
+  return reinterpret_cast<void *>(reinterpret_cast<uintptr_t>(t->data) +
+                                  t->byte_offset);
 }
 
 } // namespace
@@ -134,7 +140,7 @@ llvm::Expected<TensorRef> toTensorRef(const char *name, const DLTensor *tensor,
   ref.data = firstElement(tensor);
   for (int i = 0; i < 4; ++i)
     ref.shape[i] = tensor->shape[i];
-  ref.strides = stridesOf<4>(tensor);
+  ref.strides = stridesOf(tensor, 4);
   return ref;
 }
 
@@ -163,12 +169,9 @@ llvm::Expected<CapturedRef> toCapturedRef(const char *name,
                                  name, dataTypeName(dt)));
   ref.data = firstElement(tensor);
   ref.rank = tensor->ndim;
-  int64_t stride = 1;
-  for (int d = ref.rank - 1; d >= 0; --d) {
+  ref.strides = stridesOf(tensor, ref.rank);
+  for (int d = 0; d < ref.rank; ++d)
     ref.shape[d] = tensor->shape[d];
-    ref.strides[d] = tensor->strides ? tensor->strides[d] : stride;
-    stride *= tensor->shape[d];
-  }
   return ref;
 }
 
@@ -186,7 +189,8 @@ llvm::Expected<LseRef> toLseRef(const char *name, const DLTensor *tensor,
   ref.data = static_cast<float *>(firstElement(tensor));
   for (int i = 0; i < 3; ++i)
     ref.shape[i] = tensor->shape[i];
-  ref.strides = stridesOf<3>(tensor);
+  auto strides = stridesOf(tensor, 3);
+  ref.strides = {strides[0], strides[1], strides[2]};
   return ref;
 }
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 namespace flashjit {
@@ -20,6 +21,38 @@ std::string shapeText(llvm::ArrayRef<int64_t> shape) {
   for (size_t i = 0; i < shape.size(); ++i)
     s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
+}
+
+/// Whether the elements of a tensor (extents >= 1, strides >= 0) lie
+/// within 2^62 bytes of its first: the byte ranges and overlap checks below
+/// then compute without overflow.
+template <size_t N>
+bool spanFits(const std::array<int64_t, N> &shape,
+              const std::array<int64_t, N> &strides, size_t elemBytes) {
+  constexpr int64_t kLimit = int64_t(1) << 62;
+  int64_t span = 1;
+  for (size_t i = 0; i < N; ++i) {
+    int64_t step = 0;
+    if (shape[i] < 1 || strides[i] < 0 ||
+        __builtin_mul_overflow(shape[i] - 1, strides[i], &step) ||
+        __builtin_add_overflow(span, step, &span) || span > kLimit)
+      return false;
+  }
+  int64_t bytes = 0;
+  return !__builtin_mul_overflow(span, static_cast<int64_t>(elemBytes),
+                                 &bytes) &&
+         bytes <= kLimit;
+}
+
+/// spanFits for a captured tensor of 4-byte words (dimensions past its
+/// rank count as extent 1).
+bool capturedSpanFits(const CapturedRef &c) {
+  std::array<int64_t, 4> shape{1, 1, 1, 1}, strides{0, 0, 0, 0};
+  for (int d = 0; d < c.rank && d < 4; ++d) {
+    shape[d] = c.shape[d];
+    strides[d] = c.strides[d];
+  }
+  return spanFits(shape, strides, 4);
 }
 
 /// [first, last] byte range a tensor touches.
@@ -93,6 +126,11 @@ llvm::Error checkTensor(const char *name, const TensorRef &t,
   if (t.shape[2] >= (int64_t(1) << 31))
     return fail(llvm::formatv("{0} seqlen {1} is above 2^31 - 1", name,
                               t.shape[2]));
+  if (!spanFits(t.shape, t.strides, 2))
+    return fail(llvm::formatv("{0} shape {1} with strides {2} spans more "
+                              "than 2^62 bytes: the strides or the shape "
+                              "are wrong",
+                              name, shapeText(t.shape), shapeText(t.strides)));
   return llvm::Error::success();
 }
 
@@ -151,6 +189,10 @@ llvm::Error checkBlockMask(const AttentionSpec &spec, const BlockMaskRef &m,
         return fail(llvm::formatv("block mask {0} has a negative stride in "
                                   "dimension {1}",
                                   name, d));
+    if (!capturedSpanFits(t))
+      return fail(llvm::formatv("block mask {0} spans more than 2^62 bytes: "
+                                "its strides are wrong",
+                                name));
     return llvm::Error::success();
   };
   if (auto err = check("kv_num_blocks", m.kvNumBlocks, false))
@@ -194,6 +236,8 @@ llvm::Error checkCaptures(const AttentionSpec &spec,
                                   "{1}",
                                   name, d));
     }
+    if (!capturedSpanFits(c))
+      return fail(name + " spans more than 2^62 bytes: its strides are wrong");
   }
   return llvm::Error::success();
 }
@@ -314,6 +358,10 @@ llvm::Error checkForwardArgs(const AttentionSpec &spec,
     if (s < 0)
       return fail(llvm::formatv("lse strides {0} must be non-negative",
                                 shapeText(lse.strides)));
+  if (!spanFits(lse.shape, lse.strides, 4))
+    return fail(llvm::formatv("lse shape {0} with strides {1} spans more "
+                              "than 2^62 bytes: the strides are wrong",
+                              shapeText(lse.shape), shapeText(lse.strides)));
 
   if (!isInjective(args.o.shape, args.o.strides))
     return fail(llvm::formatv("o strides {0} make distinct outputs share "
@@ -338,10 +386,53 @@ llvm::Error checkForwardArgs(const AttentionSpec &spec,
     return err;
   if (auto err = checkBlockMask(spec, args.blockMask, q[0], q[1], q[2], k[2]))
     return err;
+  if (args.scale)
+    return checkScale(*args.scale);
+  return llvm::Error::success();
+}
+
+llvm::Error checkScale(double scale) {
   // The kernels keep the running max of the unscaled scores and fold the
-  // scale into one multiply-add per score, which needs scale > 0.
-  if (args.scale && !(std::isfinite(*args.scale) && *args.scale > 0))
-    return fail("scale must be a positive finite number");
+  // scale into one multiply-add per score, which needs scale > 0; they
+  // work in base 2 with scale * log2(e) as an f32, which must be a normal
+  // number: inf makes (s - max) * inf a NaN, and 0 or a subnormal (flushed
+  // to zero) would make every row uniform.
+  if (!(std::isfinite(scale) && scale > 0))
+    return fail(llvm::formatv("scale must be a positive finite number, got "
+                              "{0}",
+                              scale));
+  const float folded = static_cast<float>(scale * M_LOG2E);
+  if (!std::isfinite(folded) || folded < std::numeric_limits<float>::min())
+    return fail(llvm::formatv(
+        "scale {0:e} is out of range: the kernels compute in f32 with scale "
+        "* log2(e) folded in, which must be a normal f32, so the scale must "
+        "be in [{1:e}, {2:e}]; rescale q (or k) instead",
+        scale, kMinScale, kMaxScale));
+  return llvm::Error::success();
+}
+
+llvm::Error checkGridLimits(const KernelInfo &info, bool persistent,
+                            const ForwardArgs &args) {
+  // A persistent kernel walks every (batch, head, query block) itself from
+  // a one-dimensional grid (the 2^31 row limit is checkForwardArgs').
+  if (persistent)
+    return llvm::Error::success();
+  const int64_t batch = args.q.shape[0], heads = args.q.shape[1];
+  if (heads > kMaxGridYZ)
+    return fail(llvm::formatv(
+        "q has {0} heads, above {1}: a {2} kernel runs one block per (query "
+        "block, head, sequence) with the heads in CUDA's grid y, which holds "
+        "at most {1}; split the heads into calls of at most {1} (or use a "
+        "persistent family such as wgmma_persistent on sm_90a)",
+        heads, kMaxGridYZ, info.config.family));
+  if (batch > kMaxGridYZ)
+    return fail(llvm::formatv(
+        "batch {0} is above {1}: a {2} kernel runs one block per (query "
+        "block, head, sequence) with the sequences in CUDA's grid z, which "
+        "holds at most {1}; split the batch into calls of at most {1} "
+        "sequences (or use a persistent family such as wgmma_persistent on "
+        "sm_90a)",
+        batch, kMaxGridYZ, info.config.family));
   return llvm::Error::success();
 }
 

@@ -3,6 +3,7 @@
 #include "flashjit/Runtime/Launch.h"
 #include "flashjit/Runtime/CudaDriver.h"
 #include "flashjit/Runtime/ForwardChecks.h"
+#include "flashjit/Runtime/ScopedContext.h"
 
 #include <algorithm>
 
@@ -80,8 +81,9 @@ llvm::Error prepareForwardLaunch(const ForwardArgs &args, double scale,
   auto drv = CudaDriver::get();
   if (!drv)
     return drv.takeError();
-  if (auto ctx = drv->ensureContext(deviceOrdinal); !ctx)
-    return ctx.takeError();
+  auto scope = ScopedContext::enterDevice(*drv, deviceOrdinal);
+  if (!scope)
+    return scope.takeError();
   if (llvm::Error err = encodeTensorMaps(*drv, *layouts, params.maps))
     return err;
   params.hasTensorMaps = true;
@@ -115,9 +117,21 @@ llvm::Error launch(CUfunction function, const LaunchGeometry &geometry,
   auto drv = CudaDriver::get();
   if (!drv)
     return drv.takeError();
-  if (auto ctx = drv->ensureContext(deviceOrdinal); !ctx)
-    return ctx.takeError();
-  return FLASHJIT_CU(*drv, cuLaunchKernel, function, geometry.gridX,
+  auto scope = ScopedContext::enterDevice(*drv, deviceOrdinal);
+  if (!scope)
+    return scope.takeError();
+  return launchInCurrentContext(*drv, function, geometry, params, stream);
+}
+
+llvm::Error launchInCurrentContext(const CudaDriver &drv, CUfunction function,
+                                   const LaunchGeometry &geometry,
+                                   void **params, CUstream stream) {
+  if (llvm::Error err = validateGeometry(geometry))
+    return err;
+  if (!function)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "invalid launch: no kernel function");
+  return FLASHJIT_CU(drv, cuLaunchKernel, function, geometry.gridX,
                      geometry.gridY, geometry.gridZ, geometry.blockX, 1, 1,
                      geometry.sharedMemoryBytes, stream, params, nullptr);
 }

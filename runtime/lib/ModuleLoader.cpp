@@ -2,6 +2,7 @@
 // Why: see ModuleLoader.h.
 #include "flashjit/Runtime/ModuleLoader.h"
 #include "flashjit/Runtime/CudaDriver.h"
+#include "flashjit/Runtime/ScopedContext.h"
 #include "flashjit/Templates/KernelTemplate.h"
 
 #include "llvm/ADT/ScopeExit.h"
@@ -38,6 +39,21 @@ llvm::Error checkThreadsPerBlock(const KernelInfo &info, int maxThreads,
       info.name.c_str(), info.threadsPerBlock, registersPerThread, maxThreads);
 }
 
+namespace {
+/// Device `ordinal`'s primary context, current while the second member
+/// lives: modules load there whatever the calling thread has current.
+llvm::Expected<std::pair<CUcontext, ScopedContext>>
+enterPrimary(const CudaDriver &d, int ordinal) {
+  auto primary = d.primaryContext(ordinal);
+  if (!primary)
+    return primary.takeError();
+  auto scope = ScopedContext::enter(d, *primary);
+  if (!scope)
+    return scope.takeError();
+  return std::pair<CUcontext, ScopedContext>(*primary, std::move(*scope));
+}
+} // namespace
+
 llvm::Expected<LoadedModule> LoadedModule::fromCubin(const KernelInfo &info,
                                                      llvm::StringRef cubin,
                                                      int deviceOrdinal) {
@@ -45,8 +61,9 @@ llvm::Expected<LoadedModule> LoadedModule::fromCubin(const KernelInfo &info,
   if (!drv)
     return drv.takeError();
   const CudaDriver &d = *drv;
-  if (auto ctx = d.ensureContext(deviceOrdinal); !ctx)
-    return ctx.takeError();
+  auto primary = enterPrimary(d, deviceOrdinal);
+  if (!primary)
+    return primary.takeError();
   if (cubin.empty())
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "kernel %s: empty module image",
@@ -54,6 +71,7 @@ llvm::Expected<LoadedModule> LoadedModule::fromCubin(const KernelInfo &info,
 
   LoadedModule m(d, info);
   m.DeviceOrdinal = deviceOrdinal;
+  m.Context = primary->first;
   m.Cubin = cubin.str();
   // Module images are read as a C string when they are PTX; the copy in
   // m.Cubin carries std::string's terminating NUL.
@@ -154,8 +172,9 @@ llvm::Expected<LoadedModule> LoadedModule::fromPtx(const KernelInfo &info,
   if (!drv)
     return drv.takeError();
   const CudaDriver &d = *drv;
-  if (auto ctx = d.ensureContext(deviceOrdinal); !ctx)
-    return ctx.takeError();
+  auto primary = enterPrimary(d, deviceOrdinal);
+  if (!primary)
+    return primary.takeError();
 
   // The driver writes its log into this buffer and its size back into the
   // option value.
@@ -167,6 +186,7 @@ llvm::Expected<LoadedModule> LoadedModule::fromPtx(const KernelInfo &info,
       reinterpret_cast<void *>(static_cast<uintptr_t>(errorLog.size() - 1))};
   LoadedModule m(d, info);
   m.DeviceOrdinal = deviceOrdinal;
+  m.Context = primary->first;
   // cuModuleLoadDataEx reads PTX as a C string: pass a NUL-terminated copy.
   std::string text = ptx.str();
   if (llvm::Error err = FLASHJIT_CU(d, cuModuleLoadDataEx, &m.Module,
@@ -206,7 +226,7 @@ llvm::Expected<LoadedModule> LoadedModule::load(const KernelInfo &info,
 LoadedModule::LoadedModule(LoadedModule &&other) noexcept
     : Driver(other.Driver), Info(std::move(other.Info)), Module(other.Module),
       Function(other.Function), Cubin(std::move(other.Cubin)),
-      DeviceOrdinal(other.DeviceOrdinal),
+      DeviceOrdinal(other.DeviceOrdinal), Context(other.Context),
       ResidentBlocks(other.ResidentBlocks) {
   other.Module = nullptr;
   other.Function = nullptr;
@@ -221,6 +241,7 @@ LoadedModule &LoadedModule::operator=(LoadedModule &&other) noexcept {
     Function = other.Function;
     Cubin = std::move(other.Cubin);
     DeviceOrdinal = other.DeviceOrdinal;
+    Context = other.Context;
     ResidentBlocks = other.ResidentBlocks;
     other.Module = nullptr;
     other.Function = nullptr;
@@ -231,9 +252,15 @@ LoadedModule &LoadedModule::operator=(LoadedModule &&other) noexcept {
 LoadedModule::~LoadedModule() { unload(); }
 
 void LoadedModule::unload() {
-  if (Module)
-    // Nothing useful to do with a failure while tearing down.
-    llvm::consumeError(FLASHJIT_CU(*Driver, cuModuleUnload, Module));
+  if (Module) {
+    // In the module's context, whatever the destroying thread has current;
+    // nothing useful to do with a failure while tearing down.
+    auto scope = ScopedContext::enter(*Driver, Context);
+    if (!scope)
+      llvm::consumeError(scope.takeError());
+    else
+      llvm::consumeError(FLASHJIT_CU(*Driver, cuModuleUnload, Module));
+  }
   Module = nullptr;
   Function = nullptr;
 }

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <unistd.h>
 
 namespace flashjit::test {
@@ -37,6 +38,22 @@ int main(int argc, char **argv) {
               (*ctx)->device()->computeMinor, (*ctx)->device()->smCount,
               (*ctx)->target().chip.c_str());
   test::context = std::move(*ctx);
+  if (argc == 2 && std::string(argv[1]) == "--fault-child") {
+    // The child runs outside any test case: a failed assertion there
+    // prints and exits 2.
+    std::setvbuf(stdout, nullptr, _IONBF, 0);
+    doctest::Context child;
+    child.setAsDefaultForAssertsOutOfTestCases();
+    child.setAssertHandler([](const doctest::AssertData &data) {
+      std::printf("assertion failed at %s:%d: %s\n", data.m_file, data.m_line,
+                  data.m_expr);
+      std::_Exit(2);
+    });
+    int rc = test::runFaultChild();
+    std::fflush(stdout);
+    // The CUDA context is broken by design: leave without tearing down.
+    std::_Exit(rc);
+  }
   doctest::Context runner(argc, argv);
   int rc = runner.run();
   test::context.reset();

@@ -15,6 +15,10 @@ namespace flashjit::test {
 /// The process's context on device 0 (created by GpuMain before the tests).
 Context &gpuContext();
 
+/// What `flashjit-gpu-tests --fault-child` runs instead of the tests
+/// (PersistentGpuTest.cpp): its exit code.
+int runFaultChild();
+
 /// A seed that differs on every call and every run.
 inline uint64_t freshSeed() {
   static std::mt19937_64 rng(std::random_device{}());

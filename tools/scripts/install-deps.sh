@@ -2,13 +2,16 @@
 # Installs what flashjit needs to build and test on Debian 12 (bookworm):
 # LLVM/MLIR 22, lit/FileCheck, nlohmann/json, doctest, DLPack (the C API's
 # tensor header), CMake and Ninja, and the -dev packages LLVM's CMake config
-# asks for; make and pkg-config build the C example against an install.
+# asks for; make and pkg-config build the C example against an install;
+# clang 14 with its sanitizer and libFuzzer runtimes builds the sanitized
+# unit tests and the fuzz targets (test-sanitize.sh).
 # Only missing packages are installed. The CUDA toolkit (cuda.h; ptxas for
 # the PTX tests) is expected to be there already (/usr/local/cuda).
 set -euo pipefail
 packages=(cmake ninja-build g++ make pkgconf python3 llvm-22-dev libmlir-22-dev
           mlir-22-tools llvm-22-tools nlohmann-json3-dev doctest-dev libdlpack-dev
-          libzstd-dev zlib1g-dev libxml2-dev libedit-dev libffi-dev libz3-dev)
+          libzstd-dev zlib1g-dev libxml2-dev libedit-dev libffi-dev libz3-dev
+          clang-14 libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

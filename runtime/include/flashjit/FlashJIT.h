@@ -119,9 +119,16 @@ struct ForwardArgs {
   std::vector<CapturedRef> captures;
   /// A block-sparse spec's block mask; unused (null) otherwise.
   BlockMaskRef blockMask;
-  /// Softmax scale; none: 1/sqrt(head_dim).
+  /// Softmax scale; none: 1/sqrt(head_dim). Finite, positive, and in
+  /// [kMinScale, kMaxScale] = [8.15e-39, 2.35e38] (ForwardChecks.h:
+  /// scale * log2(e) must be a normal f32).
   std::optional<double> scale;
-  /// The caller's stream (null: the legacy default stream).
+  /// The caller's stream (null: the legacy default stream), of the
+  /// primary context of the Context's device. May be capturing a CUDA
+  /// graph; a graph executable holding a launch of a persistent kernel
+  /// (Kernel::persistent) must not run concurrently with another executable
+  /// instantiated from the same captured graph (they would share its tile
+  /// counters): capture once per executable that runs concurrently.
   CUstream stream = nullptr;
 };
 
@@ -192,9 +199,10 @@ public:
   kernelForLengths(int64_t seqlenQ, int64_t seqlenK) const;
 
   /// Checks every argument (pointers, alignment, shapes against the spec,
-  /// strides, overlap of the outputs, what a tensor map can describe), then
-  /// launches on args.stream. A failed check returns an error and launches
-  /// nothing.
+  /// strides, overlap of the outputs, the scale, grid limits, what a tensor
+  /// map can describe: docs/rules.md lists the rules), then launches on
+  /// args.stream in the primary context of the Context's device. A failed
+  /// check returns an error and launches nothing.
   llvm::Error forward(const ForwardArgs &args) const;
   /// The call goes to kernelForLengths(Sq, Sk); the checks and the launch
   /// below are that kernel's.
@@ -230,9 +238,9 @@ private:
   /// Whether the template's kernels are persistent (forwardGeometry).
   bool Persistent = false;
   /// A persistent kernel's tile counters (KernelABI.h; null for other
-  /// kernels), one pair per stream: launches on one stream run in turn,
+  /// kernels): one pair per stream (launches on one stream run in turn,
   /// each leaving its pair at zero for the next; launches on different
-  /// streams may overlap.
+  /// streams may overlap), and one per launch captured into a CUDA graph.
   struct TileCounters;
   std::unique_ptr<TileCounters> Counters;
   /// Null when there is no GPU; DeviceError then says why.
@@ -298,7 +306,11 @@ private:
 };
 
 struct ContextOptions {
-  /// Device ordinal used to pick the target and to launch.
+  /// Device ordinal used to pick the target and to launch. Kernels are
+  /// loaded, and launched, in this device's primary context whatever
+  /// context the calling thread has current (which is current again when
+  /// the call returns); the streams given to forward() must belong to that
+  /// primary context (as streams the CUDA runtime creates on the device do).
   int device = 0;
   /// Target chip; empty: the device's, or sm_90a when there is no device.
   std::string chip;

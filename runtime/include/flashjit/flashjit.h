@@ -154,7 +154,10 @@ FLASHJIT_API flashjit_status_t flashjit_get_version(int32_t *major,
                                                     int32_t *patch,
                                                     int32_t *api_version);
 
-/* A context on CUDA device `device`. cache_dir: NULL for the default
+/* A context on CUDA device `device`: its kernels are loaded, and launched,
+ * in that device's primary context (the CUDA runtime's), whatever context
+ * the calling thread has current, so one process may hold a context per
+ * GPU and call each from any thread. cache_dir: NULL for the default
  * ($FLASHJIT_CACHE_DIR, else $XDG_CACHE_HOME/flashjit, else
  * ~/.cache/flashjit), "" for an in-memory cache only. chip: NULL or "" for
  * the device's (sm_90a when there is no GPU), else e.g. "sm_80". Without a
@@ -217,16 +220,35 @@ FLASHJIT_API flashjit_status_t flashjit_kernel_describe(
     flashjit_kernel_t kernel, const char **name, const char **config);
 
 /* o = softmax(scale * q k^T) v, and lse = its log-sum-exp, launched on
- * `stream` (a CUstream; NULL: the legacy default stream).
+ * `stream` (a CUstream of the primary context of the context's device, as
+ * the CUDA runtime creates them; NULL: that context's legacy default
+ * stream). The launch runs in that primary context whatever context the
+ * calling thread has current, and leaves the caller's current.
  *   q, o:  [batch, num_heads, seqlen_q, head_dim]
  *   k, v:  [batch, num_kv_heads, seqlen_k, head_dim]
  *   lse:   [batch, num_heads, seqlen_q], kDLFloat 32 bits
- * q, k, v, o: kDLFloat 16 bits (f16) or kDLBfloat 16 bits (bf16) as the
- * spec says, lanes 1; all on device kDLCUDA of the context's device.
- * Strides are in elements (NULL: compact row-major); head_dim must have
- * stride 1 and the others be multiples of 8. Any other layout (BSHD,
- * BHSD) is just strides. scale: NaN for 1/sqrt(head_dim). Nothing is
- * launched unless every check passes. */
+ * Nothing is launched unless every rule holds (docs/rules.md lists them
+ * with their tests); a broken one is FLASHJIT_STATUS_INVALID_ARGUMENT
+ * with a message naming it. The same rules hold for every kernel family
+ * (a tensor one family cannot take is refused, never run by another):
+ *  - q, k, v, o: kDLFloat 16 bits (f16) or kDLBfloat 16 bits (bf16) as the
+ *    spec says, lanes 1; all tensors on kDLCUDA with the context's device
+ *    id, non-null data and shape pointers.
+ *  - q, k, v, o start 16-byte aligned (data + byte_offset); lse 4-byte.
+ *  - Every extent at least 1 (no empty tensors) and below 2^31; head_dim
+ *    equal to the spec's; batch x num_heads x seqlen_q below 2^31.
+ *  - Strides in elements (NULL: compact row-major); head_dim's is 1, the
+ *    others non-negative multiples of 8 (0 broadcasts an input); BSHD and
+ *    BHSD are just strides. A tensor spans at most 2^62 bytes.
+ *  - o and lse give every element its own memory and overlap neither each
+ *    other nor q, k, v.
+ *  - scale: NaN for 1/sqrt(head_dim); else finite, positive, and in
+ *    [8.15e-39, 2.35e38] (scale * log2(e) must be a normal f32).
+ *  - The families that are not persistent (mma_sync, cuda_core, wgmma)
+ *    take at most 65535 sequences and 65535 query heads per call (CUDA's
+ *    grid limits): split the batch, or use wgmma_persistent.
+ * NaN in the inputs propagates as IEEE arithmetic does, by rows and tiles
+ * (docs/rules.md says exactly where). */
 FLASHJIT_API flashjit_status_t flashjit_kernel_forward(
     flashjit_kernel_t kernel, const DLTensor *q, const DLTensor *k,
     const DLTensor *v, DLTensor *o, DLTensor *lse, double scale, void *stream);

@@ -92,7 +92,11 @@ TEST_CASE("known GPUs are found by key and by driver name") {
       {"NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 4090"},
       {"rtx4090", "NVIDIA GeForce RTX 4090"},
   };
-  for (const auto &[query, expected] : cases) {
+  for (const auto &entry : cases) {
+    // Named, not bound: clang before 16 cannot capture a structured
+    // binding (CAPTURE is a lambda), and the sanitized build uses clang 14.
+    const auto &query = entry.first;
+    const auto &expected = entry.second;
     CAPTURE(query);
     CHECK(known(query).name == expected);
   }

@@ -434,6 +434,16 @@ TEST_CASE("forward refuses malformed DLTensors before anything else") {
     a.lse.dl.dtype = kBF16;
     refused(a, "lse has dtype bf16: expected f32");
   }
+  {
+    // Compact strides of extents just below 2^31 overflow int64 when
+    // multiplied out: refused, computed without overflow.
+    Args a;
+    a.v.shape = {(int64_t(1) << 31) - 1, 2, (int64_t(1) << 31) - 1, 64};
+    a.v.dl.shape = a.v.shape.data();
+    a.v.dl.strides = nullptr;
+    refused(a, "v shape");
+    CHECK(has(lastError(), "spans more than 2^62 bytes"));
+  }
 }
 
 TEST_CASE("forward's own checks apply to what DLPack describes") {

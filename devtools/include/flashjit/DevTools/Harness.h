@@ -24,7 +24,9 @@ struct CheckOptions {
   /// Random seed of the inputs (vary it: every run should see new data).
   uint64_t seed = 1;
   /// Query rows per (batch, head) compared with the reference; all rows
-  /// when the sequence is shorter. Every output is still scanned for NaN.
+  /// when the sequence is shorter (rowsWithinBudget picks it for a
+  /// problem). Every output is still scanned for NaN. The reference runs
+  /// on every core.
   int64_t rowsPerHead = 64;
   /// Softmax scale; none: 1/sqrt(head_dim).
   std::optional<double> scale;
@@ -49,6 +51,7 @@ struct CheckReport {
   int64_t nonFinite = 0;
   int64_t checkedRows = 0;
   double tolerance = 0;   ///< 1e-2 for bf16, 2e-3 for f16
+  double lseTolerance = 0; ///< checkLseTolerance
   bool passed = false;
   double medianMs = 0, tflops = 0;
   std::string summary() const;
@@ -57,6 +60,17 @@ struct CheckReport {
 /// Relative error a kernel may have against the float64 reference: 1e-2 for
 /// bf16, 2e-3 for f16.
 double checkTolerance(DType dtype);
+/// Relative error the log-sum-exp may have (an f32 result of f32 scores):
+/// 1e-5, or 1e-3 for a spec with a score_mod (approximate math).
+double checkLseTolerance(const AttentionSpec &spec);
+
+/// Query rows per head that runAndCheck can compare for a problem within
+/// `budget` multiply-adds of the float64 reference (rows x visible keys x
+/// head_dim x 2): all of them (seqlenQ) when they fit, else as many as fit,
+/// at least `minimum`.
+int64_t rowsWithinBudget(const AttentionSpec &spec, int64_t batch,
+                         int64_t seqlenQ, int64_t seqlenK, double budget,
+                         int64_t minimum = 48);
 
 /// Fills `host` ([B,H,S,D] floats) with normal samples rounded to `dtype`
 /// and returns the device image of the same values in `layout`.

@@ -32,6 +32,8 @@ namespace flashjit {
   X(cuDevicePrimaryCtxRetain)                                                  \
   X(cuCtxSetCurrent)                                                           \
   X(cuCtxGetCurrent)                                                           \
+  X(cuCtxPushCurrent)                                                          \
+  X(cuCtxPopCurrent)                                                           \
   X(cuCtxGetDevice)                                                            \
   X(cuCtxSynchronize)                                                          \
   X(cuModuleLoadData)                                                          \
@@ -49,9 +51,13 @@ namespace flashjit {
   X(cuMemcpyDtoH)                                                              \
   X(cuMemsetD8)                                                                \
   X(cuMemsetD32)                                                               \
+  X(cuMemsetD32Async)                                                          \
   X(cuStreamCreate)                                                            \
   X(cuStreamDestroy)                                                           \
   X(cuStreamSynchronize)                                                       \
+  X(cuStreamGetId)                                                             \
+  X(cuStreamIsCapturing)                                                       \
+  X(cuThreadExchangeStreamCaptureMode)                                         \
   X(cuEventCreate)                                                             \
   X(cuEventRecord)                                                             \
   X(cuEventSynchronize)                                                        \
@@ -104,11 +110,18 @@ public:
   /// "<call>: <CUDA_ERROR_NAME> (<driver's description>)".
   llvm::Error check(CUresult result, llvm::StringRef call) const;
 
+  /// The primary context of device `ordinal`, retained on first use and
+  /// kept for the life of the process (so the modules and memory flashjit
+  /// hands out stay valid). Every module, allocation and launch of a
+  /// flashjit Context bound to that device lives in it (ScopedContext.h).
+  llvm::Expected<CUcontext> primaryContext(int ordinal) const;
+
   /// Makes sure the calling thread has a current context. If it has none,
-  /// the primary context of device `ordinal` is retained (once per device,
-  /// for the life of the process, so the modules and memory flashjit hands
-  /// out stay valid) and made current. A context the caller made current,
-  /// primary or not, is left alone. Returns the current context.
+  /// device `ordinal`'s primary context is made current. A context the
+  /// caller made current, primary or not, of any device, is left alone.
+  /// Returns the current context. For the harness and benchmarks, which
+  /// work in whatever context the caller set up; kernels of a Context use
+  /// ScopedContext instead.
   llvm::Expected<CUcontext> ensureContext(int ordinal = 0) const;
   /// The number of visible devices, or an error when `ordinal` is not one
   /// of them.

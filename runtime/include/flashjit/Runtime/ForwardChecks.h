@@ -11,7 +11,8 @@ namespace flashjit {
 
 /// Null or misaligned pointers, dtypes, shapes against the spec and each
 /// other, head_dim stride 1, 16-byte aligned rows, seqlens in [1, 2^31),
-/// outputs whose strides overlap or that overlap an input.
+/// outputs whose strides overlap or that overlap an input, the scale
+/// (checkScale). docs/rules.md lists every rule.
 llvm::Error checkForwardArgs(const AttentionSpec &spec, const ForwardArgs &args);
 
 /// The captured tensors of a launch against the spec's (count, dtype,
@@ -43,6 +44,21 @@ bool hasDistinctElements(const TensorRef &t);
 /// byte of each).
 bool spansOverlap(const TensorRef &a, const TensorRef &b);
 bool spansOverlap(const TensorRef &a, const LseRef &b);
+
+/// The softmax scales the kernels take: scale * log2(e) must be a normal
+/// f32 (FLT_MIN / log2(e) and FLT_MAX / log2(e), rounded inwards).
+constexpr double kMinScale = 8.15e-39, kMaxScale = 2.35e38;
+/// Error unless `scale` is finite, positive and, times log2(e), a normal
+/// f32; the message names the range.
+llvm::Error checkScale(double scale);
+
+/// The most blocks a grid has in y and in z (CUDA's limit).
+constexpr int64_t kMaxGridYZ = 65535;
+/// Error when a kernel that is not persistent (one block per query block,
+/// head and sequence: heads in grid y, sequences in grid z) would need more
+/// than kMaxGridYZ heads or sequences; the message says to split the call.
+llvm::Error checkGridLimits(const KernelInfo &info, bool persistent,
+                            const ForwardArgs &args);
 
 /// The kernel's parameters for `args` (call checkForwardArgs first).
 ForwardKernelArgs toKernelArgs(const ForwardArgs &args, double scale);

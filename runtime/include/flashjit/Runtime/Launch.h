@@ -17,6 +17,8 @@
 
 namespace flashjit {
 
+class CudaDriver;
+
 /// The parameters a kernel takes after its own (KernelABI.h): the
 /// captured tensors of the spec's mods, then a block-sparse spec's block
 /// mask, a pointer and `rank` strides each.
@@ -72,8 +74,8 @@ struct BlockMaskLaunchParams {
 
 /// Fills `params` for `args` (checked by checkForwardArgs) with softmax
 /// `scale`; when `layouts` is given, encodes the tensor maps with them,
-/// which needs the driver and a current context (device `deviceOrdinal`'s
-/// primary one if the thread has none, as launch() does).
+/// which needs the driver (with device `deviceOrdinal`'s primary context
+/// current meanwhile, as launch() does).
 llvm::Error prepareForwardLaunch(const ForwardArgs &args, double scale,
                                  const ForwardTensorMapLayouts *layouts,
                                  ForwardLaunchParams &params,
@@ -84,13 +86,20 @@ llvm::Error prepareForwardLaunch(const ForwardArgs &args, double scale,
 llvm::Error validateGeometry(const LaunchGeometry &geometry);
 
 /// Launches `function` with `params` (cuLaunchKernel's array of pointers
-/// to each argument) on `stream` (null: the legacy default stream). If the
-/// calling thread has no current context, device `deviceOrdinal`'s primary
-/// context (the one the module was loaded for) is made current first
-/// (CudaDriver::ensureContext). Asynchronous: errors of the kernel itself
-/// surface at the next synchronization.
+/// to each argument) on `stream` (null: the legacy default stream of the
+/// device's primary context). Device `deviceOrdinal`'s primary context (the
+/// one its module was loaded in) is current during the launch, whatever
+/// context the calling thread has (ScopedContext.h); `stream` must belong
+/// to it. Asynchronous: errors of the kernel itself surface at the next
+/// synchronization.
 llvm::Error launch(CUfunction function, const LaunchGeometry &geometry,
                    void **params, CUstream stream, int deviceOrdinal = 0);
+
+/// launch() for a caller that has made the function's context current.
+llvm::Error launchInCurrentContext(const CudaDriver &driver,
+                                   CUfunction function,
+                                   const LaunchGeometry &geometry,
+                                   void **params, CUstream stream);
 
 } // namespace flashjit
 

@@ -45,8 +45,8 @@ class LoadedModule {
 public:
   /// Loads a cubin (or any image cuModuleLoadData accepts), finds
   /// `info.name` and opts in to `info.sharedMemoryBytes` when above 48 KiB.
-  /// If no context is current, device `deviceOrdinal`'s primary context is
-  /// made current first.
+  /// The module lives in device `deviceOrdinal`'s primary context, whatever
+  /// context the calling thread has current (ScopedContext.h).
   static llvm::Expected<LoadedModule> fromCubin(const KernelInfo &info,
                                                 llvm::StringRef cubin,
                                                 int deviceOrdinal = 0);
@@ -72,9 +72,10 @@ public:
   const KernelInfo &info() const { return Info; }
   /// The cubin the module was loaded from (empty when it was PTX).
   const std::string &cubin() const { return Cubin; }
-  /// The device whose primary context is made current to launch when the
-  /// calling thread has none (the ordinal it was loaded for).
+  /// The device it was loaded for; its primary context is context().
   int deviceOrdinal() const { return DeviceOrdinal; }
+  /// The context the module lives in: its launches run with it current.
+  CUcontext context() const { return Context; }
   /// Blocks of this kernel the device holds at once (its SMs times the
   /// blocks per SM the occupancy allows), the grid of a persistent kernel.
   unsigned residentBlocks() const { return ResidentBlocks; }
@@ -94,6 +95,7 @@ private:
   CUfunction Function = nullptr;
   std::string Cubin;
   int DeviceOrdinal = 0;
+  CUcontext Context = nullptr;
   unsigned ResidentBlocks = 1;
 };
 
