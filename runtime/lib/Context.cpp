@@ -5,6 +5,8 @@
 // Every error it returns carries an ErrorCode saying what kind it is.
 #include "flashjit/FlashJIT.h"
 
+#include "flashjit/Decode.h"
+
 #include "flashjit/Autotune/Candidates.h"
 #include "flashjit/Autotune/Heuristic.h"
 #include "flashjit/Autotune/KnownGPUs.h"
@@ -251,6 +253,8 @@ struct Context::KernelTable {
   std::map<Key, std::shared_ptr<const Kernel>> bySpec;
   /// Block-mask kernels, by the spec's canonical text.
   std::map<std::string, std::shared_ptr<const BlockMaskBuilder>> builders;
+  /// Decode kernels, by the decode spec's canonical text.
+  std::map<std::string, std::shared_ptr<const DecodeKernel>> decoders;
 };
 
 struct Context::WarnedEntries {
@@ -447,10 +451,11 @@ struct LoadedEntry {
 /// `compileIt` on a miss, then loaded on `device` when there is one.
 llvm::Expected<LoadedEntry>
 loadOrBuild(KernelCache &cache, const Target &target, bool hasDevice,
-            int device, const AttentionSpec &spec, const TileConfig &config,
+            int device, const std::string &specCanonical,
+            const TileConfig &config,
             llvm::function_ref<llvm::Expected<CompiledKernel>()> compileIt) {
   ToolchainVersions versions = toolchainVersions();
-  CacheKeyInputs inputs{spec.canonical(),
+  CacheKeyInputs inputs{specCanonical,
                         config.canonical(),
                         target.chip,
                         versions.flashjit,
@@ -485,7 +490,8 @@ llvm::Expected<std::shared_ptr<const Kernel>>
 Context::build(const AttentionSpec &spec, const ResolvedConfig &resolved) {
   const TileConfig &config = resolved.config;
   auto loaded = loadOrBuild(
-      *Cache, TargetChip, Device.has_value(), Options.device, spec, config,
+      *Cache, TargetChip, Device.has_value(), Options.device, spec.canonical(),
+      config,
       [&]() -> llvm::Expected<CompiledKernel> {
         CompileOptions options;
         options.target = TargetChip;
@@ -515,7 +521,8 @@ Context::blockMaskBuilder(const AttentionSpec &spec) {
       return it->second;
   }
   auto loaded = loadOrBuild(*Cache, TargetChip, Device.has_value(),
-                            Options.device, spec, blockMaskConfig(spec),
+                            Options.device, spec.canonical(),
+                            blockMaskConfig(spec),
                             [&]() -> llvm::Expected<CompiledKernel> {
                               CompileOptions options;
                               options.target = TargetChip;
@@ -528,6 +535,40 @@ Context::blockMaskBuilder(const AttentionSpec &spec) {
       DeviceError);
   std::lock_guard<std::mutex> lock(Kernels->mutex);
   return Kernels->builders.try_emplace(key, builder).first->second;
+}
+
+llvm::Expected<std::shared_ptr<const DecodeKernel>>
+Context::decodeKernel(const DecodeSpec &spec) {
+  if (auto err = spec.validate())
+    return withCode(ErrorCode::InvalidArgument, std::move(err));
+  if (TargetChip.computeCapability < 80)
+    return makeError(ErrorCode::Unsupported,
+                     "the decode kernels need sm_80 or newer (mma.sync, "
+                     "cp.async), not " +
+                         TargetChip.chip);
+  std::string key = spec.canonical();
+  {
+    std::lock_guard<std::mutex> lock(Kernels->mutex);
+    if (auto it = Kernels->decoders.find(key); it != Kernels->decoders.end())
+      return it->second;
+  }
+  // The key's spec text starts with "decode;", the config's family is
+  // decode or decode_paged: never a forward kernel's key.
+  auto loaded = loadOrBuild(*Cache, TargetChip, Device.has_value(),
+                            Options.device, key,
+                            decodeTiling(spec).config(spec),
+                            [&]() -> llvm::Expected<CompiledKernel> {
+                              CompileOptions options;
+                              options.target = TargetChip;
+                              return compileDecodeKernel(spec, options);
+                            });
+  if (!loaded)
+    return loaded.takeError();
+  auto decoder = std::make_shared<const DecodeKernel>(
+      spec, loaded->entry->info, loaded->entry->ptx, std::move(loaded->module),
+      DeviceError);
+  std::lock_guard<std::mutex> lock(Kernels->mutex);
+  return Kernels->decoders.try_emplace(key, decoder).first->second;
 }
 
 } // namespace flashjit

@@ -51,7 +51,9 @@ public:
 
   void build(StringRef name, const ModRegions &mods);
 
-private:
+protected:
+  // Protected: the decode kernels (templates/lib/decode) are made of the
+  // same tile copies, ldmatrix and mma steps.
   /// Copies rows [firstRow, firstRow + rows) of one (batch, head) into the
   /// shared tile at byte offset `tileOffset` with 16-byte cp.async; rows at
   /// or past `end` are zero-filled (nothing is read for them). Each thread's

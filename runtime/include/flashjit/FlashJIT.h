@@ -38,6 +38,8 @@ namespace flashjit {
 class KernelCache;
 class LoadedModule;
 struct ForwardLaunchParams;
+class DecodeKernel;
+struct DecodeSpec;
 
 /// A device tensor [batch, heads, seqlen, head_dim] (O, Q, K, V) with
 /// strides in elements; head_dim must be contiguous (stride 1). Row-major
@@ -310,6 +312,12 @@ public:
   /// cache or compiled now (and loaded on the GPU), like compile().
   llvm::Expected<std::shared_ptr<const BlockMaskBuilder>>
   blockMaskBuilder(const AttentionSpec &spec);
+
+  /// The decode (Flash-Decoding) kernels of `spec`, from memory, the disk
+  /// cache or compiled now, like compile(); flashjit/Decode.h declares
+  /// DecodeSpec and DecodeKernel.
+  llvm::Expected<std::shared_ptr<const DecodeKernel>>
+  decodeKernel(const DecodeSpec &spec);
 
   /// The config compile() would build and where it comes from, without
   /// compiling. Errors: a bad spec or seqlen, or no config fits.

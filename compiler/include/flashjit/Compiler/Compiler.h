@@ -6,6 +6,7 @@
 #define FLASHJIT_COMPILER_COMPILER_H
 
 #include "flashjit/Dialect/AttentionSpec.h"
+#include "flashjit/Templates/DecodeKernel.h"
 #include "flashjit/Templates/KernelABI.h"
 #include "flashjit/Templates/Target.h"
 #include "flashjit/Templates/TileConfig.h"
@@ -27,8 +28,10 @@ llvm::Expected<Stage> parseStage(llvm::StringRef name);
 const char *stageName(Stage stage);
 
 /// The kernels a spec has: its forward pass, and for a block-sparse spec
-/// the kernel that builds its block mask on the GPU (BlockMaskKernel.h).
-enum class KernelKind { Forward, BlockMask };
+/// the kernel that builds its block mask on the GPU (BlockMaskKernel.h);
+/// Decode: the split and combine kernels of a DecodeSpec (DecodeKernel.h),
+/// built straight into a gpu.module (no attn description).
+enum class KernelKind { Forward, BlockMask, Decode };
 
 struct CompileOptions {
   Target target;
@@ -56,6 +59,12 @@ llvm::Expected<CompiledKernel> compileAttention(const AttentionSpec &spec,
 /// ignored. Its KernelInfo comes from blockMaskKernelInfo.
 llvm::Expected<CompiledKernel>
 compileBlockMaskKernel(const AttentionSpec &spec, const CompileOptions &options);
+
+/// Builds the decode kernels of `spec` (DecodeKernel.h): the split kernel,
+/// whose KernelInfo (decodeKernelInfo) the result carries, and the combine
+/// kernel in the same PTX; options.config is ignored.
+llvm::Expected<CompiledKernel> compileDecodeKernel(const DecodeSpec &spec,
+                                                   const CompileOptions &options);
 
 /// Parses `mlirText` (a module holding one func with one attn.attention,
 /// as `compile --emit attn` prints) and lowers it like compileAttention.

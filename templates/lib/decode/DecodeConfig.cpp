@@ -1,0 +1,231 @@
+//===- DecodeConfig.cpp - decode spec, tiling, ABI and split rule ---------===//
+// Why: see DecodeKernel.h. Everything here is plain C++ (no IR), so the
+// runtime, the command line and the unit tests reason about a decode
+// kernel without building it.
+#include "flashjit/Templates/DecodeKernel.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace flashjit {
+
+llvm::Error DecodeSpec::validate() const {
+  if (headDim != 64 && headDim != 128)
+    return llvm::createStringError(
+        llvm::formatv("decode supports head dims 64 and 128, not {0}", headDim)
+            .str());
+  if (numHeads < 1 || numKVHeads < 1 || numHeads % numKVHeads != 0)
+    return llvm::createStringError(
+        llvm::formatv("decode needs heads ({0}) a positive multiple of KV "
+                      "heads ({1})",
+                      numHeads, numKVHeads)
+            .str());
+  if (qLen < 1 || qLen > 16)
+    return llvm::createStringError(
+        llvm::formatv("decode takes 1 to 16 query tokens per sequence, not "
+                      "{0} (use the forward kernels for prefill)",
+                      qLen)
+            .str());
+  if (pageSize != 0 && (pageSize < 16 || pageSize > 256))
+    return llvm::createStringError(
+        llvm::formatv("the page size must be 0 (a contiguous cache) or 16 to "
+                      "256 tokens, not {0}",
+                      pageSize)
+            .str());
+  return llvm::Error::success();
+}
+
+std::string DecodeSpec::canonical() const {
+  return llvm::formatv("decode;d={0};dtype={1};hq={2};hkv={3};q={4};"
+                       "causal={5};page={6}",
+                       headDim, dtypeName(dtype), numHeads, numKVHeads, qLen,
+                       causal ? 1 : 0, pageSize)
+      .str();
+}
+
+std::string DecodeSpec::kernelName() const {
+  return llvm::formatv("flashjit_decode_d{0}_{1}_h{2}_kv{3}_q{4}_c{5}_p{6}",
+                       headDim, dtypeName(dtype), numHeads, numKVHeads, qLen,
+                       causal ? 1 : 0, pageSize)
+      .str();
+}
+
+AttentionSpec DecodeSpec::attentionSpec() const {
+  AttentionSpec spec;
+  spec.headDim = headDim;
+  spec.dtype = dtype;
+  spec.numHeads = numHeads;
+  spec.numKVHeads = numKVHeads;
+  spec.causal = causal;
+  spec.causalAlign = CausalAlign::BottomRight;
+  return spec;
+}
+
+double DecodeSpec::defaultScale() const {
+  return 1.0 / std::sqrt(static_cast<double>(headDim));
+}
+
+DecodeTiling decodeTiling(const DecodeSpec &spec) {
+  DecodeTiling t;
+  const int64_t group = std::max<int64_t>(spec.groupSize(), 1);
+  const int64_t qLen = std::max<int64_t>(spec.qLen, 1);
+  // The most heads of the group whose rows fit one block (128 rows: two
+  // m16 tiles for each of 4 warps).
+  t.headsPerBlock = 1;
+  for (int64_t h = group; h >= 1; --h)
+    if (group % h == 0 && h * qLen <= 128) {
+      t.headsPerBlock = h;
+      break;
+    }
+  t.headChunks = group / t.headsPerBlock;
+  t.rows = t.headsPerBlock * qLen;
+  const int64_t mTiles = (t.rows + 15) / 16;
+  if (mTiles <= 2) {
+    t.warpsM = mTiles;
+  } else {
+    t.warpsM = 4;
+    t.mTilesPerWarp = (mTiles + 3) / 4;
+  }
+  t.warpsN = t.warps / t.warpsM;
+  t.rowsPadded = t.warpsM * t.mTilesPerWarp * 16;
+  // Keys per warp: 16 or 32 of a 64-key tile at head dim 128 (32 with two
+  // m tiles per warp, where the accumulators take the registers), 32 or
+  // 64 of a 128- or 64-key tile at head dim 64.
+  if (spec.headDim == 64)
+    t.blockN = t.warpsN == 4 ? 128 : 64;
+  else
+    t.blockN = t.mTilesPerWarp == 2 ? 32 : 64;
+  t.keysPerWarp = t.blockN / t.warpsN;
+  t.stages = 3;
+  return t;
+}
+
+unsigned DecodeTiling::sharedBytes(const DecodeSpec &spec) const {
+  const int64_t rowBytes = rowElems(spec.headDim) * dtypeBytes(spec.dtype);
+  return static_cast<unsigned>(rowsPadded * rowBytes +
+                               stages * 2 * blockN * rowBytes);
+}
+
+TileConfig DecodeTiling::config(const DecodeSpec &spec) const {
+  TileConfig c;
+  c.family = spec.paged() ? "decode_paged" : "decode";
+  c.blockM = rowsPadded;
+  c.blockN = blockN;
+  c.stages = stages;
+  c.warps = warps;
+  return c;
+}
+
+std::array<void *, DecodeKernelArgs::kNumParams>
+DecodeKernelArgs::paramPointers() {
+  std::array<void *, kNumParams> p{};
+  unsigned i = 0;
+  p[i++] = &q;
+  p[i++] = &k;
+  p[i++] = &v;
+  p[i++] = &o;
+  p[i++] = &lse;
+  p[i++] = &oPartial;
+  p[i++] = &lsePartial;
+  p[i++] = &kvLens;
+  p[i++] = &blockTable;
+  for (auto *strides : {&qStrides, &kStrides, &vStrides, &oStrides,
+                        &lseStrides})
+    for (int64_t &s : *strides)
+      p[i++] = &s;
+  p[i++] = &blockTableStride;
+  p[i++] = &kvCapacity;
+  p[i++] = &numPages;
+  p[i++] = &numSplits;
+  p[i++] = &scaleLog2;
+  return p;
+}
+
+std::array<void *, DecodeCombineArgs::kNumParams>
+DecodeCombineArgs::paramPointers() {
+  std::array<void *, kNumParams> p{};
+  unsigned i = 0;
+  p[i++] = &oPartial;
+  p[i++] = &lsePartial;
+  p[i++] = &o;
+  p[i++] = &lse;
+  for (auto *strides : {&oStrides, &lseStrides})
+    for (int64_t &s : *strides)
+      p[i++] = &s;
+  p[i++] = &rows;
+  p[i++] = &numSplits;
+  return p;
+}
+
+LaunchGeometry decodeGeometry(const DecodeSpec &spec, int64_t batch,
+                              int64_t numSplits) {
+  DecodeTiling t = decodeTiling(spec);
+  LaunchGeometry g;
+  g.gridX = static_cast<unsigned>(numSplits * t.headChunks);
+  g.gridY = static_cast<unsigned>(spec.numKVHeads);
+  g.gridZ = static_cast<unsigned>(batch);
+  g.blockX = static_cast<unsigned>(t.threads());
+  g.sharedMemoryBytes = t.sharedBytes(spec);
+  return g;
+}
+
+LaunchGeometry decodeCombineGeometry(const DecodeSpec &spec, int64_t batch) {
+  const int64_t rows = batch * spec.numHeads * spec.qLen;
+  const int64_t rowsPerBlock = kDecodeCombineThreads / 32;
+  LaunchGeometry g;
+  g.gridX = static_cast<unsigned>((rows + rowsPerBlock - 1) / rowsPerBlock);
+  g.blockX = kDecodeCombineThreads;
+  return g;
+}
+
+int64_t chooseDecodeSplits(const DecodeSpec &spec, int64_t batch,
+                           int64_t maxKvLen, int64_t residentBlocks) {
+  DecodeTiling t = decodeTiling(spec);
+  const int64_t work = batch * spec.numKVHeads * t.headChunks;
+  const int64_t tiles = (std::max<int64_t>(maxKvLen, 1) + t.blockN - 1) /
+                        t.blockN;
+  residentBlocks = std::max<int64_t>(residentBlocks, 1);
+  if (work * 10 >= residentBlocks * 8)
+    return 1;
+  const int64_t most = std::min(kMaxDecodeSplits, tiles);
+  auto tilesPerSplit = [&](int64_t s) { return (tiles + s - 1) / s; };
+  // A count is eligible when no smaller one gives the same tiles per split
+  // (the extra blocks would be empty).
+  auto eligible = [&](int64_t s) {
+    return s == 1 || tilesPerSplit(s) != tilesPerSplit(s - 1);
+  };
+  auto efficiency = [&](int64_t s) {
+    double waves = static_cast<double>(work * s) / residentBlocks;
+    return waves / std::ceil(waves);
+  };
+  double best = 0;
+  for (int64_t s = 1; s <= most; ++s)
+    if (eligible(s))
+      best = std::max(best, efficiency(s));
+  for (int64_t s = 1; s <= most; ++s)
+    if (eligible(s) && efficiency(s) >= 0.85 * best)
+      return s;
+  return 1;
+}
+
+int64_t decodeWorkspaceFloats(const DecodeSpec &spec, int64_t batch,
+                              int64_t numSplits) {
+  if (numSplits <= 1)
+    return 0;
+  return batch * spec.numHeads * spec.qLen * numSplits * (spec.headDim + 1);
+}
+
+KernelInfo decodeKernelInfo(const DecodeSpec &spec) {
+  DecodeTiling t = decodeTiling(spec);
+  KernelInfo info;
+  info.name = spec.kernelName();
+  info.config = t.config(spec);
+  info.threadsPerBlock = static_cast<unsigned>(t.threads());
+  info.sharedMemoryBytes = t.sharedBytes(spec);
+  info.numHeads = spec.numHeads;
+  return info;
+}
+
+} // namespace flashjit
