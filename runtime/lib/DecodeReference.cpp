@@ -71,16 +71,18 @@ DecodeReferenceRow decodeReferenceRow(const HostDecodeProblem &p,
   return r;
 }
 
-std::vector<DecodeReferenceRow> decodeReference(const HostDecodeProblem &p,
-                                                unsigned threads) {
-  const int64_t rows = p.batch * p.spec.numHeads * p.spec.qLen;
-  std::vector<DecodeReferenceRow> out(rows);
+std::vector<DecodeReferenceRow>
+decodeReference(const HostDecodeProblem &p, const std::vector<int64_t> &rows,
+                unsigned threads) {
+  const int64_t count = rows.size();
+  std::vector<DecodeReferenceRow> out(count);
   std::atomic<int64_t> next{0};
   auto work = [&]() {
-    for (int64_t i = next++; i < rows; i = next++) {
-      int64_t token = i % p.spec.qLen;
-      int64_t head = (i / p.spec.qLen) % p.spec.numHeads;
-      int64_t batch = i / (p.spec.qLen * p.spec.numHeads);
+    for (int64_t i = next++; i < count; i = next++) {
+      int64_t row = rows[i];
+      int64_t token = row % p.spec.qLen;
+      int64_t head = (row / p.spec.qLen) % p.spec.numHeads;
+      int64_t batch = row / (p.spec.qLen * p.spec.numHeads);
       out[i] = decodeReferenceRow(p, batch, head, token);
     }
   };

@@ -52,6 +52,8 @@ struct DecodeRunSettings {
   std::optional<double> scale;
   int warmup = 0, iterations = 0;
   bool json = false;
+  /// Rows compared with the reference (0: all).
+  int64_t checkRows = 0;
 };
 /// `run --decode`: 0 when the check passed, 2 when it failed, 1 on errors.
 int runDecode(const DecodeRunSettings &settings);

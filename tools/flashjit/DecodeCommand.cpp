@@ -89,6 +89,7 @@ int runDecode(const DecodeRunSettings &settings) {
   options.scale = settings.scale;
   options.warmup = settings.warmup;
   options.iterations = settings.iterations;
+  options.maxCheckedRows = settings.checkRows;
   auto ctx = Context::create();
   if (!ctx)
     return reportError("run", ctx.takeError());

@@ -147,7 +147,7 @@ int runRun() {
     return runDecode({batch, seed ? uint64_t(seed) : std::random_device()(),
                       scale.getNumOccurrences() ? std::optional<double>(scale)
                                                 : std::nullopt,
-                      warmup, iterations, json});
+                      warmup, iterations, json, rows});
   auto spec = specFromOptions();
   if (!spec)
     return reportError("run", spec.takeError());

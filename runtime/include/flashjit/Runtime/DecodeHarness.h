@@ -31,6 +31,10 @@ struct DecodeCheckOptions {
   std::optional<double> scale;
   /// Timed launches after `warmup` untimed ones (0: correctness only).
   int warmup = 0, iterations = 0;
+  /// Rows (batch, head, token) compared with the reference: all when 0,
+  /// else a random sample of this many (every output is still scanned for
+  /// NaN).
+  int64_t maxCheckedRows = 0;
   /// Threads of the float64 reference.
   unsigned referenceThreads = 0; ///< 0: the machine's
 };

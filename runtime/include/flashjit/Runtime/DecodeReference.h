@@ -35,9 +35,11 @@ DecodeReferenceRow decodeReferenceRow(const HostDecodeProblem &p,
                                       int64_t batch, int64_t head,
                                       int64_t token);
 
-/// Every row, [batch][head][token] order, on up to `threads` threads.
-std::vector<DecodeReferenceRow> decodeReference(const HostDecodeProblem &p,
-                                                unsigned threads);
+/// The rows numbered (batch x heads + head) x qLen + token in `rows`, in
+/// that order, on up to `threads` threads.
+std::vector<DecodeReferenceRow>
+decodeReference(const HostDecodeProblem &p, const std::vector<int64_t> &rows,
+                unsigned threads);
 
 } // namespace flashjit
 
