@@ -54,6 +54,9 @@ def parse_args(argv):
     p.add_argument("--kv-heads", type=int, default=8)
     p.add_argument("--head-dim", type=int, default=128)
     p.add_argument("--page-sizes", default="", help="also time flashjit on paged caches, e.g. 16,64")
+    p.add_argument("--kv-layouts", default="bhsd",
+                   help="flashjit's contiguous cache layouts, the first in the main column: bhsd "
+                        "(each head's keys together, as the peers' tensors here) and/or bshd")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--target-ms", type=float, default=20.0)
     p.add_argument("--json", default=None, help="write the results as JSON here")
@@ -82,8 +85,9 @@ def time_cuda(torch, fn, repeats, target_ms, warmup=3):
     return statistics.median(samples)
 
 
-def run_flashjit(args, b, l, page):
+def run_flashjit(args, b, l, page, layout="bshd"):
     cmd = [args.flashjit, "run", "--decode", "--json", "--batch", str(b), "--kv-len", str(l),
+           "--kv-layout", layout,
            "--heads", str(args.heads), "--kv-heads", str(args.kv_heads),
            "--head-dim", str(args.head_dim), "--dtype", "bf16", "--q-len", "1",
            "--iters", str(args.repeats), "--warmup", "3", "--check-rows", "64"]
@@ -122,7 +126,10 @@ def run_point(torch, args, b, l):
     row["copy"] = {"gbps": 2 * kv_bytes / (ms * 1e-3) / 1e9, "ms": ms}
     del src, dst
     torch.cuda.empty_cache()
-    row["flashjit"] = run_flashjit(args, b, l, 0)
+    layouts = [x for x in args.kv_layouts.split(",") if x]
+    row["flashjit"] = run_flashjit(args, b, l, 0, layouts[0])
+    for layout in layouts[1:]:
+        row[f"flashjit-{layout}"] = run_flashjit(args, b, l, 0, layout)
     for page in [int(x) for x in args.page_sizes.split(",") if x]:
         row[f"flashjit-p{page}"] = run_flashjit(args, b, l, page)
     return row
@@ -139,7 +146,7 @@ def ratio(a, b):
 
 
 def table(rows, args):
-    paged = [k for k in rows[0] if k.startswith("flashjit-p")] if rows else []
+    paged = [k for k in rows[0] if k.startswith("flashjit-")] if rows else []
     head = ["batch", "KV len", "flashjit GB/s", "splits"] + [f"{p} GB/s" for p in paged] + \
            ["SDPA flash", "SDPA cuDNN", "copy (r+w)", "vs copy", "vs cuDNN", "vs flash"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -167,7 +174,8 @@ def main(argv=None):
         print(f"b={b} L={l}: flashjit {fmt(row['flashjit'])} GB/s, cuDNN {fmt(row['sdpa-cudnn'])}, "
               f"flash {fmt(row['sdpa-flash'])}, copy {fmt(row['copy'])}", flush=True)
     md = (f"Decode, {gpu}, bf16, {args.heads} query heads over {args.kv_heads} KV heads, head dim "
-          f"{args.head_dim}, one query token; torch {torch.__version__}\n\n" + table(rows, args) + "\n")
+          f"{args.head_dim}, one query token; torch {torch.__version__}; flashjit's cache "
+          f"{args.kv_layouts.split(',')[0]} (flashjit-P: paged, page size P)\n\n" + table(rows, args) + "\n")
     print(md)
     if args.out_md:
         with open(args.out_md, "w") as f:

@@ -130,16 +130,20 @@ runDecodeAndCheck(const DecodeKernel &kernel, const DecodeCheckOptions &opt) {
       }
   } else {
     p.capacity = std::max<int64_t>((longest + 63) / 64 * 64, 64);
+    p.headMajor = opt.kvHeadMajor;
     p.k.assign(B * p.capacity * rowElems, kNanBits);
     p.v.assign(p.k.size(), kNanBits);
     for (int64_t i = 0; i < B; ++i)
-      for (int64_t r = 0; r < p.kvLens[i]; ++r) {
-        int64_t at = (i * p.capacity + r) * rowElems;
-        for (int64_t e = 0; e < rowElems; ++e) {
-          p.k[at + e] = randomBits();
-          p.v[at + e] = randomBits();
+      for (int64_t h = 0; h < s.numKVHeads; ++h)
+        for (int64_t r = 0; r < p.kvLens[i]; ++r) {
+          int64_t at = p.headMajor
+                           ? ((i * s.numKVHeads + h) * p.capacity + r) * d
+                           : ((i * p.capacity + r) * s.numKVHeads + h) * d;
+          for (int64_t e = 0; e < d; ++e) {
+            p.k[at + e] = randomBits();
+            p.v[at + e] = randomBits();
+          }
         }
-      }
   }
 
   DeviceBuffer q(drv), k(drv), v(drv), o(drv), lse(drv), lens(drv),
@@ -174,6 +178,9 @@ runDecodeAndCheck(const DecodeKernel &kernel, const DecodeCheckOptions &opt) {
   } else {
     args.k = decodeTensor(k.data(), s.dtype, B, p.capacity, s.numKVHeads, d);
     args.v = decodeTensor(v.data(), s.dtype, B, p.capacity, s.numKVHeads, d);
+    if (p.headMajor)
+      for (TensorRef *t : {&args.k, &args.v})
+        t->strides = {s.numKVHeads * p.capacity * d, d, p.capacity * d, 1};
   }
   args.lse = LseRef::contiguous(static_cast<float *>(lse.data()), B,
                                 s.numHeads, s.qLen);

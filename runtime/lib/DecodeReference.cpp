@@ -20,6 +20,8 @@ int64_t keyOffset(const HostDecodeProblem &p, int64_t batch, int64_t kvHead,
   if (s.paged()) {
     int64_t page = p.blockTable[batch * p.maxPages + key / s.pageSize];
     row = page * s.pageSize + key % s.pageSize;
+  } else if (p.headMajor) {
+    return ((batch * s.numKVHeads + kvHead) * p.capacity + key) * s.headDim;
   } else {
     row = batch * p.capacity + key;
   }

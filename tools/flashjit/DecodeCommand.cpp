@@ -45,6 +45,19 @@ static cl::opt<int64_t> splits("splits",
                                cl::init(0), cl::sub(runCommand),
                                cl::cat(category));
 
+static cl::list<int64_t>
+    decodeTile("decode-tile",
+               cl::desc("Decode: tile overrides N,S: keys per K/V tile "
+                        "(32, 64, 128) and cp.async stages (0,0: the "
+                        "defaults)"),
+               cl::CommaSeparated, cl::sub(compileCommand),
+               cl::sub(runCommand), cl::cat(category));
+static cl::opt<std::string>
+    kvLayout("kv-layout",
+             cl::desc("Decode: contiguous cache layout, bshd ([batch, kv "
+                      "len, kv heads, head dim], the default) or bhsd"),
+             cl::init("bshd"), cl::sub(runCommand), cl::cat(category));
+
 bool decodeRequested() { return decode; }
 
 llvm::Expected<DecodeSpec> decodeSpecFromOptions() {
@@ -62,6 +75,13 @@ llvm::Expected<DecodeSpec> decodeSpecFromOptions() {
   spec.numKVHeads = attention->numKVHeads;
   spec.qLen = qLen;
   spec.pageSize = pageSize;
+  if (!decodeTile.empty()) {
+    if (decodeTile.size() != 2)
+      return llvm::createStringError(
+          "--decode-tile takes two numbers: keys per tile, stages");
+    spec.blockN = decodeTile[0];
+    spec.stages = decodeTile[1];
+  }
   if (auto err = spec.validate())
     return std::move(err);
   return spec;
@@ -90,6 +110,11 @@ int runDecode(const DecodeRunSettings &settings) {
   options.warmup = settings.warmup;
   options.iterations = settings.iterations;
   options.maxCheckedRows = settings.checkRows;
+  if (kvLayout != "bshd" && kvLayout != "bhsd")
+    return reportError("run", llvm::createStringError(
+                                  "--kv-layout is bshd or bhsd, not '" +
+                                  kvLayout + "'"));
+  options.kvHeadMajor = kvLayout == "bhsd";
   auto ctx = Context::create();
   if (!ctx)
     return reportError("run", ctx.takeError());
@@ -116,6 +141,7 @@ int runDecode(const DecodeRunSettings &settings) {
         {"kv_lens", options.kvLens},
         {"q_len", spec->qLen},
         {"page_size", spec->pageSize},
+        {"kv_layout", spec->paged() ? "paged" : std::string(kvLayout)},
         {"splits", report->numSplits},
         {"seed", options.seed},
         {"rel_error", report->relError},

@@ -34,22 +34,55 @@ llvm::Error DecodeSpec::validate() const {
                       "256 tokens, not {0}",
                       pageSize)
             .str());
+  if (blockN != 0 && blockN != 32 && blockN != 64 && blockN != 128)
+    return llvm::createStringError(
+        llvm::formatv("the decode tile's keys (blockN) must be 0 (the "
+                      "default), 32, 64 or 128, not {0}",
+                      blockN)
+            .str());
+  if (stages != 0 && (stages < 2 || stages > 8))
+    return llvm::createStringError(
+        llvm::formatv("decode stages must be 0 (the default) or 2 to 8, not "
+                      "{0}",
+                      stages)
+            .str());
+  DecodeTiling t = decodeTiling(*this);
+  if (t.keysPerWarp % 16 != 0)
+    return llvm::createStringError(
+        llvm::formatv("a tile of {0} keys over {1} warps gives each {2} keys, "
+                      "not a multiple of 16: choose a larger blockN",
+                      t.blockN, t.warpsN, t.keysPerWarp)
+            .str());
+  if (t.sharedBytes(*this) > 227 * 1024)
+    return llvm::createStringError(
+        llvm::formatv("{0} stages of {1} keys need {2} bytes of shared "
+                      "memory, more than 227 KiB",
+                      t.stages, t.blockN, t.sharedBytes(*this))
+            .str());
   return llvm::Error::success();
 }
 
 std::string DecodeSpec::canonical() const {
-  return llvm::formatv("decode;d={0};dtype={1};hq={2};hkv={3};q={4};"
-                       "causal={5};page={6}",
-                       headDim, dtypeName(dtype), numHeads, numKVHeads, qLen,
-                       causal ? 1 : 0, pageSize)
-      .str();
+  std::string text =
+      llvm::formatv("decode;d={0};dtype={1};hq={2};hkv={3};q={4};"
+                    "causal={5};page={6}",
+                    headDim, dtypeName(dtype), numHeads, numKVHeads, qLen,
+                    causal ? 1 : 0, pageSize)
+          .str();
+  if (blockN || stages)
+    text += llvm::formatv(";n={0};s={1}", blockN, stages).str();
+  return text;
 }
 
 std::string DecodeSpec::kernelName() const {
-  return llvm::formatv("flashjit_decode_d{0}_{1}_h{2}_kv{3}_q{4}_c{5}_p{6}",
-                       headDim, dtypeName(dtype), numHeads, numKVHeads, qLen,
-                       causal ? 1 : 0, pageSize)
-      .str();
+  std::string name =
+      llvm::formatv("flashjit_decode_d{0}_{1}_h{2}_kv{3}_q{4}_c{5}_p{6}",
+                    headDim, dtypeName(dtype), numHeads, numKVHeads, qLen,
+                    causal ? 1 : 0, pageSize)
+          .str();
+  if (blockN || stages)
+    name += llvm::formatv("_n{0}_s{1}", blockN, stages).str();
+  return name;
 }
 
 AttentionSpec DecodeSpec::attentionSpec() const {
@@ -97,8 +130,10 @@ DecodeTiling decodeTiling(const DecodeSpec &spec) {
     t.blockN = t.warpsN == 4 ? 128 : 64;
   else
     t.blockN = t.mTilesPerWarp == 2 ? 32 : 64;
+  if (spec.blockN > 0)
+    t.blockN = spec.blockN;
   t.keysPerWarp = t.blockN / t.warpsN;
-  t.stages = 3;
+  t.stages = spec.stages > 0 ? spec.stages : 3;
   return t;
 }
 
@@ -189,25 +224,14 @@ int64_t chooseDecodeSplits(const DecodeSpec &spec, int64_t batch,
   residentBlocks = std::max<int64_t>(residentBlocks, 1);
   if (work * 10 >= residentBlocks * 8)
     return 1;
-  const int64_t most = std::min(kMaxDecodeSplits, tiles);
-  auto tilesPerSplit = [&](int64_t s) { return (tiles + s - 1) / s; };
-  // A count is eligible when no smaller one gives the same tiles per split
-  // (the extra blocks would be empty).
-  auto eligible = [&](int64_t s) {
-    return s == 1 || tilesPerSplit(s) != tilesPerSplit(s - 1);
-  };
-  auto efficiency = [&](int64_t s) {
-    double waves = static_cast<double>(work * s) / residentBlocks;
-    return waves / std::ceil(waves);
-  };
-  double best = 0;
-  for (int64_t s = 1; s <= most; ++s)
-    if (eligible(s))
-      best = std::max(best, efficiency(s));
-  for (int64_t s = 1; s <= most; ++s)
-    if (eligible(s) && efficiency(s) >= 0.85 * best)
-      return s;
-  return 1;
+  // One wave: as many splits as fit the resident blocks next to the
+  // others, then the fewest that give the same tiles per split (no split
+  // left empty). A decode reads memory: a wave that holds every block
+  // keeps the most bytes in flight, with no tail of a second wave.
+  int64_t splits = std::clamp<int64_t>(residentBlocks / work, 1,
+                                       std::min(kMaxDecodeSplits, tiles));
+  const int64_t perSplit = (tiles + splits - 1) / splits;
+  return (tiles + perSplit - 1) / perSplit;
 }
 
 int64_t decodeWorkspaceFloats(const DecodeSpec &spec, int64_t batch,

@@ -147,10 +147,13 @@ TEST_CASE("decode: the split rule fills the GPU and stops at full waves") {
   CHECK(chooseDecodeSplits(spec, 8, 65536, resident) == 4);
   CHECK(chooseDecodeSplits(spec, 32, 4096, resident) == 1);
   CHECK(chooseDecodeSplits(spec, 128, 2048, resident) == 1);
-  // Batch 1: the 8 KV heads are split until about a wave is full.
-  int64_t s = chooseDecodeSplits(spec, 1, 65536, resident);
-  CHECK(s * 8 >= resident * 85 / 100);
-  CHECK(s * 8 <= resident);
+  // Batch 1: the 8 KV heads are split until a wave is full.
+  CHECK(chooseDecodeSplits(spec, 1, 65536, resident) == 32);
+  CHECK(chooseDecodeSplits(spec, 2, 65536, resident) == 16);
+  // 2k keys are 32 tiles: 32 splits of one tile.
+  CHECK(chooseDecodeSplits(spec, 1, 2048, resident) == 32);
+  // 40 tiles in at most 33 splits: 2 tiles each, so 20 splits.
+  CHECK(chooseDecodeSplits(spec, 1, 40 * 64, resident) == 20);
   // Never more splits than tiles of keys.
   CHECK(chooseDecodeSplits(spec, 1, 64, resident) == 1);
   CHECK(chooseDecodeSplits(spec, 1, 200, resident) <= 4);

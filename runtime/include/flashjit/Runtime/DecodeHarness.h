@@ -22,6 +22,10 @@ struct DecodeCheckOptions {
   /// (paged: to whole pages, the block table that many columns).
   std::vector<int64_t> kvLens = {1024};
   uint64_t seed = 1;
+  /// A contiguous cache laid out [batch, kvHeads, capacity, headDim] (each
+  /// head's keys together, as PyTorch's [B, H, S, D]) instead of [batch,
+  /// capacity, kvHeads, headDim]; the kernel sees it through strides.
+  bool kvHeadMajor = false;
   /// Splits; 0: the rule.
   int64_t numSplits = 0;
   /// Pass the longest length as DecodeArgs::maxKvLen (else the capacity).

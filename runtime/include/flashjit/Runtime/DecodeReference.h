@@ -19,6 +19,8 @@ namespace flashjit {
 struct HostDecodeProblem {
   DecodeSpec spec;
   int64_t batch = 1, capacity = 1, pages = 0, maxPages = 0;
+  /// Contiguous K and V laid out [batch, kvHeads, capacity, d] instead.
+  bool headMajor = false;
   double scale = 0;
   std::vector<uint16_t> q, k, v;
   std::vector<int32_t> kvLens, blockTable;

@@ -47,13 +47,19 @@ struct DecodeSpec {
   bool causal = true;
   /// Tokens per page of a paged cache, 16 to 256; 0: contiguous cache.
   int64_t pageSize = 0;
+  /// Tile overrides (autotuning; 0: decodeTiling's choice): keys per K/V
+  /// tile (32, 64 or 128; each warp's share a multiple of 16) and cp.async
+  /// buffers (2 to 8), within 227 KiB of shared memory.
+  int64_t blockN = 0, stages = 0;
 
   /// Head dim 64 or 128, heads positive and a multiple of KV heads, qLen
-  /// in [1, 16], page size 0 or in [16, 256]; the error says which.
+  /// in [1, 16], page size 0 or in [16, 256], overrides that tile; the
+  /// error says which.
   llvm::Error validate() const;
   int64_t groupSize() const { return numHeads / numKVHeads; }
   bool paged() const { return pageSize > 0; }
-  /// "decode;d=128;dtype=bf16;hq=32;hkv=8;q=1;causal=1;page=0": what the
+  /// "decode;d=128;dtype=bf16;hq=32;hkv=8;q=1;causal=1;page=0" (and
+  /// ";n=..;s=.." with overrides): what the
   /// kernel computes, the spec part of its cache key (distinct from every
   /// forward spec, which starts with "fwd").
   std::string canonical() const;
@@ -155,10 +161,10 @@ LaunchGeometry decodeCombineGeometry(const DecodeSpec &spec, int64_t batch);
 /// The number of splits of the KV length (the documented rule, as
 /// FlashAttention-2's): `work` = batch x kvHeads x headChunks blocks
 /// without splitting. When they fill 80% of a wave of `residentBlocks`
-/// (the blocks the GPU holds at once), 1. Otherwise, among the split counts
-/// s in [1, min(kMaxDecodeSplits, tiles of the longest sequence)] that
-/// give distinct tiles per split, the smallest whose wave efficiency
-/// (work s / residentBlocks over its ceiling) is within 85% of the best.
+/// (the blocks the GPU holds at once), 1. Otherwise s = residentBlocks /
+/// work (rounded down; one wave holds every block), at most
+/// kMaxDecodeSplits and the tiles of the longest sequence, then lowered
+/// to the fewest splits with the same tiles per split.
 int64_t chooseDecodeSplits(const DecodeSpec &spec, int64_t batch,
                            int64_t maxKvLen, int64_t residentBlocks);
 
