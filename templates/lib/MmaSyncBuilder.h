@@ -77,6 +77,15 @@ protected:
                    MutableArrayRef<Value> acc,
                    llvm::function_ref<int64_t(int64_t, int64_t)> slot);
   Value sharedAddress(Value byteOffset);
+  /// One 16-byte cp.async.cg of `src` into shared memory at `dst` (i32
+  /// byte offset); `bytes` (i32, null: 16) of them are read, the rest
+  /// zero-filled. With l2PrefetchBytes (64, 128 or 256) the L2 fetches
+  /// that much around each request (PTX .L2::NB, through inline PTX: the
+  /// NVVM op has no such hint).
+  void cpAsync16(Value dst, Value src, Value bytes);
+
+  /// L2 prefetch size of the tile copies; 0: none.
+  int64_t l2PrefetchBytes = 0;
 
   const TileConfig &cfg;
   const bool withSoftmax;

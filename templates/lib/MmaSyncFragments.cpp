@@ -50,8 +50,7 @@ void Builder::copyTile(Value base, ValueRange strides, Value batch,
     Value bytes = arith::SelectOp::create(b, loc, valid, c32(16), c32(0));
     Value dst =
         toI32(add(dst0, c64(round * rowsPerRound * rowElems * eltBytes)));
-    NVVM::CpAsyncOp::create(b, loc, sharedAddress(dst), from, /*size=*/16,
-                            NVVM::LoadCacheModifierKind::CG, bytes);
+    cpAsync16(dst, from, bytes);
     b.setInsertionPointAfterValue(src);
     src = globalAddress(src, elt, step);
   }
@@ -79,10 +78,28 @@ void Builder::copyTileClamped(Value base, ValueRange strides, Value batch,
     Value dstOffset = toI32(add(
         tileOffset, mul(add(mul(row, c64(rowElems)), column),
                              c64(eltBytes))));
-    NVVM::CpAsyncOp::create(b, loc, sharedAddress(dstOffset), src,
-                            /*size=*/16, NVVM::LoadCacheModifierKind::CG,
-                            /*cpSize=*/Value());
+    cpAsync16(dstOffset, src, Value());
   }
+}
+
+void Builder::cpAsync16(Value dst, Value src, Value bytes) {
+  if (l2PrefetchBytes == 0) {
+    NVVM::CpAsyncOp::create(b, loc, sharedAddress(dst), src, /*size=*/16,
+                            NVVM::LoadCacheModifierKind::CG, bytes);
+    return;
+  }
+  std::string text = "cp.async.cg.shared.global.L2::" +
+                     std::to_string(l2PrefetchBytes) + "B [$0], [$1], 16" +
+                     (bytes ? ", $2;" : ";");
+  SmallVector<Value> operands = {sharedAddress(dst), src};
+  if (bytes)
+    operands.push_back(bytes);
+  LLVM::InlineAsmOp::create(
+      b, loc, Type(), operands, text, bytes ? "l,l,r" : "l,l",
+      /*has_side_effects=*/true, /*is_align_stack=*/false,
+      LLVM::tailcallkind::TailCallKind::None,
+      LLVM::AsmDialectAttr::get(b.getContext(), LLVM::AsmDialect::AD_ATT),
+      /*operand_attrs=*/ArrayAttr());
 }
 
 SmallVector<Value, 4> Builder::ldmatrix(Value byteOffset, bool transpose) {

@@ -47,9 +47,9 @@ static cl::opt<int64_t> splits("splits",
 
 static cl::list<int64_t>
     decodeTile("decode-tile",
-               cl::desc("Decode: tile overrides N,S: keys per K/V tile "
-                        "(32, 64, 128) and cp.async stages (0,0: the "
-                        "defaults)"),
+               cl::desc("Decode: tile overrides N,S[,P]: keys per K/V tile "
+                        "(32, 64, 128), cp.async stages and L2 prefetch "
+                        "bytes (-1 none, 64, 128, 256; 0: the defaults)"),
                cl::CommaSeparated, cl::sub(compileCommand),
                cl::sub(runCommand), cl::cat(category));
 static cl::opt<std::string>
@@ -76,11 +76,14 @@ llvm::Expected<DecodeSpec> decodeSpecFromOptions() {
   spec.qLen = qLen;
   spec.pageSize = pageSize;
   if (!decodeTile.empty()) {
-    if (decodeTile.size() != 2)
+    if (decodeTile.size() != 2 && decodeTile.size() != 3)
       return llvm::createStringError(
-          "--decode-tile takes two numbers: keys per tile, stages");
+          "--decode-tile takes keys per tile, stages and optionally the L2 "
+          "prefetch (e.g. 64,3 or 0,0,128)");
     spec.blockN = decodeTile[0];
     spec.stages = decodeTile[1];
+    if (decodeTile.size() == 3)
+      spec.l2Prefetch = decodeTile[2];
   }
   if (auto err = spec.validate())
     return std::move(err);

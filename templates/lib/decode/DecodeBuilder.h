@@ -47,7 +47,11 @@ public:
           const AttentionSpec &attention, const TileConfig &config,
           const DecodeTiling &tiling)
       : mma_sync::Builder(b, loc, attention, config, /*withSoftmax=*/true),
-        dspec(spec), tiling(tiling) {}
+        dspec(spec), tiling(tiling) {
+    l2PrefetchBytes = spec.l2Prefetch == 0    ? kDecodeL2Prefetch
+                      : spec.l2Prefetch < 0 ? 0
+                                            : spec.l2Prefetch;
+  }
 
   void emitSplitKernel(StringRef name);
   void emitCombineKernel(StringRef name);

@@ -3,9 +3,10 @@
 // partial O and one base-2 LSE per split. The exact result is their
 // average weighted by 2^(lse_s - lse), lse = log2 sum_s 2^lse_s: one warp
 // per row finds the max and the sum over the splits (lanes stride the
-// splits, then shuffles), then walks the splits adding its head_dim / 32
-// columns of each partial O (one 16- or 8-byte load per lane and split),
-// and writes O in the element type and the LSE in natural log.
+// splits, then shuffles), then walks the splits, eight at a time, adding
+// its head_dim / 32 columns of each partial O (one 16- or 8-byte load per
+// lane and split), and writes O in the element type and the LSE in
+// natural log.
 #include "DecodeBuilder.h"
 
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -78,26 +79,41 @@ void Builder::emitCombineKernel(StringRef name) {
   // With no key in any split every weight is 2^(-inf - inf) = 0.
   Value weightShift = arith::SelectOp::create(b, loc, empty, cF32(posInf), lse2);
 
-  // O = sum_s 2^(lse_s - lse) O_s over this lane's columns.
+  // O = sum_s 2^(lse_s - lse) O_s over this lane's columns, kUnroll
+  // splits per step with every load issued before the first use: a loop
+  // of one split per step waits out an L2 round trip per split. Splits
+  // past the last read the last one with weight 0.
+  constexpr int64_t kUnroll = 8;
   auto vecType = VectorType::get({perLane}, f32);
   Value column = mul(lane, c64(perLane));
+  Value lastSplit = sub(numSplits, c64(1));
   SmallVector<Value> init(perLane, cF32(0.0f));
   auto loop = scf::ForOp::create(
-      b, loc, cIdx(0), toIndex(numSplits), cIdx(1), init,
+      b, loc, cIdx(0), toIndex(numSplits), cIdx(kUnroll), init,
       [&](OpBuilder &, Location, Value sIndex, ValueRange acc) {
-        Value s = toI64(sIndex);
-        Value weight =
-            exp2(arith::SubFOp::create(b, loc, lseOf(s), weightShift));
-        Value partial = LLVM::LoadOp::create(
-            b, loc, vecType,
-            globalAddress(oPartial, f32,
-                          add(mul(add(first, s), c64(d)), column)),
-            /*alignment=*/perLane * 4);
-        SmallVector<Value> next;
-        for (int64_t c = 0; c < perLane; ++c) {
-          Value x = vector::ExtractOp::create(b, loc, partial, c);
-          next.push_back(
-              LLVM::FMAOp::create(b, loc, x, weight, acc[c]));
+        Value s0 = toI64(sIndex);
+        SmallVector<Value> lses, partials, inRange;
+        for (int64_t u = 0; u < kUnroll; ++u) {
+          Value s = add(s0, c64(u));
+          inRange.push_back(cmp(Pred::slt, s, numSplits));
+          Value clamped = minS(s, lastSplit);
+          lses.push_back(lseOf(clamped));
+          partials.push_back(LLVM::LoadOp::create(
+              b, loc, vecType,
+              globalAddress(oPartial, f32,
+                            add(mul(add(first, clamped), c64(d)), column)),
+              /*alignment=*/perLane * 4));
+        }
+        SmallVector<Value> next(acc.begin(), acc.end());
+        for (int64_t u = 0; u < kUnroll; ++u) {
+          Value weight = arith::SelectOp::create(
+              b, loc, inRange[u],
+              exp2(arith::SubFOp::create(b, loc, lses[u], weightShift)),
+              cF32(0.0f));
+          for (int64_t c = 0; c < perLane; ++c) {
+            Value x = vector::ExtractOp::create(b, loc, partials[u], c);
+            next[c] = LLVM::FMAOp::create(b, loc, x, weight, next[c]);
+          }
         }
         scf::YieldOp::create(b, loc, next);
       });

@@ -46,6 +46,13 @@ llvm::Error DecodeSpec::validate() const {
                       "{0}",
                       stages)
             .str());
+  if (l2Prefetch != 0 && l2Prefetch != -1 && l2Prefetch != 64 &&
+      l2Prefetch != 128 && l2Prefetch != 256)
+    return llvm::createStringError(
+        llvm::formatv("the L2 prefetch is 0 (the default), -1 (none), 64, "
+                      "128 or 256 bytes, not {0}",
+                      l2Prefetch)
+            .str());
   DecodeTiling t = decodeTiling(*this);
   if (t.keysPerWarp % 16 != 0)
     return llvm::createStringError(
@@ -69,8 +76,9 @@ std::string DecodeSpec::canonical() const {
                     headDim, dtypeName(dtype), numHeads, numKVHeads, qLen,
                     causal ? 1 : 0, pageSize)
           .str();
-  if (blockN || stages)
-    text += llvm::formatv(";n={0};s={1}", blockN, stages).str();
+  if (blockN || stages || l2Prefetch)
+    text += llvm::formatv(";n={0};s={1};l2={2}", blockN, stages, l2Prefetch)
+                .str();
   return text;
 }
 
@@ -80,8 +88,10 @@ std::string DecodeSpec::kernelName() const {
                     headDim, dtypeName(dtype), numHeads, numKVHeads, qLen,
                     causal ? 1 : 0, pageSize)
           .str();
-  if (blockN || stages)
-    name += llvm::formatv("_n{0}_s{1}", blockN, stages).str();
+  if (blockN || stages || l2Prefetch)
+    name += llvm::formatv("_n{0}_s{1}_l{2}", blockN, stages,
+                          l2Prefetch < 0 ? 0 : l2Prefetch)
+                .str();
   return name;
 }
 

@@ -100,8 +100,7 @@ void Builder::copyQueries(const DecodeParams &p, Value batch, Value headBase) {
         b, loc, valid, globalAddress(p.q, elt, offset), safe);
     Value bytes = arith::SelectOp::create(b, loc, valid, c32(16), c32(0));
     Value dst = toI32(mul(add(mul(row, c64(rowElems)), column), c64(eltBytes)));
-    NVVM::CpAsyncOp::create(b, loc, sharedAddress(dst), from, /*size=*/16,
-                            NVVM::LoadCacheModifierKind::CG, bytes);
+    cpAsync16(dst, from, bytes);
   }
 }
 
@@ -151,8 +150,7 @@ void Builder::copyPagedKeys(const DecodeParams &p, Value base,
     Value bytes = arith::SelectOp::create(b, loc, valid, c32(16), c32(0));
     Value dst =
         toI32(add(dst0, c64(round * rowsPerRound * rowElems * eltBytes)));
-    NVVM::CpAsyncOp::create(b, loc, sharedAddress(dst), from, /*size=*/16,
-                            NVVM::LoadCacheModifierKind::CG, bytes);
+    cpAsync16(dst, from, bytes);
   }
 }
 

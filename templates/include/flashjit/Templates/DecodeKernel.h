@@ -51,6 +51,9 @@ struct DecodeSpec {
   /// tile (32, 64 or 128; each warp's share a multiple of 16) and cp.async
   /// buffers (2 to 8), within 227 KiB of shared memory.
   int64_t blockN = 0, stages = 0;
+  /// L2 prefetch of the K/V copies (PTX .L2::NB): 0 the default
+  /// (kDecodeL2Prefetch), -1 none, or 64, 128, 256 bytes.
+  int64_t l2Prefetch = 0;
 
   /// Head dim 64 or 128, heads positive and a multiple of KV heads, qLen
   /// in [1, 16], page size 0 or in [16, 256], overrides that tile; the
@@ -145,6 +148,9 @@ struct DecodeCombineArgs {
   static constexpr unsigned kNumParams = 4 + 6 + 2;
   std::array<void *, kNumParams> paramPointers();
 };
+
+/// The L2 prefetch of the K/V copies when DecodeSpec::l2Prefetch is 0.
+constexpr int64_t kDecodeL2Prefetch = 256;
 
 /// Threads of a combine block; each warp merges one (batch, head, token).
 constexpr unsigned kDecodeCombineThreads = 128;
