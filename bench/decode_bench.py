@@ -173,16 +173,18 @@ def main(argv=None):
         rows.append(row)
         print(f"b={b} L={l}: flashjit {fmt(row['flashjit'])} GB/s, cuDNN {fmt(row['sdpa-cudnn'])}, "
               f"flash {fmt(row['sdpa-flash'])}, copy {fmt(row['copy'])}", flush=True)
-    md = (f"Decode, {gpu}, bf16, {args.heads} query heads over {args.kv_heads} KV heads, head dim "
-          f"{args.head_dim}, one query token; torch {torch.__version__}; flashjit's cache "
-          f"{args.kv_layouts.split(',')[0]} (flashjit-P: paged, page size P)\n\n" + table(rows, args) + "\n")
+        # Written after every point: a run cut short keeps what it measured.
+        md = (f"Decode, {gpu}, bf16, {args.heads} query heads over {args.kv_heads} KV heads, head "
+              f"dim {args.head_dim}, one query token; torch {torch.__version__}; flashjit's cache "
+              f"{args.kv_layouts.split(',')[0]} (flashjit-P: paged, page size P)\n\n" +
+              table(rows, args) + "\n")
+        if args.out_md:
+            with open(args.out_md, "w") as f:
+                f.write(md)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"gpu": gpu, "torch": torch.__version__, "rows": rows}, f, indent=2)
     print(md)
-    if args.out_md:
-        with open(args.out_md, "w") as f:
-            f.write(md)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"gpu": gpu, "rows": rows}, f, indent=2)
     failed = [r for r in rows if not r["flashjit"].get("passed", False)]
     return 1 if failed else 0
 

@@ -55,6 +55,7 @@ public:
 
   void emitSplitKernel(StringRef name);
   void emitCombineKernel(StringRef name);
+  using mma_sync::Builder::l2PrefetchBytes;
 
 private:
   DecodeParams beginSplitKernel(StringRef name);

@@ -143,13 +143,15 @@ void Builder::emitCombineKernel(StringRef name) {
 namespace flashjit {
 
 llvm::Error buildDecodeKernels(mlir::OpBuilder &builder, mlir::Location loc,
-                               const DecodeSpec &spec) {
+                               const DecodeSpec &spec, int ptxVersion) {
   if (auto err = spec.validate())
     return err;
   const AttentionSpec attention = spec.attentionSpec();
   const DecodeTiling tiling = decodeTiling(spec);
   const TileConfig config = tiling.config(spec);
   decode::Builder kernels(builder, loc, spec, attention, config, tiling);
+  if (ptxVersion < 74)
+    kernels.l2PrefetchBytes = 0;
   kernels.emitSplitKernel(spec.kernelName());
   kernels.emitCombineKernel(spec.kernelName() + "_combine");
   return llvm::Error::success();

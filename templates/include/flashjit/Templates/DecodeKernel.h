@@ -51,8 +51,9 @@ struct DecodeSpec {
   /// tile (32, 64 or 128; each warp's share a multiple of 16) and cp.async
   /// buffers (2 to 8), within 227 KiB of shared memory.
   int64_t blockN = 0, stages = 0;
-  /// L2 prefetch of the K/V copies (PTX .L2::NB): 0 the default
-  /// (kDecodeL2Prefetch), -1 none, or 64, 128, 256 bytes.
+  /// L2 prefetch of the K/V copies (PTX .L2::NB, PTX ISA 7.4 and later;
+  /// none for older targets): 0 the default (kDecodeL2Prefetch), -1 none,
+  /// or 64, 128, 256 bytes.
   int64_t l2Prefetch = 0;
 
   /// Head dim 64 or 128, heads positive and a multiple of KV heads, qLen
@@ -183,10 +184,11 @@ int64_t decodeWorkspaceFloats(const DecodeSpec &spec, int64_t batch,
 KernelInfo decodeKernelInfo(const DecodeSpec &spec);
 
 /// Emits the split kernel and the combine kernel of `spec` at the
-/// builder's insertion point (inside a gpu.module). Errors: a spec that
-/// fails validate().
+/// builder's insertion point (inside a gpu.module), for PTX ISA
+/// `ptxVersion` (e.g. 80; the L2 prefetch hint needs 74 or later and is
+/// left out below). Errors: a spec that fails validate().
 llvm::Error buildDecodeKernels(mlir::OpBuilder &builder, mlir::Location loc,
-                               const DecodeSpec &spec);
+                               const DecodeSpec &spec, int ptxVersion);
 
 } // namespace flashjit
 
