@@ -150,8 +150,10 @@ struct DecodeCombineArgs {
   std::array<void *, kNumParams> paramPointers();
 };
 
-/// The L2 prefetch of the K/V copies when DecodeSpec::l2Prefetch is 0.
-constexpr int64_t kDecodeL2Prefetch = 256;
+/// The L2 prefetch of the K/V copies when DecodeSpec::l2Prefetch is 0:
+/// none, as measured in docs/inference.md (the hint is a tuning knob
+/// until a measurement on each GPU says which size to default to).
+constexpr int64_t kDecodeL2Prefetch = 0;
 
 /// Threads of a combine block; each warp merges one (batch, head, token).
 constexpr unsigned kDecodeCombineThreads = 128;
