@@ -6,6 +6,7 @@
 // exception or an abort, so every body runs inside guarded().
 #include "flashjit/flashjit.h"
 
+#include "CApiSupport.h"
 #include "DLPackTensors.h"
 
 #include "flashjit/FlashJIT.h"
@@ -20,11 +21,6 @@
 #include <exception>
 #include <new>
 
-struct flashjit_context {
-  std::unique_ptr<flashjit::Context> context;
-  int device = 0;
-};
-
 struct flashjit_kernel {
   std::shared_ptr<const flashjit::Kernel> kernel;
   int device = 0;
@@ -34,60 +30,7 @@ struct flashjit_kernel {
 namespace {
 
 using flashjit::ErrorCode;
-
-thread_local std::string LastError;
-
-flashjit_status_t statusOf(ErrorCode code) {
-  switch (code) {
-  case ErrorCode::InvalidArgument:
-    return FLASHJIT_STATUS_INVALID_ARGUMENT;
-  case ErrorCode::Unsupported:
-    return FLASHJIT_STATUS_UNSUPPORTED;
-  case ErrorCode::NoDevice:
-    return FLASHJIT_STATUS_NO_DEVICE;
-  case ErrorCode::CompileError:
-    return FLASHJIT_STATUS_COMPILE_ERROR;
-  case ErrorCode::DriverError:
-    return FLASHJIT_STATUS_DRIVER_ERROR;
-  case ErrorCode::LaunchError:
-    return FLASHJIT_STATUS_LAUNCH_ERROR;
-  case ErrorCode::Internal:
-    return FLASHJIT_STATUS_INTERNAL;
-  }
-  return FLASHJIT_STATUS_INTERNAL;
-}
-
-flashjit_status_t succeed() {
-  LastError.clear();
-  return FLASHJIT_STATUS_OK;
-}
-
-/// Records "<function>: <message>" as the last error.
-flashjit_status_t fail(const char *function, flashjit_status_t status,
-                       const std::string &message) {
-  LastError = std::string(function) + ": " + message;
-  return status;
-}
-
-flashjit_status_t fail(const char *function, llvm::Error err) {
-  flashjit::ErrorParts parts = flashjit::takeErrorParts(std::move(err));
-  return fail(function, statusOf(parts.code), parts.message);
-}
-
-/// Runs `body`, turning any exception into FLASHJIT_STATUS_INTERNAL.
-template <typename Body>
-flashjit_status_t guarded(const char *function, Body &&body) noexcept {
-  try {
-    return body(function);
-  } catch (const std::bad_alloc &) {
-    return fail(function, FLASHJIT_STATUS_INTERNAL, "out of memory");
-  } catch (const std::exception &e) {
-    return fail(function, FLASHJIT_STATUS_INTERNAL,
-                std::string("unexpected exception: ") + e.what());
-  } catch (...) {
-    return fail(function, FLASHJIT_STATUS_INTERNAL, "unexpected exception");
-  }
-}
+using namespace flashjit::capi;
 
 /// Largest struct_size believed: anything above is an uninitialised field.
 constexpr size_t kMaxSpecSize = 4096;
@@ -266,7 +209,7 @@ flashjit_status_t forwardKernel(const char *fn, flashjit_kernel_t kernel,
 
 extern "C" {
 
-const char *flashjit_last_error(void) { return LastError.c_str(); }
+const char *flashjit_last_error(void) { return lastError().c_str(); }
 
 const char *flashjit_status_name(flashjit_status_t status) {
   switch (status) {

@@ -17,7 +17,7 @@ c_exported=$(grep -v '^_Z' <<<"$exported" || true)
 cxx_exported=$(grep '^_Z' <<<"$exported" | "$filt" || true)
 # Every flashjit_*( in the header but the static inline initialiser.
 declared=$(grep -oE '\bflashjit_[a-z_]+\(' "$header" | tr -d '(' |
-           grep -vx flashjit_attention_spec_init | sort -u)
+           grep -vxE "flashjit_(attention|decode)_spec_init" | sort -u)
 if [ -z "$declared" ]; then
   echo "error: no functions found in $header" >&2
   exit 1
