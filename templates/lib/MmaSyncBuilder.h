@@ -77,6 +77,22 @@ protected:
                    MutableArrayRef<Value> acc,
                    llvm::function_ref<int64_t(int64_t, int64_t)> slot);
   Value sharedAddress(Value byteOffset);
+  /// S = Q K^T of one K tile: mTiles x nTiles n8 score tiles (the
+  /// FragmentSoftmax layout), over head_dim / 16 k steps; qFrag(mt, ks)
+  /// gives the A fragment of m tile mt at step ks, `kLane` (i64) this
+  /// lane's ldmatrix byte offset of the tile's first key.
+  SmallVector<Value>
+  scoreTile(llvm::function_ref<SmallVector<Value, 4>(int64_t, int64_t)> qFrag,
+            Value kLane, int64_t mTiles, int64_t nTiles);
+  /// acc += P V for one V tile: P packed in pairs (FragmentSoftmax::pack
+  /// of mTiles x nTiles score tiles; tiles 2kk and 2kk + 1 are the A
+  /// fragment of k step kk), acc in [m tile][head_dim / 8][4]; `vLane` as
+  /// kLane, read with ldmatrix.trans.
+  void accumulatePV(ArrayRef<Value> packed, Value vLane, int64_t mTiles,
+                    int64_t nTiles, MutableArrayRef<Value> acc);
+  /// `laneOffset` (i64 bytes) + `bytes`, as the i32 an ldmatrix takes.
+  Value laneAt(Value laneOffset, int64_t bytes);
+
   /// One 16-byte cp.async.cg of `src` into shared memory at `dst` (i32
   /// byte offset); `bytes` (i32, null: 16) of them are read, the rest
   /// zero-filled. With l2PrefetchBytes (64, 128 or 256) the L2 fetches

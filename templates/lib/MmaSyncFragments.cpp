@@ -151,4 +151,48 @@ void Builder::mmaTwoTiles(ArrayRef<SmallVector<Value, 4>> a,
     }
 }
 
+Value Builder::laneAt(Value laneOffset, int64_t bytes) {
+  return toI32(add(laneOffset, c64(bytes)));
+}
+
+SmallVector<Value> Builder::scoreTile(
+    llvm::function_ref<SmallVector<Value, 4>(int64_t, int64_t)> qFrag,
+    Value kLane, int64_t mTiles, int64_t nTiles) {
+  SmallVector<Value> s(mTiles * nTiles * kAccPerTile, cF32(0.0f));
+  for (int64_t ks = 0; ks < d / 16; ++ks) {
+    SmallVector<SmallVector<Value, 4>> q;
+    for (int64_t mt = 0; mt < mTiles; ++mt)
+      q.push_back(qFrag(mt, ks));
+    for (int64_t np = 0; np < nTiles / 2; ++np) {
+      auto kFrag = ldmatrix(
+          laneAt(kLane, (np * 16 * rowElems + ks * 16) * eltBytes), false);
+      mmaTwoTiles(q, kFrag, s, [&](int64_t mt, int64_t half) {
+        return (mt * nTiles + 2 * np + half) * kAccPerTile;
+      });
+    }
+  }
+  return s;
+}
+
+void Builder::accumulatePV(ArrayRef<Value> packed, Value vLane,
+                           int64_t mTiles, int64_t nTiles,
+                           MutableArrayRef<Value> acc) {
+  const int64_t dTiles = d / 8;
+  for (int64_t kk = 0; kk < nTiles / 2; ++kk) {
+    SmallVector<SmallVector<Value, 4>> aFrag;
+    for (int64_t mt = 0; mt < mTiles; ++mt) {
+      const Value *t0 = &packed[(mt * nTiles + 2 * kk) * 2];
+      const Value *t1 = &packed[(mt * nTiles + 2 * kk + 1) * 2];
+      aFrag.push_back({t0[0], t0[1], t1[0], t1[1]});
+    }
+    for (int64_t dp = 0; dp < dTiles / 2; ++dp) {
+      auto vFrag = ldmatrix(
+          laneAt(vLane, (kk * 16 * rowElems + dp * 16) * eltBytes), true);
+      mmaTwoTiles(aFrag, vFrag, acc, [&](int64_t mt, int64_t half) {
+        return (mt * dTiles + 2 * dp + half) * kAccPerTile;
+      });
+    }
+  }
+}
+
 } // namespace flashjit::mma_sync

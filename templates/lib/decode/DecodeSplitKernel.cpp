@@ -171,7 +171,6 @@ void Builder::emitSplitKernel(StringRef name) {
   const int64_t nTiles = kw / 8;  // n8 score tiles per warp
   const int64_t dTiles = d / 8;   // n8 output tiles
   const int64_t qSteps = d / 16;  // k16 steps of Q K^T
-  const int64_t pSteps = kw / 16; // k16 steps of P V
   const int64_t rowBytes = rowElems * eltBytes;
   const int64_t kTileOffset = t.rowsPadded * rowBytes;
   const int64_t vTileOffset = kTileOffset + t.blockN * rowBytes;
@@ -249,11 +248,8 @@ void Builder::emitSplitKernel(StringRef name) {
                                 c64(rowElems)),
                             mul(divU(matrix, 2), c64(8))),
                         c64(eltBytes)));
-  auto at32 = [&](Value laneBase, int64_t bytes) {
-    return toI32(add(laneBase, c64(bytes)));
-  };
   auto loadQ = [&](int64_t mt, int64_t ks) {
-    return ldmatrix(at32(qLane, (mt * 16 * rowElems + ks * 16) * eltBytes),
+    return ldmatrix(laneAt(qLane, (mt * 16 * rowElems + ks * 16) * eltBytes),
                     false);
   };
   SmallVector<SmallVector<Value, 4>> qFrags;
@@ -288,19 +284,11 @@ void Builder::emitSplitKernel(StringRef name) {
         Value kTile = add(kLane, slot), vTile = add(vLane, slot);
 
         // S = Q K^T over this warp's kw keys.
-        SmallVector<Value> s(mTiles * nTiles * kAccPerTile, cF32(0.0f));
-        for (int64_t ks = 0; ks < qSteps; ++ks) {
-          SmallVector<SmallVector<Value, 4>> q;
-          for (int64_t mt = 0; mt < mTiles; ++mt)
-            q.push_back(mTiles == 1 ? qFrags[ks] : loadQ(mt, ks));
-          for (int64_t np = 0; np < nTiles / 2; ++np) {
-            auto kFrag = ldmatrix(
-                at32(kTile, (np * 16 * rowElems + ks * 16) * eltBytes), false);
-            mmaTwoTiles(q, kFrag, s, [&](int64_t mt, int64_t half) {
-              return softmax.scoreAt(mt, 2 * np + half);
-            });
-          }
-        }
+        SmallVector<Value> s = scoreTile(
+            [&](int64_t mt, int64_t ks) {
+              return mTiles == 1 ? qFrags[ks] : loadQ(mt, ks);
+            },
+            kTile, mTiles, nTiles);
 
         Value warpN0 = add(keyOf(j), mul(wn, c64(kw)));
         softmax.mask(s, warpN0, kw, c64(0), c64(dspec.qLen - 1), quadCol,
@@ -315,21 +303,7 @@ void Builder::emitSplitKernel(StringRef name) {
             softmax.rescale(state.drop_front(accBase), u.alpha);
 
         // O += P V.
-        for (int64_t kk = 0; kk < pSteps; ++kk) {
-          SmallVector<SmallVector<Value, 4>> aFrag;
-          for (int64_t mt = 0; mt < mTiles; ++mt) {
-            const Value *t0 = &packed[(mt * nTiles + 2 * kk) * 2];
-            const Value *t1 = &packed[(mt * nTiles + 2 * kk + 1) * 2];
-            aFrag.push_back({t0[0], t0[1], t1[0], t1[1]});
-          }
-          for (int64_t dp = 0; dp < dTiles / 2; ++dp) {
-            auto vFrag = ldmatrix(
-                at32(vTile, (kk * 16 * rowElems + dp * 16) * eltBytes), true);
-            mmaTwoTiles(aFrag, vFrag, acc, [&](int64_t mt, int64_t half) {
-              return (mt * dTiles + 2 * dp + half) * kAccPerTile;
-            });
-          }
-        }
+        accumulatePV(packed, vTile, mTiles, nTiles, acc);
         nextState.append(acc);
         scf::YieldOp::create(b, loc, nextState);
       });
