@@ -32,8 +32,6 @@ namespace {
 using flashjit::ErrorCode;
 using namespace flashjit::capi;
 
-/// Largest struct_size believed: anything above is an uninitialised field.
-constexpr size_t kMaxSpecSize = 4096;
 /// The size of the first published flashjit_attention_spec_t.
 constexpr size_t kSpecV1Size =
     offsetof(flashjit_attention_spec_t, num_kv_heads) + sizeof(int64_t);
@@ -46,23 +44,11 @@ readSpec(const flashjit_attention_spec_t *given) {
   auto invalid = [](const llvm::Twine &message) {
     return flashjit::makeError(ErrorCode::InvalidArgument, message);
   };
-  if (!given)
-    return invalid("spec is a null pointer");
+  if (auto err = checkStructSize(given, kSpecV1Size,
+                                 sizeof(flashjit_attention_spec_t),
+                                 "flashjit_attention_spec_init"))
+    return std::move(err);
   const size_t size = given->struct_size;
-  if (size < kSpecV1Size || size > kMaxSpecSize)
-    return invalid(llvm::formatv(
-        "spec struct_size is {0}, expected {1} to {2} bytes: fill the spec "
-        "with flashjit_attention_spec_init()",
-        size, kSpecV1Size, kMaxSpecSize));
-  const auto *bytes = reinterpret_cast<const unsigned char *>(given);
-  for (size_t i = sizeof(flashjit_attention_spec_t); i < size; ++i)
-    if (bytes[i] != 0)
-      return flashjit::makeError(
-          ErrorCode::Unsupported,
-          llvm::formatv("spec sets a field at byte {0}, beyond the {1} "
-                        "bytes this flashjit (C API version {2}) knows",
-                        i, sizeof(flashjit_attention_spec_t),
-                        FLASHJIT_C_API_VERSION));
 
   flashjit_attention_spec_t s;
   flashjit_attention_spec_init(&s);

@@ -22,31 +22,16 @@ namespace {
 using flashjit::ErrorCode;
 using namespace flashjit::capi;
 
-/// Largest struct_size believed: anything above is an uninitialised field.
-constexpr size_t kMaxDecodeSpecSize = 4096;
-
 llvm::Expected<flashjit::DecodeSpec>
 readDecodeSpec(const flashjit_decode_spec_t *given) {
   auto invalid = [](const llvm::Twine &message) {
     return flashjit::makeError(ErrorCode::InvalidArgument, message);
   };
-  if (!given)
-    return invalid("spec is a null pointer");
-  const size_t size = given->struct_size;
-  if (size < sizeof(flashjit_decode_spec_t) || size > kMaxDecodeSpecSize)
-    return invalid(llvm::formatv(
-        "spec struct_size is {0}, expected {1} to {2} bytes: fill the spec "
-        "with flashjit_decode_spec_init()",
-        size, sizeof(flashjit_decode_spec_t), kMaxDecodeSpecSize));
-  const auto *bytes = reinterpret_cast<const unsigned char *>(given);
-  for (size_t i = sizeof(flashjit_decode_spec_t); i < size; ++i)
-    if (bytes[i] != 0)
-      return flashjit::makeError(
-          ErrorCode::Unsupported,
-          llvm::formatv("spec sets a field at byte {0}, beyond the {1} bytes "
-                        "this flashjit (C API version {2}) knows",
-                        i, sizeof(flashjit_decode_spec_t),
-                        FLASHJIT_C_API_VERSION));
+  // The first version of the struct is this one.
+  if (auto err = checkStructSize(given, sizeof(flashjit_decode_spec_t),
+                                 sizeof(flashjit_decode_spec_t),
+                                 "flashjit_decode_spec_init"))
+    return std::move(err);
   const flashjit_decode_spec_t &s = *given;
   flashjit::DecodeSpec spec;
   if (s.dtype == FLASHJIT_DTYPE_F16)

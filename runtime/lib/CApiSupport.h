@@ -11,6 +11,7 @@
 #include "flashjit/FlashJIT.h"
 #include "flashjit/Runtime/ErrorCode.h"
 
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <new>
@@ -80,6 +81,38 @@ flashjit_status_t guarded(const char *function, Body &&body) noexcept {
   } catch (...) {
     return fail(function, FLASHJIT_STATUS_INTERNAL, "unexpected exception");
   }
+}
+
+/// Largest struct_size believed: anything above is an uninitialised field.
+constexpr size_t kMaxStructSize = 4096;
+
+/// Whether a versioned struct (its first field a size_t struct_size) may
+/// be read: a size from `oldest` (the first published version's) to
+/// kMaxStructSize, and every byte past the `known` bytes of this library's
+/// version zero (a later field left at its default asks for nothing new).
+/// `init` names the function that fills the struct.
+inline llvm::Error checkStructSize(const void *given, size_t oldest,
+                                   size_t known, const char *init) {
+  if (!given)
+    return makeError(ErrorCode::InvalidArgument, "spec is a null pointer");
+  size_t size;
+  std::memcpy(&size, given, sizeof(size));
+  if (size < oldest || size > kMaxStructSize)
+    return makeError(
+        ErrorCode::InvalidArgument,
+        "spec struct_size is " + std::to_string(size) + ", expected " +
+            std::to_string(oldest) + " to " + std::to_string(kMaxStructSize) +
+            " bytes: fill the spec with " + init + "()");
+  const auto *bytes = static_cast<const unsigned char *>(given);
+  for (size_t i = known; i < size; ++i)
+    if (bytes[i] != 0)
+      return makeError(ErrorCode::Unsupported,
+                       "spec sets a field at byte " + std::to_string(i) +
+                           ", beyond the " + std::to_string(known) +
+                           " bytes this flashjit (C API version " +
+                           std::to_string(FLASHJIT_C_API_VERSION) +
+                           ") knows");
+  return llvm::Error::success();
 }
 
 } // namespace flashjit::capi
