@@ -7,6 +7,7 @@
 
 #include "flashjit/Runtime/CudaDriver.h"
 #include "flashjit/Runtime/ErrorCode.h"
+#include "flashjit/Runtime/ForwardChecks.h"
 #include "flashjit/Runtime/Launch.h"
 #include "flashjit/Runtime/ModuleLoader.h"
 
@@ -211,6 +212,12 @@ llvm::Error DecodeKernel::check(const DecodeArgs &args) const {
         "heads, q_len)",
         args.lse.shape[0], args.lse.shape[1], args.lse.shape[2], lseShape[0],
         lseShape[1], lseShape[2]));
+  for (int64_t stride : args.lse.strides)
+    if (stride < 0)
+      return invalid("lse strides must be non-negative");
+  if (auto err = checkOutputsApart(
+          args.o, args.lse, {{"q", &args.q}, {"k", &args.k}, {"v", &args.v}}))
+    return withCode(ErrorCode::InvalidArgument, std::move(err));
   if (args.numSplits < 0 || args.numSplits > kMaxDecodeSplits)
     return invalid(llvm::formatv("numSplits must be 0 (the rule) to {0}, "
                                  "not {1}",

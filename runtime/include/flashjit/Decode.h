@@ -62,7 +62,8 @@ struct DecodeArgs {
   /// Splits of the KV length; 0: the documented rule (chooseDecodeSplits).
   int64_t numSplits = 0;
   /// f32 scratch for the partial results of a split launch, at least
-  /// DecodeKernel::workspaceBytes(batch, splits) bytes, 16-byte aligned.
+  /// DecodeKernel::workspaceBytes(batch, splits) bytes, 16-byte aligned,
+  /// apart from every tensor above (not checked).
   /// Null: the kernel keeps one per stream, grown on demand (allocated
   /// outside any graph capture: call decode once before capturing).
   void *workspace = nullptr;

@@ -130,6 +130,10 @@ TEST_CASE("decode: bad arguments are refused with what is wrong") {
             .find("lse") != std::string::npos);
   CHECK(refusal([](DecodeArgs &a) { a.lse.shape[2] = 1; })
             .find("lse has shape") != std::string::npos);
+  CHECK(refusal([](DecodeArgs &a) { a.o.data = a.k.data; })
+            .find("overlap input k") != std::string::npos);
+  CHECK(refusal([](DecodeArgs &a) { a.o.strides[1] = 8; })
+            .find("o strides") != std::string::npos);
   CHECK(refusal([](DecodeArgs &a) { a.numSplits = 1000; })
             .find("numSplits") != std::string::npos);
   CHECK(refusal([](DecodeArgs &a) { a.scale = -1.0; })

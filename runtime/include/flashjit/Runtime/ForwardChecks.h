@@ -13,6 +13,12 @@ namespace flashjit {
 /// other, head_dim stride 1, 16-byte aligned rows, seqlens in [1, 2^31),
 /// outputs whose strides overlap or that overlap an input.
 llvm::Error checkForwardArgs(const AttentionSpec &spec, const ForwardArgs &args);
+/// Error unless o (2-byte elements) and lse (f32) each map distinct
+/// elements to distinct memory and neither overlaps the other or one of
+/// the named inputs (also the decode kernels' check).
+llvm::Error checkOutputsApart(
+    const TensorRef &o, const LseRef &lse,
+    llvm::ArrayRef<std::pair<const char *, const TensorRef *>> inputs);
 
 /// The captured tensors of a launch against the spec's (count, dtype,
 /// rank, sizes, alignment, strides).
