@@ -60,9 +60,8 @@ readDecodeSpec(const flashjit_decode_spec_t *given) {
 }
 
 /// An i32 tensor of rank `rank` whose last dimension is contiguous.
-llvm::Expected<flashjit::CapturedRef> readIndexTensor(const char *name,
-                                                      const DLTensor *t,
-                                                      int rank, int device) {
+llvm::Expected<flashjit::CapturedRef>
+readIndexTensor(const char *name, const DLTensor *t, int rank, int device) {
   auto ref = flashjit::toCapturedRef(name, t, device);
   if (!ref)
     return ref.takeError();
@@ -80,8 +79,8 @@ flashjit_status_t decodeStep(const char *fn, flashjit_decode_kernel_t kernel,
                              const DLTensor *q, const DLTensor *k,
                              const DLTensor *v, const DLTensor *kvLens,
                              const DLTensor *blockTable, DLTensor *o,
-                             DLTensor *lse, int64_t maxKvLen,
-                             int64_t numSplits, double scale, void *stream) {
+                             DLTensor *lse, int64_t maxKvLen, int64_t numSplits,
+                             double scale, void *stream) {
   if (!kernel)
     return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
                 "kernel is a null handle");
@@ -149,17 +148,17 @@ flashjit_status_t decodeStep(const char *fn, flashjit_decode_kernel_t kernel,
 
 extern "C" {
 
-flashjit_status_t flashjit_decode_kernel_compile(
-    flashjit_context_t ctx, const flashjit_decode_spec_t *spec,
-    flashjit_decode_kernel_t *out) {
+flashjit_status_t
+flashjit_decode_kernel_compile(flashjit_context_t ctx,
+                               const flashjit_decode_spec_t *spec,
+                               flashjit_decode_kernel_t *out) {
   return guarded(__func__, [&](const char *fn) {
     if (!out)
       return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
                   "out is a null pointer");
     *out = nullptr;
     if (!ctx)
-      return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
-                  "ctx is a null handle");
+      return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT, "ctx is a null handle");
     auto parsed = readDecodeSpec(spec);
     if (!parsed)
       return fail(fn, parsed.takeError());

@@ -1,4 +1,5 @@
-//===- CApiSupport.h - what every C API function is made of ------*- C++ -*-===//
+//===- CApiSupport.h - what every C API function is made of ------*- C++
+//-*-===//
 // Why: the C API spans several files (CApi.cpp, CApiDecode.cpp); each
 // function turns llvm::Errors into a status and the thread-local last
 // error, and lets no exception out, the same way. Private to
@@ -58,7 +59,7 @@ inline flashjit_status_t succeed() {
 
 /// Records "<function>: <message>" as the last error.
 inline flashjit_status_t fail(const char *function, flashjit_status_t status,
-                       const std::string &message) {
+                              const std::string &message) {
   lastError() = std::string(function) + ": " + message;
   return status;
 }
@@ -98,11 +99,11 @@ inline llvm::Error checkStructSize(const void *given, size_t oldest,
   size_t size;
   std::memcpy(&size, given, sizeof(size));
   if (size < oldest || size > kMaxStructSize)
-    return makeError(
-        ErrorCode::InvalidArgument,
-        "spec struct_size is " + std::to_string(size) + ", expected " +
-            std::to_string(oldest) + " to " + std::to_string(kMaxStructSize) +
-            " bytes: fill the spec with " + init + "()");
+    return makeError(ErrorCode::InvalidArgument,
+                     "spec struct_size is " + std::to_string(size) +
+                         ", expected " + std::to_string(oldest) + " to " +
+                         std::to_string(kMaxStructSize) +
+                         " bytes: fill the spec with " + init + "()");
   const auto *bytes = static_cast<const unsigned char *>(given);
   for (size_t i = known; i < size; ++i)
     if (bytes[i] != 0)
@@ -110,8 +111,7 @@ inline llvm::Error checkStructSize(const void *given, size_t oldest,
                        "spec sets a field at byte " + std::to_string(i) +
                            ", beyond the " + std::to_string(known) +
                            " bytes this flashjit (C API version " +
-                           std::to_string(FLASHJIT_C_API_VERSION) +
-                           ") knows");
+                           std::to_string(FLASHJIT_C_API_VERSION) + ") knows");
   return llvm::Error::success();
 }
 

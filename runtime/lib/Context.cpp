@@ -546,7 +546,16 @@ Context::decodeKernel(const DecodeSpec &spec) {
                      "the decode kernels need sm_80 or newer (mma.sync, "
                      "cp.async), not " +
                          TargetChip.chip);
-  std::string key = spec.canonical();
+  // A GPU with less shared memory per block than the default stages take
+  // (sm_86, sm_89: 99 KiB) gets fewer stages, down to two.
+  DecodeSpec fitted = spec;
+  if (Device && spec.stages == 0) {
+    const int64_t limit = Device->sharedMemoryPerBlockOptin;
+    for (int64_t stages = decodeTiling(spec).stages;
+         stages > 2 && decodeTiling(fitted).sharedBytes(fitted) > limit;)
+      fitted.stages = --stages;
+  }
+  std::string key = fitted.canonical();
   {
     std::lock_guard<std::mutex> lock(Kernels->mutex);
     if (auto it = Kernels->decoders.find(key); it != Kernels->decoders.end())
@@ -556,16 +565,16 @@ Context::decodeKernel(const DecodeSpec &spec) {
   // decode or decode_paged: never a forward kernel's key.
   auto loaded = loadOrBuild(*Cache, TargetChip, Device.has_value(),
                             Options.device, key,
-                            decodeTiling(spec).config(spec),
+                            decodeTiling(fitted).config(fitted),
                             [&]() -> llvm::Expected<CompiledKernel> {
                               CompileOptions options;
                               options.target = TargetChip;
-                              return compileDecodeKernel(spec, options);
+                              return compileDecodeKernel(fitted, options);
                             });
   if (!loaded)
     return loaded.takeError();
   auto decoder = std::make_shared<const DecodeKernel>(
-      spec, loaded->entry->info, loaded->entry->ptx, std::move(loaded->module),
+      fitted, loaded->entry->info, loaded->entry->ptx, std::move(loaded->module),
       DeviceError);
   std::lock_guard<std::mutex> lock(Kernels->mutex);
   return Kernels->decoders.try_emplace(key, decoder).first->second;

@@ -23,9 +23,8 @@ namespace flashjit {
 std::string DecodeCheckReport::summary() const {
   return llvm::formatv("rel err {0:e2} (lse {1:e2}, max abs {2:e2}, tol "
                        "{3:e1}), non-finite {4}, rows {5}, splits {6}: {7}",
-                       relError, lseRelError, maxAbsError, tolerance,
-                       nonFinite, checkedRows, numSplits,
-                       passed ? "PASS" : "FAIL")
+                       relError, lseRelError, maxAbsError, tolerance, nonFinite,
+                       checkedRows, numSplits, passed ? "PASS" : "FAIL")
       .str();
 }
 
@@ -146,8 +145,8 @@ runDecodeAndCheck(const DecodeKernel &kernel, const DecodeCheckOptions &opt) {
         }
   }
 
-  DeviceBuffer q(drv), k(drv), v(drv), o(drv), lse(drv), lens(drv),
-      table(drv), workspace(drv);
+  DeviceBuffer q(drv), k(drv), v(drv), o(drv), lse(drv), lens(drv), table(drv),
+      workspace(drv);
   if (auto err = upload(drv, q, p.q))
     return std::move(err);
   if (auto err = upload(drv, k, p.k))
@@ -169,10 +168,10 @@ runDecodeAndCheck(const DecodeKernel &kernel, const DecodeCheckOptions &opt) {
   args.q = decodeTensor(q.data(), s.dtype, B, s.qLen, s.numHeads, d);
   args.o = decodeTensor(o.data(), s.dtype, B, s.qLen, s.numHeads, d);
   if (s.paged()) {
-    args.k = decodeTensor(k.data(), s.dtype, p.pages, s.pageSize,
-                          s.numKVHeads, d);
-    args.v = decodeTensor(v.data(), s.dtype, p.pages, s.pageSize,
-                          s.numKVHeads, d);
+    args.k =
+        decodeTensor(k.data(), s.dtype, p.pages, s.pageSize, s.numKVHeads, d);
+    args.v =
+        decodeTensor(v.data(), s.dtype, p.pages, s.pageSize, s.numKVHeads, d);
     args.blockTable = static_cast<const int32_t *>(table.data());
     args.maxPages = p.maxPages;
   } else {
@@ -182,8 +181,8 @@ runDecodeAndCheck(const DecodeKernel &kernel, const DecodeCheckOptions &opt) {
       for (TensorRef *t : {&args.k, &args.v})
         t->strides = {s.numKVHeads * p.capacity * d, d, p.capacity * d, 1};
   }
-  args.lse = LseRef::contiguous(static_cast<float *>(lse.data()), B,
-                                s.numHeads, s.qLen);
+  args.lse = LseRef::contiguous(static_cast<float *>(lse.data()), B, s.numHeads,
+                                s.qLen);
   args.kvLens = static_cast<const int32_t *>(lens.data());
   args.maxKvLen = opt.maxKvLenHint ? std::max<int64_t>(longest, 1) : 0;
   args.numSplits = opt.numSplits;
@@ -203,8 +202,8 @@ runDecodeAndCheck(const DecodeKernel &kernel, const DecodeCheckOptions &opt) {
     return std::move(err);
   std::vector<uint16_t> gotO(outElems);
   std::vector<float> gotLse(lseElems);
-  if (auto err = FLASHJIT_CU(drv, cuMemcpyDtoH, gotO.data(), o.ptr(),
-                             gotO.size() * 2))
+  if (auto err =
+          FLASHJIT_CU(drv, cuMemcpyDtoH, gotO.data(), o.ptr(), gotO.size() * 2))
     return std::move(err);
   if (auto err = FLASHJIT_CU(drv, cuMemcpyDtoH, gotLse.data(), lse.ptr(),
                              gotLse.size() * 4))
@@ -230,35 +229,34 @@ runDecodeAndCheck(const DecodeKernel &kernel, const DecodeCheckOptions &opt) {
     for (int64_t i = 0; i < allRows; ++i)
       rows.push_back(i);
   }
-  std::vector<DecodeReferenceRow> ref =
-      decodeReference(p, rows, threads);
+  std::vector<DecodeReferenceRow> ref = decodeReference(p, rows, threads);
   double errSq = 0, refSq = 0, lseErrSq = 0, lseRefSq = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
-        const int64_t t = rows[i] % s.qLen;
-        const int64_t h = (rows[i] / s.qLen) % s.numHeads;
-        const int64_t b = rows[i] / (s.qLen * s.numHeads);
-        const DecodeReferenceRow &r = ref[i];
-        const uint16_t *row = &gotO[((b * s.qLen + t) * s.numHeads + h) * d];
-        for (int64_t c = 0; c < d; ++c) {
-          double x = bitsToFloat(s.dtype, row[c]);
-          if (!std::isfinite(x))
-            continue;
-          double e = x - r.out[c];
-          errSq += e * e;
-          refSq += r.out[c] * r.out[c];
-          report.maxAbsError = std::max(report.maxAbsError, std::fabs(e));
-        }
-        double l = gotLse[(b * s.numHeads + h) * s.qLen + t];
-        bool refEmpty = std::isinf(r.lse);
-        if (std::isnan(l) || l == INFINITY)
-          continue; // counted above
-        if (std::isinf(l) != refEmpty) {
-          ++report.nonFinite;
-        } else if (!refEmpty) {
-          lseErrSq += (l - r.lse) * (l - r.lse);
-          lseRefSq += r.lse * r.lse;
-        }
-        ++report.checkedRows;
+    const int64_t t = rows[i] % s.qLen;
+    const int64_t h = (rows[i] / s.qLen) % s.numHeads;
+    const int64_t b = rows[i] / (s.qLen * s.numHeads);
+    const DecodeReferenceRow &r = ref[i];
+    const uint16_t *row = &gotO[((b * s.qLen + t) * s.numHeads + h) * d];
+    for (int64_t c = 0; c < d; ++c) {
+      double x = bitsToFloat(s.dtype, row[c]);
+      if (!std::isfinite(x))
+        continue;
+      double e = x - r.out[c];
+      errSq += e * e;
+      refSq += r.out[c] * r.out[c];
+      report.maxAbsError = std::max(report.maxAbsError, std::fabs(e));
+    }
+    double l = gotLse[(b * s.numHeads + h) * s.qLen + t];
+    bool refEmpty = std::isinf(r.lse);
+    if (std::isnan(l) || l == INFINITY)
+      continue; // counted above
+    if (std::isinf(l) != refEmpty) {
+      ++report.nonFinite;
+    } else if (!refEmpty) {
+      lseErrSq += (l - r.lse) * (l - r.lse);
+      lseRefSq += r.lse * r.lse;
+    }
+    ++report.checkedRows;
   }
   report.relError = refSq > 0 ? std::sqrt(errSq / refSq) : std::sqrt(errSq);
   report.lseRelError =
@@ -269,8 +267,8 @@ runDecodeAndCheck(const DecodeKernel &kernel, const DecodeCheckOptions &opt) {
                   report.lseRelError <= report.tolerance;
 
   for (int32_t len : p.kvLens)
-    report.kvBytes += 2.0 * std::min<int64_t>(len, p.capacity) *
-                      s.numKVHeads * d * 2;
+    report.kvBytes +=
+        2.0 * std::min<int64_t>(len, p.capacity) * s.numKVHeads * d * 2;
   if (opt.iterations > 0) {
     TimingOptions timing;
     timing.warmup = opt.warmup;
@@ -278,8 +276,8 @@ runDecodeAndCheck(const DecodeKernel &kernel, const DecodeCheckOptions &opt) {
     // Back-to-back launches per sample, as the peers are timed: a step of
     // a few microseconds is not measured with one launch between events.
     timing.minSampleMs = 10;
-    auto measured =
-        timeLaunches(drv, [&] { return kernel.decode(args); }, timing);
+    auto measured = timeLaunches(
+        drv, [&] { return kernel.decode(args); }, timing);
     if (!measured)
       return measured.takeError();
     report.medianMs = measured->medianMs;

@@ -129,12 +129,11 @@ llvm::Error checkTensor(const char *name, const TensorRef &t, DType dtype,
   if (!t.data)
     return invalid(llvm::Twine(name) + " is a null pointer");
   if (t.dtype != dtype)
-    return invalid(llvm::formatv("{0} is {1} but the decode spec is {2}",
-                                 name, dtypeName(t.dtype), dtypeName(dtype)));
+    return invalid(llvm::formatv("{0} is {1} but the decode spec is {2}", name,
+                                 dtypeName(t.dtype), dtypeName(dtype)));
   if (t.shape != shape)
-    return invalid(llvm::formatv("{0} has shape {1}, expected {2} ({3})",
-                                 name, shapeText(t.shape), shapeText(shape),
-                                 layout));
+    return invalid(llvm::formatv("{0} has shape {1}, expected {2} ({3})", name,
+                                 shapeText(t.shape), shapeText(shape), layout));
   if (t.strides[3] != 1)
     return invalid(llvm::formatv("{0}'s head dim must be contiguous (stride "
                                  "1), not {1}",
@@ -146,8 +145,8 @@ llvm::Error checkTensor(const char *name, const TensorRef &t, DType dtype,
           "{3} elements",
           name, i, t.strides[i], strideMultiple));
   if (reinterpret_cast<uintptr_t>(t.data) % alignment != 0)
-    return invalid(llvm::formatv("{0} must be {1}-byte aligned", name,
-                                 alignment));
+    return invalid(
+        llvm::formatv("{0} must be {1}-byte aligned", name, alignment));
   return llvm::Error::success();
 }
 } // namespace
@@ -290,8 +289,8 @@ llvm::Error DecodeKernel::decode(const DecodeArgs &args) const {
       workspace = *scratch;
     }
     k.oPartial = static_cast<float *>(workspace);
-    k.lsePartial = k.oPartial + batch * Spec.numHeads * Spec.qLen * splits *
-                                    Spec.headDim;
+    k.lsePartial =
+        k.oPartial + batch * Spec.numHeads * Spec.qLen * splits * Spec.headDim;
   }
   auto params = k.paramPointers();
   if (auto err = launch(Module->function(), decodeGeometry(Spec, batch, splits),

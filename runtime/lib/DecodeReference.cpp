@@ -29,9 +29,8 @@ int64_t keyOffset(const HostDecodeProblem &p, int64_t batch, int64_t kvHead,
 }
 } // namespace
 
-DecodeReferenceRow decodeReferenceRow(const HostDecodeProblem &p,
-                                      int64_t batch, int64_t head,
-                                      int64_t token) {
+DecodeReferenceRow decodeReferenceRow(const HostDecodeProblem &p, int64_t batch,
+                                      int64_t head, int64_t token) {
   const DecodeSpec &s = p.spec;
   const int64_t d = s.headDim;
   const int64_t kvHead = head / s.groupSize();
@@ -46,7 +45,8 @@ DecodeReferenceRow decodeReferenceRow(const HostDecodeProblem &p,
     return r;
   }
   std::vector<double> q(d);
-  const uint16_t *qRow = &p.q[((batch * s.qLen + token) * s.numHeads + head) * d];
+  const uint16_t *qRow =
+      &p.q[((batch * s.qLen + token) * s.numHeads + head) * d];
   for (int64_t c = 0; c < d; ++c)
     q[c] = bitsToFloat(s.dtype, qRow[c]);
   std::vector<double> scores(end);

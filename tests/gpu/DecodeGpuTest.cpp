@@ -90,8 +90,19 @@ TEST_CASE("decode: split counts, the combine and empty splits") {
 TEST_CASE("decode: wide scores (scale 1) stress the LSE merge") {
   checkDecode(makeSpec(128, DType::F16, 32, 8, 7), 2, {4097, 300}, 0, true,
               1.0);
-  checkDecode(makeSpec(64, DType::BF16, 8, 1, 1), 2, {4097, 300}, 9, true,
-              1.0);
+  checkDecode(makeSpec(64, DType::BF16, 8, 1, 1), 2, {4097, 300}, 9, true, 1.0);
+}
+
+TEST_CASE("decode: head dim 256") {
+  for (DType dtype : {DType::F16, DType::BF16})
+    for (auto [heads, kvHeads, qLen] :
+         {std::tuple<int64_t, int64_t, int64_t>{32, 8, 1},
+          {32, 8, 7},
+          {16, 1, 4},
+          {8, 1, 16}})
+      checkDecode(makeSpec(256, dtype, heads, kvHeads, qLen), 3,
+                  {17, 1000, 4097});
+  checkDecode(makeSpec(256, DType::BF16, 32, 8, 2, 64), 3, {1, 1000, 4097});
 }
 
 TEST_CASE("decode: MQA 32/1 with 16 tokens (head chunks)") {

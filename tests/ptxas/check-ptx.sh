@@ -125,7 +125,7 @@ done
 # dtype, the row shapes (1, 2 and 4 warps over the rows; head chunks),
 # contiguous and paged; no spills in either kernel.
 for arch in sm_80 sm_90a; do
-  for d in 64 128; do
+  for d in 64 128 256; do
     for dtype in f16 bf16; do
       for shape in "32 8 1 0" "32 8 7 0" "8 1 16 16" "32 1 16 64" "4 4 2 0"; do
         set -- $shape

@@ -50,8 +50,8 @@ static cl::list<int64_t>
                cl::desc("Decode: tile overrides N,S[,P]: keys per K/V tile "
                         "(32, 64, 128), cp.async stages and L2 prefetch "
                         "bytes (-1 none, 64, 128, 256; 0: the defaults)"),
-               cl::CommaSeparated, cl::sub(compileCommand),
-               cl::sub(runCommand), cl::cat(category));
+               cl::CommaSeparated, cl::sub(compileCommand), cl::sub(runCommand),
+               cl::cat(category));
 static cl::opt<std::string>
     kvLayout("kv-layout",
              cl::desc("Decode: contiguous cache layout, bshd ([batch, kv "
@@ -90,8 +90,8 @@ llvm::Expected<DecodeSpec> decodeSpecFromOptions() {
   return spec;
 }
 
-llvm::Expected<CompiledKernel> compileDecodeFromOptions(
-    const CompileOptions &options) {
+llvm::Expected<CompiledKernel>
+compileDecodeFromOptions(const CompileOptions &options) {
   auto spec = decodeSpecFromOptions();
   if (!spec)
     return spec.takeError();
@@ -114,16 +114,16 @@ int runDecode(const DecodeRunSettings &settings) {
   options.iterations = settings.iterations;
   options.maxCheckedRows = settings.checkRows;
   if (kvLayout != "bshd" && kvLayout != "bhsd")
-    return reportError("run", llvm::createStringError(
-                                  "--kv-layout is bshd or bhsd, not '" +
-                                  kvLayout + "'"));
+    return reportError(
+        "run", llvm::createStringError("--kv-layout is bshd or bhsd, not '" +
+                                       kvLayout + "'"));
   options.kvHeadMajor = kvLayout == "bhsd";
   auto ctx = Context::create();
   if (!ctx)
     return reportError("run", ctx.takeError());
   if (!(*ctx)->device())
-    return reportError("run", llvm::createStringError(
-                                  "no GPU: " + (*ctx)->deviceError()));
+    return reportError(
+        "run", llvm::createStringError("no GPU: " + (*ctx)->deviceError()));
   auto start = std::chrono::steady_clock::now();
   auto kernel = (*ctx)->decodeKernel(*spec);
   if (!kernel)

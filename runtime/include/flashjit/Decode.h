@@ -1,4 +1,5 @@
-//===- Decode.h - decode steps on a KV cache (Flash-Decoding) -----*- C++ -*-===//
+//===- Decode.h - decode steps on a KV cache (Flash-Decoding) -----*- C++
+//-*-===//
 // Why: serving spends most attention time in decode steps: 1 to 16 new
 // query tokens per sequence against a long KV cache. A DecodeKernel reads
 // the cache once per KV group at the GPU's bandwidth, splitting long

@@ -1,4 +1,5 @@
-//===- DecodeBuilder.h - IR builder of the decode kernels ---------*- C++ -*-===//
+//===- DecodeBuilder.h - IR builder of the decode kernels ---------*- C++
+//-*-===//
 // Why: the decode kernels are made of the mma_sync template's pieces (tile
 // copies, ldmatrix, mma.sync) and the shared fragment softmax; this class
 // adds what is decode's own: the packed (token, head) rows, the split of
@@ -14,16 +15,16 @@
 
 namespace flashjit::decode {
 
-using mma_sync::kAccPerTile;
-using mma_sync::Pred;
+using mlir::Location;
 using mlir::OpBuilder;
 using mlir::SmallVector;
 using mlir::StringRef;
+using mlir::Type;
 using mlir::Value;
 using mlir::ValueRange;
 using mlir::VectorType;
-using mlir::Type;
-using mlir::Location;
+using mma_sync::kAccPerTile;
+using mma_sync::Pred;
 
 /// The split kernel's parameters (DecodeKernelArgs) as IR values; the i32
 /// scalars widened to i64.
@@ -48,7 +49,7 @@ public:
           const DecodeTiling &tiling)
       : mma_sync::Builder(b, loc, attention, config, /*withSoftmax=*/true),
         dspec(spec), tiling(tiling) {
-    l2PrefetchBytes = spec.l2Prefetch == 0    ? kDecodeL2Prefetch
+    l2PrefetchBytes = spec.l2Prefetch == 0  ? kDecodeL2Prefetch
                       : spec.l2Prefetch < 0 ? 0
                                             : spec.l2Prefetch;
   }
@@ -76,8 +77,8 @@ private:
   /// Merges the partial softmax of the warpsN warps of each row group
   /// (exact, by their maxima) into the warps with wn = 0, through shared
   /// memory at `scratchOffset`; returns, for those, the merged state.
-  RowsState mergeWarps(const RowsState &mine, Value warp, Value wn,
-                       Value lane, int64_t scratchOffset);
+  RowsState mergeWarps(const RowsState &mine, Value warp, Value wn, Value lane,
+                       int64_t scratchOffset);
   /// Writes the merged rows: O and LSE when there is one split, else the
   /// split's partial O and base-2 LSE.
   void storeRows(const DecodeParams &p, const RowsState &rows, Value batch,

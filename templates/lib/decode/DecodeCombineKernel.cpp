@@ -62,8 +62,8 @@ void Builder::emitCombineKernel(StringRef name) {
     return loop.getResult(0);
   };
   Value max = shuffleXorReduce(
-      laneLoop(cF32(negInf), [&](Value m, Value x) { return maxF(m, x); }),
-      32, /*isMax=*/true);
+      laneLoop(cF32(negInf), [&](Value m, Value x) { return maxF(m, x); }), 32,
+      /*isMax=*/true);
   Value empty = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, max,
                                       cF32(negInf));
   Value shift = arith::SelectOp::create(b, loc, empty, cF32(0.0f), max);
@@ -77,7 +77,8 @@ void Builder::emitCombineKernel(StringRef name) {
       32, /*isMax=*/false);
   Value lse2 = arith::AddFOp::create(b, loc, shift, log2(sum));
   // With no key in any split every weight is 2^(-inf - inf) = 0.
-  Value weightShift = arith::SelectOp::create(b, loc, empty, cF32(posInf), lse2);
+  Value weightShift =
+      arith::SelectOp::create(b, loc, empty, cF32(posInf), lse2);
 
   // O = sum_s 2^(lse_s - lse) O_s over this lane's columns, kUnroll
   // splits per step with every load issued before the first use: a loop
@@ -129,11 +130,10 @@ void Builder::emitCombineKernel(StringRef name) {
   Value natural = arith::SelectOp::create(
       b, loc, empty, cF32(negInf),
       arith::MulFOp::create(b, loc, lse2, cF32(static_cast<float>(M_LN2))));
-  storeF32(natural,
-           globalAddress(lse, f32,
-                         add(add(mul(batch, lseStrides[0]),
-                                 mul(head, lseStrides[1])),
-                             mul(token, lseStrides[2]))));
+  storeF32(natural, globalAddress(lse, f32,
+                                  add(add(mul(batch, lseStrides[0]),
+                                          mul(head, lseStrides[1])),
+                                      mul(token, lseStrides[2]))));
   b.setInsertionPointAfter(inRange);
   gpu::ReturnOp::create(b, loc);
 }

@@ -12,9 +12,10 @@
 namespace flashjit {
 
 llvm::Error DecodeSpec::validate() const {
-  if (headDim != 64 && headDim != 128)
+  if (headDim != 64 && headDim != 128 && headDim != 256)
     return llvm::createStringError(
-        llvm::formatv("decode supports head dims 64 and 128, not {0}", headDim)
+        llvm::formatv("decode supports head dims 64, 128 and 256, not {0}",
+                      headDim)
             .str());
   if (numHeads < 1 || numKVHeads < 1 || numHeads % numKVHeads != 0)
     return llvm::createStringError(
@@ -77,8 +78,8 @@ std::string DecodeSpec::canonical() const {
                     causal ? 1 : 0, pageSize)
           .str();
   if (blockN || stages || l2Prefetch)
-    text += llvm::formatv(";n={0};s={1};l2={2}", blockN, stages, l2Prefetch)
-                .str();
+    text +=
+        llvm::formatv(";n={0};s={1};l2={2}", blockN, stages, l2Prefetch).str();
   return text;
 }
 
@@ -115,10 +116,12 @@ DecodeTiling decodeTiling(const DecodeSpec &spec) {
   const int64_t group = std::max<int64_t>(spec.groupSize(), 1);
   const int64_t qLen = std::max<int64_t>(spec.qLen, 1);
   // The most heads of the group whose rows fit one block (128 rows: two
-  // m16 tiles for each of 4 warps).
+  // m16 tiles for each of 4 warps; 64 at head dim 256, one m16 tile each,
+  // whose accumulators take 128 registers).
+  const int64_t maxRows = spec.headDim == 256 ? 64 : 128;
   t.headsPerBlock = 1;
   for (int64_t h = group; h >= 1; --h)
-    if (group % h == 0 && h * qLen <= 128) {
+    if (group % h == 0 && h * qLen <= maxRows) {
       t.headsPerBlock = h;
       break;
     }
@@ -138,12 +141,17 @@ DecodeTiling decodeTiling(const DecodeSpec &spec) {
   // 64 of a 128- or 64-key tile at head dim 64.
   if (spec.headDim == 64)
     t.blockN = t.warpsN == 4 ? 128 : 64;
-  else
+  else if (spec.headDim == 128)
     t.blockN = t.mTilesPerWarp == 2 ? 32 : 64;
+  else
+    t.blockN = t.warpsN == 1 ? 32 : 64;
   if (spec.blockN > 0)
     t.blockN = spec.blockN;
   t.keysPerWarp = t.blockN / t.warpsN;
-  t.stages = spec.stages > 0 ? spec.stages : 3;
+  // Head dim 256: two buffers of 64-key tiles (three would pass 227 KiB).
+  t.stages = spec.stages > 0                         ? spec.stages
+             : spec.headDim == 256 && t.blockN == 64 ? 2
+                                                     : 3;
   return t;
 }
 
@@ -176,8 +184,8 @@ DecodeKernelArgs::paramPointers() {
   p[i++] = &lsePartial;
   p[i++] = &kvLens;
   p[i++] = &blockTable;
-  for (auto *strides : {&qStrides, &kStrides, &vStrides, &oStrides,
-                        &lseStrides})
+  for (auto *strides :
+       {&qStrides, &kStrides, &vStrides, &oStrides, &lseStrides})
     for (int64_t &s : *strides)
       p[i++] = &s;
   p[i++] = &blockTableStride;
@@ -229,8 +237,8 @@ int64_t chooseDecodeSplits(const DecodeSpec &spec, int64_t batch,
                            int64_t maxKvLen, int64_t residentBlocks) {
   DecodeTiling t = decodeTiling(spec);
   const int64_t work = batch * spec.numKVHeads * t.headChunks;
-  const int64_t tiles = (std::max<int64_t>(maxKvLen, 1) + t.blockN - 1) /
-                        t.blockN;
+  const int64_t tiles =
+      (std::max<int64_t>(maxKvLen, 1) + t.blockN - 1) / t.blockN;
   residentBlocks = std::max<int64_t>(residentBlocks, 1);
   if (work * 10 >= residentBlocks * 8)
     return 1;

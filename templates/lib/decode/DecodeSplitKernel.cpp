@@ -79,8 +79,8 @@ void Builder::copyQueries(const DecodeParams &p, Value batch, Value headBase) {
   const int64_t chunksPerRow = d / 8;
   const int64_t chunks = tiling.rowsPadded * chunksPerRow;
   Value batchOffset = mul(batch, p.qStrides[0]);
-  Value safe = globalAddress(
-      p.q, elt, add(batchOffset, mul(headBase, p.qStrides[2])));
+  Value safe =
+      globalAddress(p.q, elt, add(batchOffset, mul(headBase, p.qStrides[2])));
   for (int64_t first = 0; first < chunks; first += threads) {
     OpBuilder::InsertionGuard guard(b);
     Value chunk = add(tid, c64(first));
@@ -96,8 +96,8 @@ void Builder::copyQueries(const DecodeParams &p, Value batch, Value headBase) {
     Value valid = cmp(Pred::slt, row, c64(tiling.rows));
     Value offset = add(add(batchOffset, mul(token, p.qStrides[1])),
                        add(mul(head, p.qStrides[2]), column));
-    Value from = arith::SelectOp::create(
-        b, loc, valid, globalAddress(p.q, elt, offset), safe);
+    Value from = arith::SelectOp::create(b, loc, valid,
+                                         globalAddress(p.q, elt, offset), safe);
     Value bytes = arith::SelectOp::create(b, loc, valid, c32(16), c32(0));
     Value dst = toI32(mul(add(mul(row, c64(rowElems)), column), c64(eltBytes)));
     cpAsync16(dst, from, bytes);
@@ -123,8 +123,8 @@ void Builder::copyPagedKeys(const DecodeParams &p, Value base,
   Value row0 = divU(tid, chunksPerRow);
   Value column = mul(remU(tid, chunksPerRow), c64(8));
   Value headColumn = add(mul(kvHead, strides[1]), column);
-  Value table = globalAddress(p.blockTable, i32,
-                              mul(batch, p.blockTableStride));
+  Value table =
+      globalAddress(p.blockTable, i32, mul(batch, p.blockTableStride));
   Value lastKey = sub(kvLen, c64(1));
   Value dst0 = add(tileOffset,
                    mul(add(mul(row0, c64(rowElems)), column), c64(eltBytes)));
@@ -136,11 +136,11 @@ void Builder::copyPagedKeys(const DecodeParams &p, Value base,
     Value clamped = minS(key, lastKey);
     Value page = arith::ExtSIOp::create(
         b, loc, i64,
-        LLVM::LoadOp::create(
-            b, loc, i32,
-            globalAddress(table, i32, divU(clamped, pageSize)), 4));
-    Value inPool = arith::AndIOp::create(
-        b, loc, cmp(Pred::sge, page, c64(0)), cmp(Pred::slt, page, p.numPages));
+        LLVM::LoadOp::create(b, loc, i32,
+                             globalAddress(table, i32, divU(clamped, pageSize)),
+                             4));
+    Value inPool = arith::AndIOp::create(b, loc, cmp(Pred::sge, page, c64(0)),
+                                         cmp(Pred::slt, page, p.numPages));
     Value valid = arith::AndIOp::create(b, loc, inSequence, inPool);
     Value safePage = arith::SelectOp::create(b, loc, inPool, page, c64(0));
     Value offset = add(add(mul(safePage, strides[0]),
@@ -168,9 +168,9 @@ void Builder::emitSplitKernel(StringRef name) {
   const DecodeTiling &t = tiling;
   const int64_t mTiles = t.mTilesPerWarp;
   const int64_t kw = t.keysPerWarp;
-  const int64_t nTiles = kw / 8;  // n8 score tiles per warp
-  const int64_t dTiles = d / 8;   // n8 output tiles
-  const int64_t qSteps = d / 16;  // k16 steps of Q K^T
+  const int64_t nTiles = kw / 8; // n8 score tiles per warp
+  const int64_t dTiles = d / 8;  // n8 output tiles
+  const int64_t qSteps = d / 16; // k16 steps of Q K^T
   const int64_t rowBytes = rowElems * eltBytes;
   const int64_t kTileOffset = t.rowsPadded * rowBytes;
   const int64_t vTileOffset = kTileOffset + t.blockN * rowBytes;
@@ -196,8 +196,8 @@ void Builder::emitSplitKernel(StringRef name) {
   // This sequence's keys, and this split's whole tiles of them.
   Value rawLen = arith::ExtSIOp::create(
       b, loc, i64,
-      LLVM::LoadOp::create(b, loc, i32,
-                           globalAddress(p.kvLens, i32, batch), 4));
+      LLVM::LoadOp::create(b, loc, i32, globalAddress(p.kvLens, i32, batch),
+                           4));
   Value kvLen = minS(maxS(rawLen, c64(0)), p.kvCapacity);
   Value tiles = divU(add(kvLen, c64(t.blockN - 1)), t.blockN);
   Value perSplit = arith::DivUIOp::create(
@@ -238,22 +238,25 @@ void Builder::emitSplitKernel(StringRef name) {
                         mul(divU(lane, 16), c64(8))),
                     c64(eltBytes));
   Value warpKeys = mul(wn, c64(kw * rowBytes));
-  Value kLane = add(add(c64(kTileOffset), warpKeys),
-                    mul(add(mul(add(matrixRow, mul(divU(matrix, 2), c64(8))),
-                                c64(rowElems)),
-                            mul(remU(matrix, 2), c64(8))),
-                        c64(eltBytes)));
-  Value vLane = add(add(c64(vTileOffset), warpKeys),
-                    mul(add(mul(add(matrixRow, mul(remU(matrix, 2), c64(8))),
-                                c64(rowElems)),
-                            mul(divU(matrix, 2), c64(8))),
-                        c64(eltBytes)));
+  Value kLane = add(
+      add(c64(kTileOffset), warpKeys),
+      mul(add(mul(add(matrixRow, mul(divU(matrix, 2), c64(8))), c64(rowElems)),
+              mul(remU(matrix, 2), c64(8))),
+          c64(eltBytes)));
+  Value vLane = add(
+      add(c64(vTileOffset), warpKeys),
+      mul(add(mul(add(matrixRow, mul(remU(matrix, 2), c64(8))), c64(rowElems)),
+              mul(divU(matrix, 2), c64(8))),
+          c64(eltBytes)));
   auto loadQ = [&](int64_t mt, int64_t ks) {
     return ldmatrix(laneAt(qLane, (mt * 16 * rowElems + ks * 16) * eltBytes),
                     false);
   };
+  // One m tile keeps its Q fragments in registers up to head dim 128; at
+  // 256 (64 registers of Q) they are read from shared memory each tile.
+  const bool qInRegisters = mTiles == 1 && d <= 128;
   SmallVector<SmallVector<Value, 4>> qFrags;
-  if (mTiles == 1)
+  if (qInRegisters)
     for (int64_t ks = 0; ks < qSteps; ++ks)
       qFrags.push_back(loadQ(0, ks));
 
@@ -264,7 +267,7 @@ void Builder::emitSplitKernel(StringRef name) {
   };
   FragmentSoftmax softmax(*this, mTiles, nTiles);
   ScoreRules rules{c64(dspec.qLen), kvLen, sub(kvLen, c64(dspec.qLen)),
-                   nullptr, batch, headBase};
+                   nullptr,         batch, headBase};
 
   SmallVector<Value> init(rowsState, cF32(kNegInf));
   init.append(rowsState, cF32(0.0f));
@@ -286,13 +289,13 @@ void Builder::emitSplitKernel(StringRef name) {
         // S = Q K^T over this warp's kw keys.
         SmallVector<Value> s = scoreTile(
             [&](int64_t mt, int64_t ks) {
-              return mTiles == 1 ? qFrags[ks] : loadQ(mt, ks);
+              return qInRegisters ? qFrags[ks] : loadQ(mt, ks);
             },
             kTile, mTiles, nTiles);
 
         Value warpN0 = add(keyOf(j), mul(wn, c64(kw)));
-        softmax.mask(s, warpN0, kw, c64(0), c64(dspec.qLen - 1), quadCol,
-                     rules, tokenOf);
+        softmax.mask(s, warpN0, kw, c64(0), c64(dspec.qLen - 1), quadCol, rules,
+                     tokenOf);
         FragmentSoftmax::Update u =
             softmax.update(s, state.slice(0, rowsState),
                            state.slice(rowsState, rowsState), p.scaleLog2);
@@ -342,10 +345,10 @@ RowsState Builder::mergeWarps(const RowsState &mine, Value warp, Value wn,
   const int64_t rowsState = mine.maxBase2.size();
   const int64_t values = 2 * rowsState + mine.acc.size();
   auto slot = [&](Value w, int64_t value) {
-    return add(c64(scratchOffset),
-               mul(add(mul(add(mul(w, c64(values)), c64(value)), c64(32)),
-                       lane),
-                   c64(4)));
+    return add(
+        c64(scratchOffset),
+        mul(add(mul(add(mul(w, c64(values)), c64(value)), c64(32)), lane),
+            c64(4)));
   };
   SmallVector<Value> all(mine.maxBase2);
   all.append(mine.sum);
@@ -419,8 +422,8 @@ void Builder::storeRows(const DecodeParams &p, const RowsState &rows,
     for (int64_t mt = 0; mt < mTiles; ++mt)
       for (int64_t h = 0; h < 2; ++h) {
         const int64_t r = mt * 2 + h;
-        Value row = add(mul(wm, c64(16 * mTiles)),
-                        add(quadRow, c64(16 * mt + 8 * h)));
+        Value row =
+            add(mul(wm, c64(16 * mTiles)), add(quadRow, c64(16 * mt + 8 * h)));
         Value token = divU(row, tiling.headsPerBlock);
         Value head = add(headBase, remU(row, tiling.headsPerBlock));
         // A row with no key in this split (or at all) has sum 0: O = 0.
@@ -441,9 +444,9 @@ void Builder::storeRows(const DecodeParams &p, const RowsState &rows,
           return arith::MulFOp::create(b, loc, rows.acc[i], inverse);
         };
         if (direct) {
-          Value oRow = add(add(mul(batch, p.oStrides[0]),
-                               mul(token, p.oStrides[1])),
-                           add(mul(head, p.oStrides[2]), quadCol));
+          Value oRow =
+              add(add(mul(batch, p.oStrides[0]), mul(token, p.oStrides[1])),
+                  add(mul(head, p.oStrides[2]), quadCol));
           for (int64_t dt = 0; dt < dTiles; ++dt) {
             int64_t i = (mt * dTiles + dt) * kAccPerTile + 2 * h;
             LLVM::StoreOp::create(
@@ -454,21 +457,20 @@ void Builder::storeRows(const DecodeParams &p, const RowsState &rows,
           OpBuilder::InsertionGuard lseGuard(b);
           auto owner = scf::IfOp::create(b, loc, lseOwner, /*withElse=*/false);
           b.setInsertionPoint(owner.thenBlock()->getTerminator());
-          Value lse = arith::MulFOp::create(
-              b, loc, lse2, cF32(static_cast<float>(M_LN2)));
-          storeF32(lse, globalAddress(
-                            p.lse, f32,
-                            add(add(mul(batch, p.lseStrides[0]),
-                                    mul(head, p.lseStrides[1])),
-                                mul(token, p.lseStrides[2]))));
+          Value lse = arith::MulFOp::create(b, loc, lse2,
+                                            cF32(static_cast<float>(M_LN2)));
+          storeF32(lse, globalAddress(p.lse, f32,
+                                      add(add(mul(batch, p.lseStrides[0]),
+                                              mul(head, p.lseStrides[1])),
+                                          mul(token, p.lseStrides[2]))));
         } else {
           // Partial row ((batch, head, token), split): [.., splits, d].
-          Value partialRow = add(
-              mul(add(mul(add(mul(batch, c64(dspec.numHeads)), head),
-                          c64(dspec.qLen)),
-                      token),
-                  p.numSplits),
-              split);
+          Value partialRow =
+              add(mul(add(mul(add(mul(batch, c64(dspec.numHeads)), head),
+                              c64(dspec.qLen)),
+                          token),
+                      p.numSplits),
+                  split);
           Value oRow = add(mul(partialRow, c64(d)), quadCol);
           auto pairType = VectorType::get({2}, f32);
           for (int64_t dt = 0; dt < dTiles; ++dt) {

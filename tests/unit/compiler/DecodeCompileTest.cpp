@@ -41,7 +41,7 @@ size_t count(const std::string &text, const std::string &what) {
 
 TEST_CASE("decode: PTX with the split and combine entries") {
   for (const char *chip : {"sm_80", "sm_90a"})
-    for (int64_t d : {64, 128})
+    for (int64_t d : {64, 128, 256})
       for (DType dtype : {DType::F16, DType::BF16})
         for (auto [heads, kvHeads, qLen, page] :
              {std::tuple<int64_t, int64_t, int64_t, int64_t>{32, 8, 1, 0},
@@ -90,9 +90,9 @@ TEST_CASE("decode: bad specs are errors that say what is wrong") {
     REQUIRE_FALSE(bool(kernel));
     return llvm::toString(kernel.takeError());
   };
-  CHECK(message(decodeSpec(96, DType::BF16, 8, 8, 1)).find("head dims 64 and "
-                                                          "128") !=
-        std::string::npos);
+  CHECK(message(decodeSpec(96, DType::BF16, 8, 8, 1))
+            .find("head dims 64, "
+                  "128 and 256") != std::string::npos);
   CHECK(message(decodeSpec(128, DType::BF16, 6, 4, 1)).find("multiple") !=
         std::string::npos);
   CHECK(message(decodeSpec(128, DType::BF16, 8, 8, 17)).find("1 to 16") !=
@@ -125,19 +125,27 @@ TEST_CASE("decode: tiling packs a KV group's heads x tokens as rows") {
   CHECK(t.warpsM == 4);
   CHECK(t.mTilesPerWarp == 2);
   CHECK(t.warpsN == 1);
-  for (int64_t qLen = 1; qLen <= 16; ++qLen)
-    for (auto [h, kv] : {std::pair<int64_t, int64_t>{32, 8}, {8, 1}, {4, 4},
-                         {32, 1}, {64, 2}}) {
-      DecodeSpec spec = decodeSpec(128, DType::BF16, h, kv, qLen);
-      DecodeTiling x = decodeTiling(spec);
-      INFO(spec.canonical());
-      CHECK(x.rows <= x.rowsPadded);
-      CHECK(x.rowsPadded <= 128);
-      CHECK(x.headsPerBlock * x.headChunks == spec.groupSize());
-      CHECK(x.warpsM * x.warpsN == 4);
-      CHECK(x.keysPerWarp % 16 == 0);
-      CHECK(x.sharedBytes(spec) <= 227u * 1024);
-    }
+  // Head dim 256: at most 64 rows, one m tile per warp.
+  t = decodeTiling(decodeSpec(256, DType::BF16, 32, 1, 16));
+  CHECK(t.rows == 64);
+  CHECK(t.mTilesPerWarp == 1);
+  for (int64_t d : {64, 128, 256})
+    for (int64_t qLen = 1; qLen <= 16; ++qLen)
+      for (auto [h, kv] : {std::pair<int64_t, int64_t>{32, 8},
+                           {8, 1},
+                           {4, 4},
+                           {32, 1},
+                           {64, 2}}) {
+        DecodeSpec spec = decodeSpec(d, DType::BF16, h, kv, qLen);
+        DecodeTiling x = decodeTiling(spec);
+        INFO(spec.canonical());
+        CHECK(x.rows <= x.rowsPadded);
+        CHECK(x.rowsPadded <= 128);
+        CHECK(x.headsPerBlock * x.headChunks == spec.groupSize());
+        CHECK(x.warpsM * x.warpsN == 4);
+        CHECK(x.keysPerWarp % 16 == 0);
+        CHECK(x.sharedBytes(spec) <= 227u * 1024);
+      }
 }
 
 TEST_CASE("decode: the split rule fills the GPU and stops at full waves") {

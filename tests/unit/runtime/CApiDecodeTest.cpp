@@ -134,8 +134,8 @@ TEST_CASE("C API decode: tensors are checked before the launch") {
   q.dl.device = {kDLCPU, 0};
   CHECK(step(nullptr, &o.dl) == FLASHJIT_STATUS_INVALID_ARGUMENT);
   q.dl.device = {kDLCUDA, 0};
-  CHECK(flashjit_decode(nullptr, &q.dl, &k.dl, &v.dl, &lens.dl, nullptr,
-                        &o.dl, &lse.dl, 0, 0, NAN,
+  CHECK(flashjit_decode(nullptr, &q.dl, &k.dl, &v.dl, &lens.dl, nullptr, &o.dl,
+                        &lse.dl, 0, 0, NAN,
                         nullptr) == FLASHJIT_STATUS_INVALID_ARGUMENT);
   flashjit_decode_kernel_release(kernel);
 
@@ -145,8 +145,8 @@ TEST_CASE("C API decode: tensors are checked before the launch") {
           FLASHJIT_STATUS_OK);
   FakeTensor pool(0x20000000, {40, 16, 2, 128}, kBF16);
   FakeTensor poolV(0x30000000, {40, 16, 2, 128}, kBF16);
-  CHECK(flashjit_decode(kernel, &q.dl, &pool.dl, &poolV.dl, &lens.dl,
-                        nullptr, &o.dl, &lse.dl, 0, 0, NAN,
+  CHECK(flashjit_decode(kernel, &q.dl, &pool.dl, &poolV.dl, &lens.dl, nullptr,
+                        &o.dl, &lse.dl, 0, 0, NAN,
                         nullptr) == FLASHJIT_STATUS_INVALID_ARGUMENT);
   CHECK(has(flashjit_last_error(), "needs block_table"));
   if (!hasDevice)

@@ -24,10 +24,10 @@ DecodeArgs goodArgs(const DecodeSpec &s, int64_t batch, int64_t capacity) {
   a.q = decodeTensor(fake(1), s.dtype, batch, s.qLen, s.numHeads, s.headDim);
   a.o = decodeTensor(fake(2), s.dtype, batch, s.qLen, s.numHeads, s.headDim);
   if (s.paged()) {
-    a.k = decodeTensor(fake(3), s.dtype, 40, s.pageSize, s.numKVHeads,
-                       s.headDim);
-    a.v = decodeTensor(fake(4), s.dtype, 40, s.pageSize, s.numKVHeads,
-                       s.headDim);
+    a.k =
+        decodeTensor(fake(3), s.dtype, 40, s.pageSize, s.numKVHeads, s.headDim);
+    a.v =
+        decodeTensor(fake(4), s.dtype, 40, s.pageSize, s.numKVHeads, s.headDim);
     a.blockTable = static_cast<const int32_t *>(fake(5));
     a.maxPages = 10;
   } else {
@@ -36,8 +36,8 @@ DecodeArgs goodArgs(const DecodeSpec &s, int64_t batch, int64_t capacity) {
     a.v = decodeTensor(fake(4), s.dtype, batch, capacity, s.numKVHeads,
                        s.headDim);
   }
-  a.lse = LseRef::contiguous(static_cast<float *>(fake(6)), batch,
-                             s.numHeads, s.qLen);
+  a.lse = LseRef::contiguous(static_cast<float *>(fake(6)), batch, s.numHeads,
+                             s.qLen);
   a.kvLens = static_cast<const int32_t *>(fake(7));
   return a;
 }
@@ -109,35 +109,40 @@ TEST_CASE("decode: bad arguments are refused with what is wrong") {
     change(a);
     return errorText(k.check(a));
   };
-  CHECK(refusal([](DecodeArgs &a) { a.q.data = nullptr; })
-            .find("q is a null pointer") != std::string::npos);
-  CHECK(refusal([](DecodeArgs &a) { a.q.dtype = DType::F16; })
-            .find("q is f16") != std::string::npos);
-  CHECK(refusal([](DecodeArgs &a) { a.o.shape[1] = 1; })
-            .find("o has shape") != std::string::npos);
-  CHECK(refusal([](DecodeArgs &a) { a.k.shape[0] = 3; })
-            .find("k has shape") != std::string::npos);
-  CHECK(refusal([](DecodeArgs &a) { a.v.strides[3] = 2; })
-            .find("contiguous") != std::string::npos);
-  CHECK(refusal([](DecodeArgs &a) { a.k.strides[1] = 12; })
-            .find("multiple of 8") != std::string::npos);
+  CHECK(refusal([](DecodeArgs &a) {
+          a.q.data = nullptr;
+        }).find("q is a null pointer") != std::string::npos);
+  CHECK(refusal([](DecodeArgs &a) {
+          a.q.dtype = DType::F16;
+        }).find("q is f16") != std::string::npos);
+  CHECK(refusal([](DecodeArgs &a) { a.o.shape[1] = 1; }).find("o has shape") !=
+        std::string::npos);
+  CHECK(refusal([](DecodeArgs &a) { a.k.shape[0] = 3; }).find("k has shape") !=
+        std::string::npos);
+  CHECK(refusal([](DecodeArgs &a) { a.v.strides[3] = 2; }).find("contiguous") !=
+        std::string::npos);
+  CHECK(refusal([](DecodeArgs &a) {
+          a.k.strides[1] = 12;
+        }).find("multiple of 8") != std::string::npos);
   CHECK(refusal([](DecodeArgs &a) {
           a.q.data = static_cast<char *>(a.q.data) + 8;
         }).find("16-byte aligned") != std::string::npos);
-  CHECK(refusal([](DecodeArgs &a) { a.kvLens = nullptr; })
-            .find("kvLens") != std::string::npos);
-  CHECK(refusal([](DecodeArgs &a) { a.lse.data = nullptr; })
-            .find("lse") != std::string::npos);
-  CHECK(refusal([](DecodeArgs &a) { a.lse.shape[2] = 1; })
-            .find("lse has shape") != std::string::npos);
-  CHECK(refusal([](DecodeArgs &a) { a.o.data = a.k.data; })
-            .find("overlap input k") != std::string::npos);
-  CHECK(refusal([](DecodeArgs &a) { a.o.strides[1] = 8; })
-            .find("o strides") != std::string::npos);
-  CHECK(refusal([](DecodeArgs &a) { a.numSplits = 1000; })
-            .find("numSplits") != std::string::npos);
-  CHECK(refusal([](DecodeArgs &a) { a.scale = -1.0; })
-            .find("scale") != std::string::npos);
+  CHECK(refusal([](DecodeArgs &a) { a.kvLens = nullptr; }).find("kvLens") !=
+        std::string::npos);
+  CHECK(refusal([](DecodeArgs &a) { a.lse.data = nullptr; }).find("lse") !=
+        std::string::npos);
+  CHECK(refusal([](DecodeArgs &a) {
+          a.lse.shape[2] = 1;
+        }).find("lse has shape") != std::string::npos);
+  CHECK(refusal([](DecodeArgs &a) {
+          a.o.data = a.k.data;
+        }).find("overlap input k") != std::string::npos);
+  CHECK(refusal([](DecodeArgs &a) { a.o.strides[1] = 8; }).find("o strides") !=
+        std::string::npos);
+  CHECK(refusal([](DecodeArgs &a) { a.numSplits = 1000; }).find("numSplits") !=
+        std::string::npos);
+  CHECK(refusal([](DecodeArgs &a) { a.scale = -1.0; }).find("scale") !=
+        std::string::npos);
   CHECK(refusal([](DecodeArgs &a) {
           a.numSplits = 4;
           a.workspace = fake(9);
@@ -163,14 +168,17 @@ TEST_CASE("decode: bad arguments are refused with what is wrong") {
     return errorText((*pagedKernel)->check(a));
   };
   CHECK(pagedRefusal([](DecodeArgs &) {}).empty());
-  CHECK(pagedRefusal([](DecodeArgs &a) { a.blockTable = nullptr; })
-            .find("block table") != std::string::npos);
-  CHECK(pagedRefusal([](DecodeArgs &a) { a.maxPages = 0; })
-            .find("maxPages") != std::string::npos);
-  CHECK(pagedRefusal([](DecodeArgs &a) { a.blockTableStride = 3; })
-            .find("row stride") != std::string::npos);
-  CHECK(pagedRefusal([](DecodeArgs &a) { a.k.shape[1] = 16; })
-            .find("k has shape") != std::string::npos);
+  CHECK(pagedRefusal([](DecodeArgs &a) {
+          a.blockTable = nullptr;
+        }).find("block table") != std::string::npos);
+  CHECK(pagedRefusal([](DecodeArgs &a) { a.maxPages = 0; }).find("maxPages") !=
+        std::string::npos);
+  CHECK(pagedRefusal([](DecodeArgs &a) {
+          a.blockTableStride = 3;
+        }).find("row stride") != std::string::npos);
+  CHECK(pagedRefusal([](DecodeArgs &a) {
+          a.k.shape[1] = 16;
+        }).find("k has shape") != std::string::npos);
   // The split rule sees the capacity or the hint.
   DecodeArgs a = goodArgs(spec, 1, 1 << 16);
   int64_t full = k.splitsFor(a);

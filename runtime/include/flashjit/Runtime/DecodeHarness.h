@@ -1,4 +1,5 @@
-//===- DecodeHarness.h - run a decode kernel on fresh inputs and check it -*- C++ -*-===//
+//===- DecodeHarness.h - run a decode kernel on fresh inputs and check it -*-
+//C++ -*-===//
 // Why: `flashjit run --decode`, the GPU tests and the decode benchmark need
 // the same loop as the forward harness: random inputs (cache rows past
 // each length and unused pages poisoned with NaN, pages shuffled),
@@ -62,7 +63,8 @@ struct DecodeCheckReport {
 /// Runs `kernel` once on fresh inputs and compares every row; then times
 /// it when options.iterations > 0. Needs a GPU.
 llvm::Expected<DecodeCheckReport>
-runDecodeAndCheck(const DecodeKernel &kernel, const DecodeCheckOptions &options);
+runDecodeAndCheck(const DecodeKernel &kernel,
+                  const DecodeCheckOptions &options);
 
 } // namespace flashjit
 

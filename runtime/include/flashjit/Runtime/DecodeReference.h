@@ -33,9 +33,8 @@ struct DecodeReferenceRow {
   std::vector<double> out;
   double lse = 0;
 };
-DecodeReferenceRow decodeReferenceRow(const HostDecodeProblem &p,
-                                      int64_t batch, int64_t head,
-                                      int64_t token);
+DecodeReferenceRow decodeReferenceRow(const HostDecodeProblem &p, int64_t batch,
+                                      int64_t head, int64_t token);
 
 /// The rows numbered (batch x heads + head) x qLen + token in `rows`, in
 /// that order, on up to `threads` threads.

@@ -1,4 +1,5 @@
-//===- DecodeKernel.h - Flash-Decoding: split-KV attention for few queries -*- C++ -*-===//
+//===- DecodeKernel.h - Flash-Decoding: split-KV attention for few queries -*-
+//C++ -*-===//
 // Why: a decode step has 1 to 16 query tokens per sequence against a long
 // KV cache, so the forward kernels (one block per block_m query rows) would
 // start a handful of blocks and read the cache at a fraction of the GPU's
@@ -36,7 +37,7 @@ namespace flashjit {
 /// [pages, pageSize, kvHeads, headDim] with a block table (paged), each
 /// sequence with its own KV length (i32 [batch], on the GPU).
 struct DecodeSpec {
-  int64_t headDim = 128; ///< 64 or 128
+  int64_t headDim = 128; ///< 64, 128 or 256
   DType dtype = DType::BF16;
   int64_t numHeads = 32, numKVHeads = 8;
   /// Query tokens per sequence, 1 to 16 (speculative decoding verifies
@@ -56,7 +57,7 @@ struct DecodeSpec {
   /// or 64, 128, 256 bytes.
   int64_t l2Prefetch = 0;
 
-  /// Head dim 64 or 128, heads positive and a multiple of KV heads, qLen
+  /// Head dim 64, 128 or 256, heads positive and a multiple of KV heads, qLen
   /// in [1, 16], page size 0 or in [16, 256], overrides that tile; the
   /// error says which.
   llvm::Error validate() const;
