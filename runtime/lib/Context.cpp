@@ -18,6 +18,7 @@
 #include "flashjit/Runtime/KernelCache.h"
 #include "flashjit/Runtime/Launch.h"
 #include "flashjit/Runtime/ModuleLoader.h"
+#include "flashjit/Runtime/StreamBuffers.h"
 #include "flashjit/Runtime/TensorMaps.h"
 #include "flashjit/Templates/BlockMaskKernel.h"
 #include "flashjit/Templates/KernelTemplate.h"
@@ -92,46 +93,17 @@ checkForward(const AttentionSpec &spec, const KernelInfo &info,
 }
 } // namespace
 
+/// A persistent kernel's tile counters: two u32 per stream, zero at the
+/// first launch and left zero by each.
 struct Kernel::TileCounters {
-  std::mutex mutex;
-  std::map<CUstream, CUdeviceptr> byStream;
-  int deviceOrdinal = 0;
-
-  /// The stream's pair, allocated and zeroed on first use.
+  explicit TileCounters(int deviceOrdinal) : buffers(deviceOrdinal) {}
+  StreamBuffers buffers;
   llvm::Expected<uint32_t *> forStream(CUstream stream) {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (auto it = byStream.find(stream); it != byStream.end())
-      return reinterpret_cast<uint32_t *>(it->second);
-    auto drv = CudaDriver::get();
-    if (!drv)
-      return drv.takeError();
-    if (auto ctx = drv->ensureContext(deviceOrdinal); !ctx)
-      return ctx.takeError();
-    CUdeviceptr pair = 0;
-    if (auto err = FLASHJIT_CU(*drv, cuMemAlloc, &pair, 2 * sizeof(uint32_t)))
-      return std::move(err);
-    if (auto err = FLASHJIT_CU(*drv, cuMemsetD32, pair, 0, 2)) {
-      (void)drv->cuMemFree(pair);
-      return std::move(err);
-    }
-    byStream.emplace(stream, pair);
-    return reinterpret_cast<uint32_t *>(pair);
-  }
-
-  ~TileCounters() {
-    if (byStream.empty())
-      return;
-    auto drv = CudaDriver::get();
-    if (!drv) {
-      llvm::consumeError(drv.takeError());
-      return;
-    }
-    if (auto ctx = drv->ensureContext(deviceOrdinal); !ctx) {
-      llvm::consumeError(ctx.takeError());
-      return;
-    }
-    for (auto &[stream, pair] : byStream)
-      (void)drv->cuMemFree(pair);
+    auto pair = buffers.forStream(stream, 2 * sizeof(uint32_t),
+                                  /*zeroed=*/true);
+    if (!pair)
+      return pair.takeError();
+    return reinterpret_cast<uint32_t *>(*pair);
   }
 };
 
@@ -152,9 +124,8 @@ Kernel::Kernel(AttentionSpec spec, KernelInfo info, std::string ptx,
   }
   if (!takesTiles)
     return;
-  Counters = std::make_unique<TileCounters>();
-  if (Module)
-    Counters->deviceOrdinal = Module->deviceOrdinal();
+  Counters =
+      std::make_unique<TileCounters>(Module ? Module->deviceOrdinal() : 0);
 }
 
 Kernel::~Kernel() = default;

@@ -10,13 +10,12 @@
 #include "flashjit/Runtime/ForwardChecks.h"
 #include "flashjit/Runtime/Launch.h"
 #include "flashjit/Runtime/ModuleLoader.h"
+#include "flashjit/Runtime/StreamBuffers.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
 #include <cmath>
 #include <limits>
-#include <map>
-#include <mutex>
 
 namespace flashjit {
 
@@ -25,53 +24,10 @@ TensorRef decodeTensor(void *data, DType dtype, int64_t d0, int64_t d1,
   return {data, dtype, {d0, d1, d2, d3}, {d1 * d2 * d3, d2 * d3, d3, 1}};
 }
 
-/// Per-stream scratch for the partials: a launch on one stream finishes
-/// with its buffer before the next on that stream starts.
+/// Per-stream scratch for the partials.
 struct DecodeKernel::Workspaces {
-  std::mutex mutex;
-  std::map<CUstream, std::pair<CUdeviceptr, size_t>> byStream;
-  int deviceOrdinal = 0;
-
-  llvm::Expected<void *> forStream(CUstream stream, size_t bytes) {
-    std::lock_guard<std::mutex> lock(mutex);
-    auto &slot = byStream[stream];
-    if (slot.second >= bytes)
-      return reinterpret_cast<void *>(slot.first);
-    auto drv = CudaDriver::get();
-    if (!drv)
-      return drv.takeError();
-    if (auto ctx = drv->ensureContext(deviceOrdinal); !ctx)
-      return ctx.takeError();
-    if (slot.first) {
-      // The last launch on this stream may still read the old buffer.
-      if (auto err = FLASHJIT_CU(*drv, cuStreamSynchronize, stream))
-        return std::move(err);
-      (void)drv->cuMemFree(slot.first);
-      slot = {0, 0};
-    }
-    CUdeviceptr fresh = 0;
-    if (auto err = FLASHJIT_CU(*drv, cuMemAlloc, &fresh, bytes))
-      return std::move(err);
-    slot = {fresh, bytes};
-    return reinterpret_cast<void *>(fresh);
-  }
-
-  ~Workspaces() {
-    if (byStream.empty())
-      return;
-    auto drv = CudaDriver::get();
-    if (!drv) {
-      llvm::consumeError(drv.takeError());
-      return;
-    }
-    if (auto ctx = drv->ensureContext(deviceOrdinal); !ctx) {
-      llvm::consumeError(ctx.takeError());
-      return;
-    }
-    for (auto &[stream, buffer] : byStream)
-      if (buffer.first)
-        (void)drv->cuMemFree(buffer.first);
-  }
+  explicit Workspaces(int deviceOrdinal) : buffers(deviceOrdinal) {}
+  StreamBuffers buffers;
 };
 
 DecodeKernel::DecodeKernel(DecodeSpec spec, KernelInfo info, std::string ptx,
@@ -79,10 +35,10 @@ DecodeKernel::DecodeKernel(DecodeSpec spec, KernelInfo info, std::string ptx,
                            std::string deviceError)
     : Spec(spec), Info(std::move(info)), Ptx(std::move(ptx)),
       Module(std::move(module)), DeviceError(std::move(deviceError)),
-      Scratch(std::make_unique<Workspaces>()) {
+      Scratch(
+          std::make_unique<Workspaces>(Module ? Module->deviceOrdinal() : 0)) {
   if (!Module)
     return;
-  Scratch->deviceOrdinal = Module->deviceOrdinal();
   auto drv = CudaDriver::get();
   if (!drv) {
     DeviceError = llvm::toString(drv.takeError());
@@ -282,11 +238,11 @@ llvm::Error DecodeKernel::decode(const DecodeArgs &args) const {
   if (splits > 1) {
     void *workspace = args.workspace;
     if (!workspace) {
-      auto scratch =
-          Scratch->forStream(args.stream, workspaceBytes(batch, splits));
+      auto scratch = Scratch->buffers.forStream(
+          args.stream, workspaceBytes(batch, splits), /*zeroed=*/false);
       if (!scratch)
         return withCode(ErrorCode::LaunchError, scratch.takeError());
-      workspace = *scratch;
+      workspace = reinterpret_cast<void *>(*scratch);
     }
     k.oPartial = static_cast<float *>(workspace);
     k.lsePartial =
