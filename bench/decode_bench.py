@@ -6,9 +6,10 @@ bandwidth of that read against what the GPU can copy, and against the
 peers on the same shapes in the same run. For each (batch, KV length) this
 times PyTorch SDPA's flash and cuDNN backends (one query token, GQA through
 enable_gqa, contiguous cache), a device-to-device copy of the K+V bytes,
-and flashjit (`flashjit run --decode --json`, which also checks the step
-against the float64 reference on a sample of rows; contiguous and, with
---page-sizes, paged). All timings are CUDA events around back-to-back
+and flashjit: with --lib, in this process through the C API on the peers'
+own tensors (compared with SDPA's output), and always through `flashjit
+run --decode --json`, which checks the step against the float64 reference
+on a sample of rows (contiguous and, with --page-sizes, paged). All timings are CUDA events around back-to-back
 calls, after warm-up, medians.
 
 Figures: GB/s = bytes of K and V read / time. The copy's rate counts the
@@ -47,6 +48,10 @@ def parse_points(text):
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--flashjit", default="flashjit", help="the flashjit binary")
+    p.add_argument("--lib", default=None,
+                   help="libflashjit.so: time flashjit in this process on the peers' own "
+                        "tensors through the C API (default $FLASHJIT_LIB; without one, "
+                        "through `flashjit run --decode`)")
     p.add_argument("--points", default=None,
                    help="batch:kv_len,... (default: a sweep of " + ",".join(DEFAULT_POINTS) + ")")
     p.add_argument("--quick", action="store_true", help="points " + ",".join(QUICK_POINTS))
@@ -101,7 +106,40 @@ def run_flashjit(args, b, l, page, layout="bshd"):
             "splits": out["splits"], "rel_error": out["rel_error"]}
 
 
-def run_point(torch, args, b, l):
+class InProcess:
+    """flashjit through the C API (flashjit_decode_capi) on torch tensors."""
+
+    def __init__(self, path, heads, kv_heads, head_dim):
+        import flashjit_capi
+        import flashjit_decode_capi as dc
+        self.dc = dc
+        self.lib = flashjit_capi.Library(path)
+        dc.bind(self.lib)
+        self.ctx = flashjit_capi.Context(self.lib)
+        self.kernel = dc.DecodeKernel(self.lib, self.ctx, dc.make_decode_spec(
+            head_dim=head_dim, num_heads=heads, num_kv_heads=kv_heads))
+
+    def step(self, torch, q, k, v):
+        """A thunk for one step on q [b, h, 1, d], k, v [b, hkv, L, d] (the
+        peers' layout, seen by flashjit as [b, L, hkv, d] through strides),
+        and its outputs."""
+        from flashjit_capi import TensorArg
+        b, h, _, d = q.shape
+        hkv, l = k.shape[1], k.shape[2]
+        o = torch.empty(b, 1, h, d, device="cuda", dtype=q.dtype)
+        lse = torch.empty(b, h, 1, device="cuda", dtype=torch.float32)
+        lens = torch.full((b,), l, device="cuda", dtype=torch.int32)
+        kv_strides = [hkv * l * d, d, l * d, 1]
+        qa = TensorArg(q.data_ptr(), [b, 1, h, d], [h * d, h * d, d, 1], "bf16")
+        ka = TensorArg(k.data_ptr(), [b, l, hkv, d], kv_strides, "bf16")
+        va = TensorArg(v.data_ptr(), [b, l, hkv, d], kv_strides, "bf16")
+        run = self.kernel.bind(qa, ka, va, TensorArg.from_torch(lens), TensorArg.from_torch(o),
+                               TensorArg.from_torch(lse), max_kv_len=l,
+                               stream=torch.cuda.current_stream().cuda_stream)
+        return run, o, lens
+
+
+def run_point(torch, args, b, l, in_process=None):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     import torch.nn.functional as F
     h, hkv, d = args.heads, args.kv_heads, args.head_dim
@@ -119,6 +157,19 @@ def run_point(torch, args, b, l):
             row[name] = {"gbps": kv_bytes / (ms * 1e-3) / 1e9, "ms": ms}
         except Exception as exc:  # a peer that cannot run is n/a
             row[name] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:80]}"}
+    if in_process is not None:
+        try:
+            run, o, lens = in_process.step(torch, q, k, v)
+            run()
+            ref = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+            got = o.transpose(1, 2).float()
+            rel = ((got - ref.float()).norm() / ref.float().norm()).item()
+            ms = time_cuda(torch, run, args.repeats, args.target_ms)
+            row["flashjit"] = {"gbps": kv_bytes / (ms * 1e-3) / 1e9, "ms": ms,
+                               "passed": bool(rel < 1e-2), "rel_error_vs_sdpa": rel,
+                               "splits": "rule"}
+        except Exception as exc:
+            row["flashjit"] = {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
     del q, k, v
     src = torch.empty(kv_bytes // 2, device="cuda", dtype=torch.bfloat16)
     dst = torch.empty_like(src)
@@ -127,7 +178,10 @@ def run_point(torch, args, b, l):
     del src, dst
     torch.cuda.empty_cache()
     layouts = [x for x in args.kv_layouts.split(",") if x]
-    row["flashjit"] = run_flashjit(args, b, l, 0, layouts[0])
+    if in_process is None:
+        row["flashjit"] = run_flashjit(args, b, l, 0, layouts[0])
+    else:  # the CLI's run, checked against the float64 reference
+        row["flashjit-cli"] = run_flashjit(args, b, l, 0, layouts[0])
     for layout in layouts[1:]:
         row[f"flashjit-{layout}"] = run_flashjit(args, b, l, 0, layout)
     for page in [int(x) for x in args.page_sizes.split(",") if x]:
@@ -167,9 +221,13 @@ def main(argv=None):
     points = parse_points(args.points) if args.points else \
         parse_points(",".join(QUICK_POINTS if args.quick else DEFAULT_POINTS))
     gpu = torch.cuda.get_device_name()
+    in_process = None
+    lib = args.lib or os.environ.get("FLASHJIT_LIB")
+    if lib:
+        in_process = InProcess(lib, args.heads, args.kv_heads, args.head_dim)
     rows = []
     for b, l in points:
-        row = run_point(torch, args, b, l)
+        row = run_point(torch, args, b, l, in_process)
         rows.append(row)
         print(f"b={b} L={l}: flashjit {fmt(row['flashjit'])} GB/s, cuDNN {fmt(row['sdpa-cudnn'])}, "
               f"flash {fmt(row['sdpa-flash'])}, copy {fmt(row['copy'])}", flush=True)
@@ -185,7 +243,9 @@ def main(argv=None):
             with open(args.json, "w") as f:
                 json.dump({"gpu": gpu, "torch": torch.__version__, "rows": rows}, f, indent=2)
     print(md)
-    failed = [r for r in rows if not r["flashjit"].get("passed", False)]
+    failed = [r for r in rows
+              if not all(v.get("passed", True) for k, v in r.items() if k.startswith("flashjit"))
+              or "gbps" not in r["flashjit"]]
     return 1 if failed else 0
 
 
