@@ -4,19 +4,22 @@
 # the CMake package (flashjit::flashjit, flashjit::cxx) and flashjit.pc.
 include(CMakePackageConfigHelpers)
 
-# The C API's header, the C++ API's headers (FlashJIT.h, Backward.h) and
+# The C API's header, the C++ API's headers (FlashJIT.h, Backward.h,
+# Decode.h) and
 # every project header they include, directly or not. The configure step below checks this
 # list against FlashJIT.h's include chain.
 set(FLASHJIT_PUBLIC_HEADERS
   runtime/include/flashjit/flashjit.h
   runtime/include/flashjit/FlashJIT.h
   runtime/include/flashjit/Backward.h
+  runtime/include/flashjit/Decode.h
   runtime/include/flashjit/Runtime/CacheOptions.h
   runtime/include/flashjit/Runtime/DeviceInfo.h
   runtime/include/flashjit/Runtime/ErrorCode.h
   runtime/include/flashjit/Runtime/TunedConfigs.h
   runtime/include/flashjit/Runtime/TuningOptions.h
   dialect/include/flashjit/Dialect/AttentionSpec.h
+  templates/include/flashjit/Templates/DecodeKernel.h
   templates/include/flashjit/Templates/KernelABI.h
   templates/include/flashjit/Templates/Target.h
   templates/include/flashjit/Templates/TileConfig.h
@@ -30,7 +33,7 @@ set(FLASHJIT_PUBLIC_HEADERS
 set(_fj_include_dirs runtime/include dialect/include templates/include
                      autotune/include compiler/include)
 set(_fj_closure runtime/include/flashjit/flashjit.h)
-set(_fj_queue flashjit/FlashJIT.h flashjit/Backward.h)
+set(_fj_queue flashjit/FlashJIT.h flashjit/Backward.h flashjit/Decode.h)
 while(_fj_queue)
   list(POP_FRONT _fj_queue _fj_name)
   set(_fj_path "")

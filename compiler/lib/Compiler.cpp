@@ -16,6 +16,7 @@
 #include "mlir/Parser/Parser.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
 #include "mlir/Pass/PassManager.h"
 #include "llvm/Config/llvm-config.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -261,6 +262,39 @@ compileBackward(const AttentionSpec &spec, const CompileOptions &options) {
       MmaSyncBackward::mainKernelInfo(spec, config, spec.kernelName()),
       KernelKind::Backward, *target, options, diagnostics.text);
 }
+
+llvm::Expected<CompiledKernel>
+compileDecodeKernel(const DecodeSpec &spec, const CompileOptions &options) {
+  auto target = Target::parse(options.target.chip);
+  if (!target)
+    return target.takeError();
+  if (auto err = spec.validate())
+    return std::move(err);
+  SharedContext &shared = sharedContext();
+  std::lock_guard<std::mutex> lock(shared.mutex);
+  DiagnosticCollector diagnostics(shared.context);
+  // The kernels go straight into a gpu.module: decode has no description
+  // op to lower (the pipeline starts after attn-lower-to-kernel).
+  OpBuilder b(&shared.context);
+  Location loc = b.getUnknownLoc();
+  OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
+  module->getOperation()->setAttr(
+      gpu::GPUDialect::getContainerModuleAttrName(), b.getUnitAttr());
+  b.setInsertionPointToEnd(module->getBody());
+  auto kernels = gpu::GPUModuleOp::create(b, loc, "flashjit_kernels");
+  b.setInsertionPointToEnd(kernels.getBody());
+  if (auto err = buildDecodeKernels(b, loc, spec, target->ptxVersion()))
+    return std::move(err);
+  if (failed(verify(*module)))
+    return llvm::createStringError(
+        "the decode builder built an invalid kernel for " + spec.canonical() +
+        " (a flashjit bug: please report it):\n" + diagnostics.text);
+  AttentionSpec attention = spec.attentionSpec();
+  return runPipeline(shared.context, *module, attention,
+                     decodeKernelInfo(spec), KernelKind::Decode, *target,
+                     options, diagnostics.text);
+}
+
 
 llvm::Expected<CompiledKernel> compileDescription(llvm::StringRef mlirText,
                                                   const CompileOptions &options) {

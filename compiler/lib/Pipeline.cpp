@@ -38,11 +38,14 @@ void buildAttentionPipeline(OpPassManager &pm, const Target &target,
   //    kernels are unrolled straight-line code of many thousand ops; the
   //    canonicalizer walks them bottom-up, because its default top-down
   //    walk takes many times as long here for the same result.
-  LowerAttentionToKernelOptions lowerOptions;
-  lowerOptions.kernel = kind == KernelKind::BlockMask  ? "block-mask"
-                        : kind == KernelKind::Backward ? "backward"
-                                                       : "forward";
-  pm.addPass(createLowerAttentionToKernel(lowerOptions));
+  //    Decode kernels arrive already built (compileDecodeKernel).
+  if (kind != KernelKind::Decode) {
+    LowerAttentionToKernelOptions lowerOptions;
+    lowerOptions.kernel = kind == KernelKind::BlockMask  ? "block-mask"
+                          : kind == KernelKind::Backward ? "backward"
+                                                         : "forward";
+    pm.addPass(createLowerAttentionToKernel(lowerOptions));
+  }
   pm.addPass(createCanonicalizerPass(bottomUpCanonicalization()));
   pm.addPass(createCSEPass());
   if (stopAfter == Stage::Kernel)

@@ -6,6 +6,7 @@
 // exception or an abort, so every body runs inside guarded().
 #include "flashjit/flashjit.h"
 
+#include "CApiSupport.h"
 #include "DLPackTensors.h"
 
 #include "flashjit/Backward.h"
@@ -21,11 +22,6 @@
 #include <exception>
 #include <new>
 
-struct flashjit_context {
-  std::unique_ptr<flashjit::Context> context;
-  int device = 0;
-};
-
 struct flashjit_kernel {
   std::shared_ptr<const flashjit::Kernel> kernel;
   int device = 0;
@@ -40,63 +36,8 @@ struct flashjit_backward {
 namespace {
 
 using flashjit::ErrorCode;
+using namespace flashjit::capi;
 
-thread_local std::string LastError;
-
-flashjit_status_t statusOf(ErrorCode code) {
-  switch (code) {
-  case ErrorCode::InvalidArgument:
-    return FLASHJIT_STATUS_INVALID_ARGUMENT;
-  case ErrorCode::Unsupported:
-    return FLASHJIT_STATUS_UNSUPPORTED;
-  case ErrorCode::NoDevice:
-    return FLASHJIT_STATUS_NO_DEVICE;
-  case ErrorCode::CompileError:
-    return FLASHJIT_STATUS_COMPILE_ERROR;
-  case ErrorCode::DriverError:
-    return FLASHJIT_STATUS_DRIVER_ERROR;
-  case ErrorCode::LaunchError:
-    return FLASHJIT_STATUS_LAUNCH_ERROR;
-  case ErrorCode::Internal:
-    return FLASHJIT_STATUS_INTERNAL;
-  }
-  return FLASHJIT_STATUS_INTERNAL;
-}
-
-flashjit_status_t succeed() {
-  LastError.clear();
-  return FLASHJIT_STATUS_OK;
-}
-
-/// Records "<function>: <message>" as the last error.
-flashjit_status_t fail(const char *function, flashjit_status_t status,
-                       const std::string &message) {
-  LastError = std::string(function) + ": " + message;
-  return status;
-}
-
-flashjit_status_t fail(const char *function, llvm::Error err) {
-  flashjit::ErrorParts parts = flashjit::takeErrorParts(std::move(err));
-  return fail(function, statusOf(parts.code), parts.message);
-}
-
-/// Runs `body`, turning any exception into FLASHJIT_STATUS_INTERNAL.
-template <typename Body>
-flashjit_status_t guarded(const char *function, Body &&body) noexcept {
-  try {
-    return body(function);
-  } catch (const std::bad_alloc &) {
-    return fail(function, FLASHJIT_STATUS_INTERNAL, "out of memory");
-  } catch (const std::exception &e) {
-    return fail(function, FLASHJIT_STATUS_INTERNAL,
-                std::string("unexpected exception: ") + e.what());
-  } catch (...) {
-    return fail(function, FLASHJIT_STATUS_INTERNAL, "unexpected exception");
-  }
-}
-
-/// Largest struct_size believed: anything above is an uninitialised field.
-constexpr size_t kMaxSpecSize = 4096;
 /// The size of the first published flashjit_attention_spec_t.
 constexpr size_t kSpecV1Size =
     offsetof(flashjit_attention_spec_t, num_kv_heads) + sizeof(int64_t);
@@ -109,23 +50,11 @@ readSpec(const flashjit_attention_spec_t *given) {
   auto invalid = [](const llvm::Twine &message) {
     return flashjit::makeError(ErrorCode::InvalidArgument, message);
   };
-  if (!given)
-    return invalid("spec is a null pointer");
+  if (auto err = checkStructSize(given, kSpecV1Size,
+                                 sizeof(flashjit_attention_spec_t),
+                                 "flashjit_attention_spec_init"))
+    return std::move(err);
   const size_t size = given->struct_size;
-  if (size < kSpecV1Size || size > kMaxSpecSize)
-    return invalid(llvm::formatv(
-        "spec struct_size is {0}, expected {1} to {2} bytes: fill the spec "
-        "with flashjit_attention_spec_init()",
-        size, kSpecV1Size, kMaxSpecSize));
-  const auto *bytes = reinterpret_cast<const unsigned char *>(given);
-  for (size_t i = sizeof(flashjit_attention_spec_t); i < size; ++i)
-    if (bytes[i] != 0)
-      return flashjit::makeError(
-          ErrorCode::Unsupported,
-          llvm::formatv("spec sets a field at byte {0}, beyond the {1} "
-                        "bytes this flashjit (C API version {2}) knows",
-                        i, sizeof(flashjit_attention_spec_t),
-                        FLASHJIT_C_API_VERSION));
 
   flashjit_attention_spec_t s;
   flashjit_attention_spec_init(&s);
@@ -272,7 +201,7 @@ flashjit_status_t forwardKernel(const char *fn, flashjit_kernel_t kernel,
 
 extern "C" {
 
-const char *flashjit_last_error(void) { return LastError.c_str(); }
+const char *flashjit_last_error(void) { return lastError().c_str(); }
 
 const char *flashjit_status_name(flashjit_status_t status) {
   // A C caller may pass any int: read it as one (loading an enum of C++

@@ -6,6 +6,7 @@
 #include "flashjit/FlashJIT.h"
 
 #include "flashjit/Backward.h"
+#include "flashjit/Decode.h"
 #include "flashjit/Autotune/Candidates.h"
 #include "flashjit/Autotune/Heuristic.h"
 #include "flashjit/Autotune/KnownGPUs.h"
@@ -392,6 +393,8 @@ struct Context::KernelTable {
   std::map<std::string, std::shared_ptr<const BlockMaskBuilder>> builders;
   /// Backward kernels, by the spec's and the config's canonical text.
   std::map<std::string, std::shared_ptr<const BackwardKernel>> backwards;
+  /// Decode kernels, by the decode spec's canonical text.
+  std::map<std::string, std::shared_ptr<const DecodeKernel>> decoders;
 };
 
 struct Context::WarnedEntries {
@@ -678,10 +681,11 @@ struct LoadedEntry {
 /// `compileIt` on a miss, then loaded on `device` when there is one.
 llvm::Expected<LoadedEntry>
 loadOrBuild(KernelCache &cache, const Target &target, bool hasDevice,
-            int device, const AttentionSpec &spec, const TileConfig &config,
+            int device, const std::string &specCanonical,
+            const TileConfig &config,
             llvm::function_ref<llvm::Expected<CompiledKernel>()> compileIt) {
   ToolchainVersions versions = toolchainVersions();
-  CacheKeyInputs inputs{spec.canonical(),
+  CacheKeyInputs inputs{specCanonical,
                         config.canonical(),
                         target.chip,
                         versions.flashjit,
@@ -718,7 +722,7 @@ Context::build(const AttentionSpec &spec, const ResolvedConfig &resolved,
                const LengthClass &range) {
   const TileConfig &config = resolved.config;
   auto loaded = loadOrBuild(
-      *Cache, TargetChip, Device.has_value(), Options.device, spec, config,
+      *Cache, TargetChip, Device.has_value(), Options.device, spec.canonical(), config,
       [&]() -> llvm::Expected<CompiledKernel> {
         CompileOptions options;
         options.target = TargetChip;
@@ -754,7 +758,7 @@ Context::blockMaskBuilder(const AttentionSpec &spec) {
       return it->second;
   }
   auto loaded = loadOrBuild(*Cache, TargetChip, Device.has_value(),
-                            Options.device, spec, blockMaskConfig(spec),
+                            Options.device, spec.canonical(), blockMaskConfig(spec),
                             [&]() -> llvm::Expected<CompiledKernel> {
                               CompileOptions options;
                               options.target = TargetChip;
@@ -794,7 +798,7 @@ Context::compileBackward(const AttentionSpec &spec,
       return it->second;
   }
   auto loaded = loadOrBuild(*Cache, TargetChip, Device.has_value(),
-                            Options.device, spec, config,
+                            Options.device, spec.canonical(), config,
                             [&]() -> llvm::Expected<CompiledKernel> {
                               CompileOptions compile;
                               compile.target = TargetChip;
@@ -808,6 +812,49 @@ Context::compileBackward(const AttentionSpec &spec,
       DeviceError);
   std::lock_guard<std::mutex> lock(Kernels->mutex);
   return Kernels->backwards.try_emplace(key, kernel).first->second;
+}
+
+llvm::Expected<std::shared_ptr<const DecodeKernel>>
+Context::decodeKernel(const DecodeSpec &spec) {
+  if (auto err = spec.validate())
+    return withCode(ErrorCode::InvalidArgument, std::move(err));
+  if (TargetChip.computeCapability < 80)
+    return makeError(ErrorCode::Unsupported,
+                     "the decode kernels need sm_80 or newer (mma.sync, "
+                     "cp.async), not " +
+                         TargetChip.chip);
+  // A GPU with less shared memory per block than the default stages take
+  // (sm_86, sm_89: 99 KiB) gets fewer stages, down to two.
+  DecodeSpec fitted = spec;
+  if (Device && spec.stages == 0) {
+    const int64_t limit = Device->sharedMemoryPerBlockOptin;
+    for (int64_t stages = decodeTiling(spec).stages;
+         stages > 2 && decodeTiling(fitted).sharedBytes(fitted) > limit;)
+      fitted.stages = --stages;
+  }
+  std::string key = fitted.canonical();
+  {
+    std::lock_guard<std::mutex> lock(Kernels->mutex);
+    if (auto it = Kernels->decoders.find(key); it != Kernels->decoders.end())
+      return it->second;
+  }
+  // The key's spec text starts with "decode;", the config's family is
+  // decode or decode_paged: never a forward kernel's key.
+  auto loaded = loadOrBuild(*Cache, TargetChip, Device.has_value(),
+                            Options.device, key,
+                            decodeTiling(fitted).config(fitted),
+                            [&]() -> llvm::Expected<CompiledKernel> {
+                              CompileOptions options;
+                              options.target = TargetChip;
+                              return compileDecodeKernel(fitted, options);
+                            });
+  if (!loaded)
+    return loaded.takeError();
+  auto decoder = std::make_shared<const DecodeKernel>(
+      fitted, loaded->entry->info, loaded->entry->ptx, std::move(loaded->module),
+      DeviceError);
+  std::lock_guard<std::mutex> lock(Kernels->mutex);
+  return Kernels->decoders.try_emplace(key, decoder).first->second;
 }
 
 } // namespace flashjit

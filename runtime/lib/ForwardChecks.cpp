@@ -312,6 +312,34 @@ llvm::Error checkBlockMaskOutput(const AttentionSpec &spec,
 }
 
 
+llvm::Error checkOutputsApart(
+    const TensorRef &o, const LseRef &lse,
+    llvm::ArrayRef<std::pair<const char *, const TensorRef *>> inputs) {
+  auto fail = [](const llvm::Twine &message) {
+    return llvm::createStringError(message.str());
+  };
+  if (!isInjective(o.shape, o.strides))
+    return fail(llvm::formatv("o strides {0} make distinct outputs share "
+                              "memory (shape {1})",
+                              shapeText(o.strides), shapeText(o.shape)));
+  if (!isInjective(lse.shape, lse.strides))
+    return fail(llvm::formatv("lse strides {0} make distinct outputs share "
+                              "memory (shape {1})",
+                              shapeText(lse.strides), shapeText(lse.shape)));
+  ByteRange oRange = byteRange(o.data, o.shape, o.strides, 2);
+  ByteRange lseRange = byteRange(lse.data, lse.shape, lse.strides, 4);
+  if (overlaps(oRange, lseRange))
+    return fail("o and lse overlap in memory");
+  for (auto [name, t] : inputs) {
+    ByteRange in = byteRange(t->data, t->shape, t->strides, 2);
+    if (overlaps(oRange, in) || overlaps(lseRange, in))
+      return fail(llvm::formatv("the outputs overlap input {0} in memory: "
+                                "the kernel would read what it writes",
+                                name));
+  }
+  return llvm::Error::success();
+}
+
 llvm::Error checkForwardArgs(const AttentionSpec &spec,
                              const ForwardArgs &args) {
   const std::pair<const char *, const TensorRef *> tensors[] = {
@@ -363,25 +391,9 @@ llvm::Error checkForwardArgs(const AttentionSpec &spec,
                               "than 2^62 bytes: the strides are wrong",
                               shapeText(lse.shape), shapeText(lse.strides)));
 
-  if (!isInjective(args.o.shape, args.o.strides))
-    return fail(llvm::formatv("o strides {0} make distinct outputs share "
-                              "memory (shape {1})",
-                              shapeText(args.o.strides), shapeText(o)));
-  if (!isInjective(lse.shape, lse.strides))
-    return fail(llvm::formatv("lse strides {0} make distinct outputs share "
-                              "memory (shape {1})",
-                              shapeText(lse.strides), shapeText(lse.shape)));
-  ByteRange oRange = byteRange(args.o.data, o, args.o.strides, 2);
-  ByteRange lseRange = byteRange(lse.data, lse.shape, lse.strides, 4);
-  if (overlaps(oRange, lseRange))
-    return fail("o and lse overlap in memory");
-  for (auto [name, t] : {tensors[0], tensors[1], tensors[2]}) {
-    ByteRange in = byteRange(t->data, t->shape, t->strides, 2);
-    if (overlaps(oRange, in) || overlaps(lseRange, in))
-      return fail(llvm::formatv("the outputs overlap input {0} in memory: "
-                                "the kernel would read what it writes",
-                                name));
-  }
+  if (auto err = checkOutputsApart(
+          args.o, lse, {tensors[0], tensors[1], tensors[2]}))
+    return err;
   if (auto err = checkCaptures(spec, args.captures))
     return err;
   if (auto err = checkBlockMask(spec, args.blockMask, q[0], q[1], q[2], k[2]))

@@ -166,7 +166,8 @@ public:
   mlir::Type elt, f32, i64, i32, globalPtr;
 
   /// A kernel of `argTypes` with a known block size; the insertion point
-  /// moves into its body.
+  /// moves into its body (protected: kernels of other ABIs, as decode's,
+  /// declare their own parameters).
   mlir::gpu::GPUFuncOp beginKernel(llvm::StringRef name,
                                    llvm::ArrayRef<mlir::Type> argTypes,
                                    int64_t threads);

@@ -52,6 +52,9 @@ public:
   void build(StringRef name, const ModRegions &mods);
 
 protected:
+  // Protected: the backward and decode kernels (templates/lib/backward,
+  // templates/lib/decode) are made of the same tile copies, ldmatrix and
+  // mma steps.
   /// Copies rows [firstRow, firstRow + rows) of one (batch, head) into the
   /// shared tile at byte offset `tileOffset` with 16-byte cp.async; rows at
   /// or past `end` are zero-filled (nothing is read for them). Each thread's
@@ -75,6 +78,31 @@ protected:
                    MutableArrayRef<Value> acc,
                    llvm::function_ref<int64_t(int64_t, int64_t)> slot);
   Value sharedAddress(Value byteOffset);
+  /// S = Q K^T of one K tile: mTiles x nTiles n8 score tiles (the
+  /// FragmentSoftmax layout), over head_dim / 16 k steps; qFrag(mt, ks)
+  /// gives the A fragment of m tile mt at step ks, `kLane` (i64) this
+  /// lane's ldmatrix byte offset of the tile's first key.
+  SmallVector<Value>
+  scoreTile(llvm::function_ref<SmallVector<Value, 4>(int64_t, int64_t)> qFrag,
+            Value kLane, int64_t mTiles, int64_t nTiles);
+  /// acc += P V for one V tile: P packed in pairs (FragmentSoftmax::pack
+  /// of mTiles x nTiles score tiles; tiles 2kk and 2kk + 1 are the A
+  /// fragment of k step kk), acc in [m tile][head_dim / 8][4]; `vLane` as
+  /// kLane, read with ldmatrix.trans.
+  void accumulatePV(ArrayRef<Value> packed, Value vLane, int64_t mTiles,
+                    int64_t nTiles, MutableArrayRef<Value> acc);
+  /// `laneOffset` (i64 bytes) + `bytes`, as the i32 an ldmatrix takes.
+  Value laneAt(Value laneOffset, int64_t bytes);
+
+  /// One 16-byte cp.async.cg of `src` into shared memory at `dst` (i32
+  /// byte offset); `bytes` (i32, null: 16) of them are read, the rest
+  /// zero-filled. With l2PrefetchBytes (64, 128 or 256) the L2 fetches
+  /// that much around each request (PTX .L2::NB, through inline PTX: the
+  /// NVVM op has no such hint).
+  void cpAsync16(Value dst, Value src, Value bytes);
+
+  /// L2 prefetch size of the tile copies; 0: none.
+  int64_t l2PrefetchBytes = 0;
 
   const TileConfig &cfg;
   const bool withSoftmax;

@@ -61,7 +61,6 @@ void Builder::build(StringRef name, const ModRegions &mods) {
   const int64_t nTiles = cfg.blockN / 8;   // n8 score tiles per row block
   const int64_t dTiles = d / 8;            // n8 output tiles
   const int64_t qSteps = d / 16;           // k16 steps of Q K^T
-  const int64_t pSteps = cfg.blockN / 16;  // k16 steps of P V
   const int64_t rowBytes = rowElems * eltBytes;
   const int64_t qTileOffset = 0;
   // Two buffers, each a K tile then a V tile, after the Q tile.
@@ -74,12 +73,6 @@ void Builder::build(StringRef name, const ModRegions &mods) {
   const int64_t rowsState = mTiles * 2;
   auto maxAt = [&](int64_t mt, int64_t h) { return mt * 2 + h; };
   auto sumAt = [&](int64_t mt, int64_t h) { return rowsState + mt * 2 + h; };
-  auto accAt = [&](int64_t mt, int64_t dt) {
-    return (mt * dTiles + dt) * kAccPerTile;
-  };
-  auto sAt = [&](int64_t mt, int64_t nt) {
-    return (mt * nTiles + nt) * kAccPerTile;
-  };
 
   Value lane = remU(tid, 32), warp = divU(tid, 32);
   Value quadRow = divU(lane, 4);            // g: row within an 8-row half
@@ -134,12 +127,9 @@ void Builder::build(StringRef name, const ModRegions &mods) {
                                 c64(rowElems)),
                             mul(divU(matrix, 2), c64(8))),
                         c64(eltBytes)));
-  auto at32 = [&](Value laneBase, int64_t bytes) {
-    return toI32(add(laneBase, c64(bytes)));
-  };
   auto loadQ = [&](int64_t mt, int64_t ks) {
     return ldmatrix(
-        at32(qLane, (mt * 16 * rowElems + ks * 16) * eltBytes), false);
+        laneAt(qLane, (mt * 16 * rowElems + ks * 16) * eltBytes), false);
   };
   // One m tile per warp keeps its Q fragments in registers for the whole
   // kernel; two re-read them from shared memory at each k step (the
@@ -200,19 +190,11 @@ void Builder::build(StringRef name, const ModRegions &mods) {
         NVVM::CpAsyncCommitGroupOp::create(b, loc);
 
         // S = Q K^T.
-        SmallVector<Value> s(mTiles * nTiles * kAccPerTile, cF32(0.0f));
-        for (int64_t ks = 0; ks < qSteps; ++ks) {
-          SmallVector<SmallVector<Value, 4>> q;
-          for (int64_t mt = 0; mt < mTiles; ++mt)
-            q.push_back(mTiles == 1 ? qFrags[ks] : loadQ(mt, ks));
-          for (int64_t np = 0; np < nTiles / 2; ++np) {
-            auto kFrag = ldmatrix(
-                at32(kTile, (np * 16 * rowElems + ks * 16) * eltBytes), false);
-            mmaTwoTiles(q, kFrag, s, [&](int64_t mt, int64_t half) {
-              return sAt(mt, 2 * np + half);
-            });
-          }
-        }
+        SmallVector<Value> s = scoreTile(
+            [&](int64_t mt, int64_t ks) {
+              return mTiles == 1 ? qFrags[ks] : loadQ(mt, ks);
+            },
+            kTile, mTiles, nTiles);
 
         // P packed in pairs of the element type: packed[(mt * nTiles + nt)
         // * 2 + h] holds row half h of score tile nt.
@@ -249,21 +231,7 @@ void Builder::build(StringRef name, const ModRegions &mods) {
         }
 
         // O += P V: S tiles 2kk and 2kk+1 form the A fragment of step kk.
-        for (int64_t kk = 0; kk < pSteps; ++kk) {
-          SmallVector<SmallVector<Value, 4>> aFrag;
-          for (int64_t mt = 0; mt < mTiles; ++mt) {
-            const Value *t0 = &packed[(mt * nTiles + 2 * kk) * 2];
-            const Value *t1 = &packed[(mt * nTiles + 2 * kk + 1) * 2];
-            aFrag.push_back({t0[0], t0[1], t1[0], t1[1]});
-          }
-          for (int64_t dp = 0; dp < dTiles / 2; ++dp) {
-            auto vFrag = ldmatrix(
-                at32(vTile, (kk * 16 * rowElems + dp * 16) * eltBytes), true);
-            mmaTwoTiles(aFrag, vFrag, acc, [&](int64_t mt, int64_t half) {
-              return accAt(mt, 2 * dp + half);
-            });
-          }
-        }
+        accumulatePV(packed, vTile, mTiles, nTiles, acc);
         if (!doubleBuffered) {
           // K[j+1] has landed and every warp is done with V[j].
           NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);

@@ -50,8 +50,7 @@ void Builder::copyTile(Value base, ValueRange strides, Value batch,
     Value bytes = arith::SelectOp::create(b, loc, valid, c32(16), c32(0));
     Value dst =
         toI32(add(dst0, c64(round * rowsPerRound * rowElems * eltBytes)));
-    NVVM::CpAsyncOp::create(b, loc, sharedAddress(dst), from, /*size=*/16,
-                            NVVM::LoadCacheModifierKind::CG, bytes);
+    cpAsync16(dst, from, bytes);
     b.setInsertionPointAfterValue(src);
     src = globalAddress(src, elt, step);
   }
@@ -79,10 +78,28 @@ void Builder::copyTileClamped(Value base, ValueRange strides, Value batch,
     Value dstOffset = toI32(add(
         tileOffset, mul(add(mul(row, c64(rowElems)), column),
                              c64(eltBytes))));
-    NVVM::CpAsyncOp::create(b, loc, sharedAddress(dstOffset), src,
-                            /*size=*/16, NVVM::LoadCacheModifierKind::CG,
-                            /*cpSize=*/Value());
+    cpAsync16(dstOffset, src, Value());
   }
+}
+
+void Builder::cpAsync16(Value dst, Value src, Value bytes) {
+  if (l2PrefetchBytes == 0) {
+    NVVM::CpAsyncOp::create(b, loc, sharedAddress(dst), src, /*size=*/16,
+                            NVVM::LoadCacheModifierKind::CG, bytes);
+    return;
+  }
+  std::string text = "cp.async.cg.shared.global.L2::" +
+                     std::to_string(l2PrefetchBytes) + "B [$0], [$1], 16" +
+                     (bytes ? ", $2;" : ";");
+  SmallVector<Value> operands = {sharedAddress(dst), src};
+  if (bytes)
+    operands.push_back(bytes);
+  LLVM::InlineAsmOp::create(
+      b, loc, Type(), operands, text, bytes ? "l,l,r" : "l,l",
+      /*has_side_effects=*/true, /*is_align_stack=*/false,
+      LLVM::tailcallkind::TailCallKind::None,
+      LLVM::AsmDialectAttr::get(b.getContext(), LLVM::AsmDialect::AD_ATT),
+      /*operand_attrs=*/ArrayAttr());
 }
 
 SmallVector<Value, 4> Builder::ldmatrix(Value byteOffset, bool transpose) {
@@ -132,6 +149,50 @@ void Builder::mmaTwoTiles(ArrayRef<SmallVector<Value, 4>> a,
                      acc.slice(at, kAccPerTile));
       std::copy(out.begin(), out.end(), acc.begin() + at);
     }
+}
+
+Value Builder::laneAt(Value laneOffset, int64_t bytes) {
+  return toI32(add(laneOffset, c64(bytes)));
+}
+
+SmallVector<Value> Builder::scoreTile(
+    llvm::function_ref<SmallVector<Value, 4>(int64_t, int64_t)> qFrag,
+    Value kLane, int64_t mTiles, int64_t nTiles) {
+  SmallVector<Value> s(mTiles * nTiles * kAccPerTile, cF32(0.0f));
+  for (int64_t ks = 0; ks < d / 16; ++ks) {
+    SmallVector<SmallVector<Value, 4>> q;
+    for (int64_t mt = 0; mt < mTiles; ++mt)
+      q.push_back(qFrag(mt, ks));
+    for (int64_t np = 0; np < nTiles / 2; ++np) {
+      auto kFrag = ldmatrix(
+          laneAt(kLane, (np * 16 * rowElems + ks * 16) * eltBytes), false);
+      mmaTwoTiles(q, kFrag, s, [&](int64_t mt, int64_t half) {
+        return (mt * nTiles + 2 * np + half) * kAccPerTile;
+      });
+    }
+  }
+  return s;
+}
+
+void Builder::accumulatePV(ArrayRef<Value> packed, Value vLane,
+                           int64_t mTiles, int64_t nTiles,
+                           MutableArrayRef<Value> acc) {
+  const int64_t dTiles = d / 8;
+  for (int64_t kk = 0; kk < nTiles / 2; ++kk) {
+    SmallVector<SmallVector<Value, 4>> aFrag;
+    for (int64_t mt = 0; mt < mTiles; ++mt) {
+      const Value *t0 = &packed[(mt * nTiles + 2 * kk) * 2];
+      const Value *t1 = &packed[(mt * nTiles + 2 * kk + 1) * 2];
+      aFrag.push_back({t0[0], t0[1], t1[0], t1[1]});
+    }
+    for (int64_t dp = 0; dp < dTiles / 2; ++dp) {
+      auto vFrag = ldmatrix(
+          laneAt(vLane, (kk * 16 * rowElems + dp * 16) * eltBytes), true);
+      mmaTwoTiles(aFrag, vFrag, acc, [&](int64_t mt, int64_t half) {
+        return (mt * dTiles + 2 * dp + half) * kAccPerTile;
+      });
+    }
+  }
 }
 
 } // namespace flashjit::mma_sync

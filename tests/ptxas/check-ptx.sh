@@ -121,5 +121,32 @@ for d in 64 128 256; do
     done
   done
 done
+# The decode kernels (split + combine in one PTX): every head dim and
+# dtype, the row shapes (1, 2 and 4 warps over the rows; head chunks),
+# contiguous and paged; no spills in either kernel.
+for arch in sm_80 sm_90a; do
+  for d in 64 128 256; do
+    for dtype in f16 bf16; do
+      for shape in "32 8 1 0" "32 8 7 0" "8 1 16 16" "32 1 16 64" "4 4 2 0"; do
+        set -- $shape
+        name="decode-$arch-d$d-$dtype-h$1-kv$2-q$3-p$4"
+        count=$((count + 1))
+        if ! "$flashjit" compile --decode --arch "$arch" --head-dim "$d" \
+             --dtype "$dtype" --heads "$1" --kv-heads "$2" --q-len "$3" \
+             --page-size "$4" -o "$work/$name.ptx" 2>"$work/$name.err"; then
+          echo "FAIL compile $name: $(cat "$work/$name.err")"; fails=$((fails + 1)); continue
+        fi
+        if ! "$ptxas" -arch="$arch" -v "$work/$name.ptx" -o "$work/$name.cubin" \
+             >"$work/$name.log" 2>&1; then
+          echo "FAIL ptxas $name:"; cat "$work/$name.log"; fails=$((fails + 1)); continue
+        fi
+        if grep -qE "[1-9][0-9]* bytes spill (stores|loads)" "$work/$name.log"; then
+          echo "FAIL $name spills:"; grep spill "$work/$name.log"; fails=$((fails + 1)); continue
+        fi
+        echo "ok   $name: $(grep -o "Used [0-9]* registers" "$work/$name.log" | tail -1)"
+      done
+    done
+  done
+done
 echo "$((count - fails))/$count PTX files accepted by $("$ptxas" --version | tail -1)"
 [ "$fails" -eq 0 ]

@@ -4,6 +4,7 @@
 #ifndef FLASHJIT_TOOLS_COMMANDS_H
 #define FLASHJIT_TOOLS_COMMANDS_H
 
+#include "flashjit/Compiler/Compiler.h"
 #include "flashjit/Compiler/ModInterpreter.h"
 #include "flashjit/Dialect/AttentionSpec.h"
 #include "flashjit/Templates/Target.h"
@@ -39,6 +40,24 @@ capturesFromOptions(const AttentionSpec &spec, int64_t batch, int64_t seqlenQ,
                     int64_t seqlenK, uint64_t seed);
 /// --arch, or the local GPU's chip, or sm_90a when there is no GPU.
 llvm::Expected<Target> targetFromOptions(llvm::StringRef arch);
+/// --decode was given (DecodeCommand.cpp): compile and run build the
+/// decode kernels of decodeSpecFromOptions() instead.
+bool decodeRequested();
+llvm::Expected<CompiledKernel>
+compileDecodeFromOptions(const CompileOptions &options);
+/// The settings `run --decode` shares with `run`.
+struct DecodeRunSettings {
+  int64_t batch = 1;
+  uint64_t seed = 1;
+  std::optional<double> scale;
+  int warmup = 0, iterations = 0;
+  bool json = false;
+  /// Rows compared with the reference (0: all).
+  int64_t checkRows = 0;
+};
+/// `run --decode`: 0 when the check passed, 2 when it failed, 1 on errors.
+int runDecode(const DecodeRunSettings &settings);
+
 /// Prints "flashjit <command>: error: <message>" and returns 1.
 int reportError(llvm::StringRef command, llvm::Error err);
 

@@ -78,7 +78,10 @@ int runCompile() {
   auto start = std::chrono::steady_clock::now();
   llvm::Expected<CompiledKernel> kernel =
       llvm::createStringError("nothing compiled");
-  if (!input.empty()) {
+  if (decodeRequested()) {
+    llvm::consumeError(kernel.takeError());
+    kernel = compileDecodeFromOptions(options);
+  } else if (!input.empty()) {
     llvm::consumeError(kernel.takeError());
     auto buffer = llvm::MemoryBuffer::getFileOrSTDIN(input);
     if (!buffer)

@@ -165,6 +165,11 @@ llvm::Expected<BuiltMask> buildMask(Context &ctx, const AttentionSpec &spec,
 } // namespace
 
 int runRun() {
+  if (decodeRequested())
+    return runDecode({batch, seed ? uint64_t(seed) : std::random_device()(),
+                      scale.getNumOccurrences() ? std::optional<double>(scale)
+                                                : std::nullopt,
+                      warmup, iterations, json, rows});
   auto spec = specFromOptions();
   if (!spec)
     return reportError("run", spec.takeError());

@@ -43,6 +43,8 @@ struct LengthClass;
 struct ForwardLaunchParams;
 class BackwardKernel;     // flashjit/Backward.h
 struct BackwardOptions;   // flashjit/Backward.h
+class DecodeKernel;       // flashjit/Decode.h
+struct DecodeSpec;        // flashjit/Decode.h
 
 /// A device tensor [batch, heads, seqlen, head_dim] (O, Q, K, V) with
 /// strides in elements; head_dim must be contiguous (stride 1). Row-major
@@ -364,6 +366,12 @@ public:
   /// forward's) or compiled now, and loaded on the GPU, like compile().
   llvm::Expected<std::shared_ptr<const BackwardKernel>>
   compileBackward(const AttentionSpec &spec, const BackwardOptions &options);
+
+  /// The decode (Flash-Decoding) kernels of `spec`, from memory, the disk
+  /// cache or compiled now, like compile(); flashjit/Decode.h declares
+  /// DecodeSpec and DecodeKernel.
+  llvm::Expected<std::shared_ptr<const DecodeKernel>>
+  decodeKernel(const DecodeSpec &spec);
 
   /// The config compile() would build and where it comes from, without
   /// compiling. Errors: a bad spec or seqlen, or no config fits.

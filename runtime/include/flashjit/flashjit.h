@@ -40,7 +40,7 @@ extern "C" {
 
 /* Raised when a function or a field is added (flashjit_get_version's
  * api_version tells what the loaded library implements). */
-#define FLASHJIT_C_API_VERSION 5
+#define FLASHJIT_C_API_VERSION 6
 
 typedef enum flashjit_status {
   FLASHJIT_STATUS_OK = 0,
@@ -347,6 +347,76 @@ FLASHJIT_API flashjit_status_t flashjit_backward_run(
     const DLTensor *v, const DLTensor *o, const DLTensor *lse,
     const DLTensor *dout, DLTensor *dq, DLTensor *dk, DLTensor *dv,
     void *workspace, uint64_t workspace_bytes, double scale, void *stream);
+
+/* ---- API version 6: decode steps on a KV cache (flashjit/Decode.h) ---- */
+
+typedef struct flashjit_decode_kernel *flashjit_decode_kernel_t;
+
+/* What one decode kernel computes. Fill it with flashjit_decode_spec_init,
+ * then change the fields you need. */
+typedef struct flashjit_decode_spec {
+  size_t struct_size;   /* sizeof(flashjit_decode_spec_t) of the caller */
+  int64_t head_dim;     /* 64 or 128, default 128 */
+  int32_t dtype;        /* flashjit_dtype_t, default FLASHJIT_DTYPE_BF16 */
+  /* 1 (default): query token i of q_len sees keys [0, kv_len - q_len + i]
+   * (bottom-right); 0: every token sees all kv_len keys. */
+  int32_t causal;
+  int64_t num_heads;    /* query heads, default 32 */
+  int64_t num_kv_heads; /* divides num_heads, default 8 */
+  int64_t q_len;        /* query tokens per sequence, 1 to 16, default 1 */
+  /* Tokens per page of a paged cache, 16 to 256; 0 (default): a
+   * contiguous cache. */
+  int64_t page_size;
+  /* Tile overrides, 0 for the defaults: keys per K/V tile (32, 64, 128),
+   * cp.async stages (2 to 8), L2 prefetch bytes (-1 none, 64, 128, 256). */
+  int64_t block_n;
+  int64_t stages;
+  int64_t l2_prefetch;
+} flashjit_decode_spec_t;
+
+static inline void flashjit_decode_spec_init(flashjit_decode_spec_t *spec) {
+  spec->struct_size = sizeof(flashjit_decode_spec_t);
+  spec->head_dim = 128;
+  spec->dtype = FLASHJIT_DTYPE_BF16;
+  spec->causal = 1;
+  spec->num_heads = 32;
+  spec->num_kv_heads = 8;
+  spec->q_len = 1;
+  spec->page_size = 0;
+  spec->block_n = 0;
+  spec->stages = 0;
+  spec->l2_prefetch = 0;
+}
+
+/* The decode kernels of `spec` (compiled and cached like forward kernels,
+ * under keys of their own). Release with flashjit_decode_kernel_release. */
+FLASHJIT_API flashjit_status_t flashjit_decode_kernel_compile(
+    flashjit_context_t ctx, const flashjit_decode_spec_t *spec,
+    flashjit_decode_kernel_t *out);
+/* Releases a decode kernel (NULL: nothing to do). */
+FLASHJIT_API flashjit_status_t
+flashjit_decode_kernel_release(flashjit_decode_kernel_t kernel);
+/* One decode step on `stream`:
+ *   q, o:     [batch, q_len, num_heads, head_dim] (the query tokens are the
+ *             last q_len positions of each sequence)
+ *   k, v:     contiguous [batch, capacity, num_kv_heads, head_dim], or
+ *             paged [pages, page_size, num_kv_heads, head_dim]
+ *   kv_lens:  kDLInt 32 [batch], keys per sequence (query tokens included)
+ *   block_table: kDLInt 32 [batch, max_pages] (paged; NULL otherwise),
+ *             sequence i's pages in order
+ *   lse:      kDLFloat 32 [batch, num_heads, q_len], natural log
+ * Tensors on the context's device, strides in elements (NULL: row-major),
+ * head_dim with stride 1. max_kv_len: the longest kv_lens entry when known
+ * (0: the capacity; it sizes the split only). num_splits: 0 for the
+ * documented rule. scale: NaN for 1/sqrt(head_dim). The partial results of
+ * a split launch live in a workspace the kernel keeps per stream. The
+ * contents of kv_lens and block_table stay on the GPU: lengths are clamped
+ * to the capacity, a page id outside the pool reads zeros. */
+FLASHJIT_API flashjit_status_t flashjit_decode(
+    flashjit_decode_kernel_t kernel, const DLTensor *q, const DLTensor *k,
+    const DLTensor *v, const DLTensor *kv_lens, const DLTensor *block_table,
+    DLTensor *o, DLTensor *lse, int64_t max_kv_len, int64_t num_splits,
+    double scale, void *stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -6,6 +6,7 @@
 #define FLASHJIT_COMPILER_COMPILER_H
 
 #include "flashjit/Dialect/AttentionSpec.h"
+#include "flashjit/Templates/DecodeKernel.h"
 #include "flashjit/Templates/KernelABI.h"
 #include "flashjit/Templates/Target.h"
 #include "flashjit/Templates/TileConfig.h"
@@ -28,8 +29,10 @@ const char *stageName(Stage stage);
 
 /// The kernels a spec has: its forward pass, for a block-sparse spec
 /// the kernel that builds its block mask on the GPU (BlockMaskKernel.h),
-/// and the three kernels of its backward pass (MmaSyncBackward.h).
-enum class KernelKind { Forward, BlockMask, Backward };
+/// and the three kernels of its backward pass (MmaSyncBackward.h);
+/// Decode: the split and combine kernels of a DecodeSpec (DecodeKernel.h),
+/// built straight into a gpu.module (no attn description).
+enum class KernelKind { Forward, BlockMask, Backward, Decode };
 
 struct CompileOptions {
   Target target;
@@ -63,6 +66,12 @@ compileBlockMaskKernel(const AttentionSpec &spec, const CompileOptions &options)
 /// into one module. Its KernelInfo names the main kernel.
 llvm::Expected<CompiledKernel> compileBackward(const AttentionSpec &spec,
                                                const CompileOptions &options);
+
+/// Builds the decode kernels of `spec` (DecodeKernel.h): the split kernel,
+/// whose KernelInfo (decodeKernelInfo) the result carries, and the combine
+/// kernel in the same PTX; options.config is ignored.
+llvm::Expected<CompiledKernel> compileDecodeKernel(const DecodeSpec &spec,
+                                                   const CompileOptions &options);
 
 /// Parses `mlirText` (a module holding one func with one attn.attention,
 /// as `compile --emit attn` prints) and lowers it like compileAttention.

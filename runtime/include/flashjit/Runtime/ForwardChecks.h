@@ -14,6 +14,12 @@ namespace flashjit {
 /// outputs whose strides overlap or that overlap an input, the scale
 /// (checkScale). docs/rules.md lists every rule.
 llvm::Error checkForwardArgs(const AttentionSpec &spec, const ForwardArgs &args);
+/// Error unless o (2-byte elements) and lse (f32) each map distinct
+/// elements to distinct memory and neither overlaps the other or one of
+/// the named inputs (also the decode kernels' check).
+llvm::Error checkOutputsApart(
+    const TensorRef &o, const LseRef &lse,
+    llvm::ArrayRef<std::pair<const char *, const TensorRef *>> inputs);
 
 /// The captured tensors of a launch against the spec's (count, dtype,
 /// rank, sizes, alignment, strides).

@@ -1,0 +1,120 @@
+//===- CApiSupport.h - what every C API function is made of ------*- C++
+//-*-===//
+// Why: the C API spans several files (CApi.cpp, CApiDecode.cpp); each
+// function turns llvm::Errors into a status and the thread-local last
+// error, and lets no exception out, the same way. Private to
+// libflashjit.so.
+#ifndef FLASHJIT_RUNTIME_LIB_CAPISUPPORT_H
+#define FLASHJIT_RUNTIME_LIB_CAPISUPPORT_H
+
+#include "flashjit/flashjit.h"
+
+#include "flashjit/FlashJIT.h"
+#include "flashjit/Runtime/ErrorCode.h"
+
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <new>
+#include <string>
+
+/// A context handle: the C++ Context and its device ordinal.
+struct flashjit_context {
+  std::unique_ptr<flashjit::Context> context;
+  int device = 0;
+};
+
+namespace flashjit::capi {
+
+/// The message of the last failed call on this thread.
+inline std::string &lastError() {
+  thread_local std::string text;
+  return text;
+}
+
+inline flashjit_status_t statusOf(flashjit::ErrorCode code) {
+  switch (code) {
+  case ErrorCode::InvalidArgument:
+    return FLASHJIT_STATUS_INVALID_ARGUMENT;
+  case ErrorCode::Unsupported:
+    return FLASHJIT_STATUS_UNSUPPORTED;
+  case ErrorCode::NoDevice:
+    return FLASHJIT_STATUS_NO_DEVICE;
+  case ErrorCode::CompileError:
+    return FLASHJIT_STATUS_COMPILE_ERROR;
+  case ErrorCode::DriverError:
+    return FLASHJIT_STATUS_DRIVER_ERROR;
+  case ErrorCode::LaunchError:
+    return FLASHJIT_STATUS_LAUNCH_ERROR;
+  case ErrorCode::Internal:
+    return FLASHJIT_STATUS_INTERNAL;
+  }
+  return FLASHJIT_STATUS_INTERNAL;
+}
+
+inline flashjit_status_t succeed() {
+  lastError().clear();
+  return FLASHJIT_STATUS_OK;
+}
+
+/// Records "<function>: <message>" as the last error.
+inline flashjit_status_t fail(const char *function, flashjit_status_t status,
+                              const std::string &message) {
+  lastError() = std::string(function) + ": " + message;
+  return status;
+}
+
+inline flashjit_status_t fail(const char *function, llvm::Error err) {
+  flashjit::ErrorParts parts = flashjit::takeErrorParts(std::move(err));
+  return fail(function, statusOf(parts.code), parts.message);
+}
+
+/// Runs `body`, turning any exception into FLASHJIT_STATUS_INTERNAL.
+template <typename Body>
+flashjit_status_t guarded(const char *function, Body &&body) noexcept {
+  try {
+    return body(function);
+  } catch (const std::bad_alloc &) {
+    return fail(function, FLASHJIT_STATUS_INTERNAL, "out of memory");
+  } catch (const std::exception &e) {
+    return fail(function, FLASHJIT_STATUS_INTERNAL,
+                std::string("unexpected exception: ") + e.what());
+  } catch (...) {
+    return fail(function, FLASHJIT_STATUS_INTERNAL, "unexpected exception");
+  }
+}
+
+/// Largest struct_size believed: anything above is an uninitialised field.
+constexpr size_t kMaxStructSize = 4096;
+
+/// Whether a versioned struct (its first field a size_t struct_size) may
+/// be read: a size from `oldest` (the first published version's) to
+/// kMaxStructSize, and every byte past the `known` bytes of this library's
+/// version zero (a later field left at its default asks for nothing new).
+/// `init` names the function that fills the struct.
+inline llvm::Error checkStructSize(const void *given, size_t oldest,
+                                   size_t known, const char *init) {
+  if (!given)
+    return makeError(ErrorCode::InvalidArgument, "spec is a null pointer");
+  size_t size;
+  std::memcpy(&size, given, sizeof(size));
+  if (size < oldest || size > kMaxStructSize)
+    return makeError(ErrorCode::InvalidArgument,
+                     "spec struct_size is " + std::to_string(size) +
+                         ", expected " + std::to_string(oldest) + " to " +
+                         std::to_string(kMaxStructSize) +
+                         " bytes: fill the spec with " + init + "()");
+  const auto *bytes = static_cast<const unsigned char *>(given);
+  for (size_t i = known; i < size; ++i)
+    if (bytes[i] != 0)
+      return makeError(ErrorCode::Unsupported,
+                       "spec sets a field at byte " + std::to_string(i) +
+                           ", beyond the " + std::to_string(known) +
+                           " bytes this flashjit (C API version " +
+                           std::to_string(FLASHJIT_C_API_VERSION) + ") knows");
+  return llvm::Error::success();
+}
+
+} // namespace flashjit::capi
+
+#endif

@@ -1,0 +1,59 @@
+//===- StreamBuffers.cpp - device buffers kept per CUDA stream ------------===//
+// Why: see StreamBuffers.h.
+#include "flashjit/Runtime/StreamBuffers.h"
+
+#include "flashjit/Runtime/CudaDriver.h"
+
+namespace flashjit {
+
+llvm::Expected<CUdeviceptr>
+StreamBuffers::forStream(CUstream stream, size_t bytes, bool zeroed) {
+  std::lock_guard<std::mutex> lock(Mutex);
+  auto &slot = ByStream[stream];
+  if (slot.first && slot.second >= bytes)
+    return slot.first;
+  auto drv = CudaDriver::get();
+  if (!drv)
+    return drv.takeError();
+  if (auto ctx = drv->ensureContext(DeviceOrdinal); !ctx)
+    return ctx.takeError();
+  if (slot.first) {
+    // The last launch on this stream may still use the old buffer.
+    if (auto err = FLASHJIT_CU(*drv, cuStreamSynchronize, stream))
+      return std::move(err);
+    (void)drv->cuMemFree(slot.first);
+    slot = {0, 0};
+  }
+  CUdeviceptr fresh = 0;
+  if (auto err = FLASHJIT_CU(*drv, cuMemAlloc, &fresh, bytes))
+    return std::move(err);
+  if (zeroed)
+    if (auto err = FLASHJIT_CU(*drv, cuMemsetD8, fresh, 0, bytes)) {
+      (void)drv->cuMemFree(fresh);
+      return std::move(err);
+    }
+  slot = {fresh, bytes};
+  return fresh;
+}
+
+StreamBuffers::~StreamBuffers() {
+  bool any = false;
+  for (auto &[stream, buffer] : ByStream)
+    any |= buffer.first != 0;
+  if (!any)
+    return;
+  auto drv = CudaDriver::get();
+  if (!drv) {
+    llvm::consumeError(drv.takeError());
+    return;
+  }
+  if (auto ctx = drv->ensureContext(DeviceOrdinal); !ctx) {
+    llvm::consumeError(ctx.takeError());
+    return;
+  }
+  for (auto &[stream, buffer] : ByStream)
+    if (buffer.first)
+      (void)drv->cuMemFree(buffer.first);
+}
+
+} // namespace flashjit

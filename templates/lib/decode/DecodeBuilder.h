@@ -1,0 +1,97 @@
+//===- DecodeBuilder.h - IR builder of the decode kernels ---------*- C++
+//-*-===//
+// Why: the decode kernels are made of the mma_sync template's pieces (tile
+// copies, ldmatrix, mma.sync) and the shared fragment softmax; this class
+// adds what is decode's own: the packed (token, head) rows, the split of
+// the KV length, paged K/V rows, the merge of the warps that split a tile's
+// keys, and the partial/combine epilogues. DecodeSplitKernel.cpp has the
+// split kernel, DecodeCombineKernel.cpp the combine kernel.
+#ifndef FLASHJIT_TEMPLATES_DECODE_DECODEBUILDER_H
+#define FLASHJIT_TEMPLATES_DECODE_DECODEBUILDER_H
+
+#include "../MmaSyncBuilder.h"
+
+#include "flashjit/Templates/DecodeKernel.h"
+
+namespace flashjit::decode {
+
+using mlir::Location;
+using mlir::OpBuilder;
+using mlir::SmallVector;
+using mlir::StringRef;
+using mlir::Type;
+using mlir::Value;
+using mlir::ValueRange;
+using mlir::VectorType;
+using mma_sync::kAccPerTile;
+using mma_sync::Pred;
+
+/// The split kernel's parameters (DecodeKernelArgs) as IR values; the i32
+/// scalars widened to i64.
+struct DecodeParams {
+  Value q, k, v, o, lse, oPartial, lsePartial, kvLens, blockTable;
+  SmallVector<Value, 3> qStrides, kStrides, vStrides, oStrides, lseStrides;
+  Value blockTableStride, kvCapacity, numPages, numSplits, scaleLog2;
+};
+
+/// One thread's share of a row group's softmax state after the KV loop:
+/// per row state (m tile, row half) the max in base 2 (scaled) and the row
+/// sum (reduced over the quad), and the O accumulators.
+struct RowsState {
+  SmallVector<Value> maxBase2, sum, acc;
+};
+
+class Builder : public mma_sync::Builder {
+public:
+  /// `attention` and `config` must outlive the builder.
+  Builder(OpBuilder &b, mlir::Location loc, const DecodeSpec &spec,
+          const AttentionSpec &attention, const TileConfig &config,
+          const DecodeTiling &tiling)
+      : mma_sync::Builder(b, loc, attention, config, /*withSoftmax=*/true),
+        dspec(spec), tiling(tiling) {
+    l2PrefetchBytes = spec.l2Prefetch == 0  ? kDecodeL2Prefetch
+                      : spec.l2Prefetch < 0 ? 0
+                                            : spec.l2Prefetch;
+  }
+
+  void emitSplitKernel(StringRef name);
+  void emitCombineKernel(StringRef name);
+  using mma_sync::Builder::l2PrefetchBytes;
+
+private:
+  DecodeParams beginSplitKernel(StringRef name);
+  /// The Q rows of this block (token r / headsPerBlock, head headBase + r
+  /// % headsPerBlock) into the shared Q tile; padding rows are zero.
+  void copyQueries(const DecodeParams &p, Value batch, Value headBase);
+  /// Keys [firstKey, firstKey + blockN) of `base` (K or V) into the tile at
+  /// `tileOffset`; keys at or past kvLen are zero-filled.
+  void copyKeys(const DecodeParams &p, Value base, ValueRange strides,
+                Value batch, Value kvHead, Value firstKey, Value kvLen,
+                Value tileOffset);
+  /// copyKeys through the block table: key n sits at row n % pageSize of
+  /// page blockTable[batch][n / pageSize]; a page id outside the pool
+  /// reads zeros.
+  void copyPagedKeys(const DecodeParams &p, Value base, ValueRange strides,
+                     Value batch, Value kvHead, Value firstKey, Value kvLen,
+                     Value tileOffset);
+  /// Merges the partial softmax of the warpsN warps of each row group
+  /// (exact, by their maxima) into the warps with wn = 0, through shared
+  /// memory at `scratchOffset`; returns, for those, the merged state.
+  RowsState mergeWarps(const RowsState &mine, Value warp, Value wn, Value lane,
+                       int64_t scratchOffset);
+  /// Writes the merged rows: O and LSE when there is one split, else the
+  /// split's partial O and base-2 LSE.
+  void storeRows(const DecodeParams &p, const RowsState &rows, Value batch,
+                 Value headBase, Value split, Value wm, Value quadRow,
+                 Value quadCol);
+  Value loadF32(Value address);
+  void storeF32(Value value, Value address);
+  Value sharedF32Address(Value byteOffset);
+
+  const DecodeSpec &dspec;
+  const DecodeTiling &tiling;
+};
+
+} // namespace flashjit::decode
+
+#endif

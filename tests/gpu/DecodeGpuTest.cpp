@@ -1,0 +1,139 @@
+//===- DecodeGpuTest.cpp - decode kernels against the float64 reference ---===//
+// Why: a decode step must be exact for every query length, KV length,
+// group shape, cache layout and split count it is used with: outputs,
+// LSE and workspace poisoned with NaN first, cache rows past each length
+// and unused pages NaN too (a kernel that reads them fails), every row
+// compared (runDecodeAndCheck), NaN never passes.
+#include "GpuTestUtil.h"
+
+#include "flashjit/Decode.h"
+#include "flashjit/DevTools/DecodeHarness.h"
+
+#include <tuple>
+
+using namespace flashjit;
+using namespace flashjit::test;
+
+namespace {
+DecodeSpec makeSpec(int64_t d, DType dtype, int64_t heads, int64_t kvHeads,
+                    int64_t qLen, int64_t pageSize = 0, bool causal = true) {
+  DecodeSpec s;
+  s.headDim = d;
+  s.dtype = dtype;
+  s.numHeads = heads;
+  s.numKVHeads = kvHeads;
+  s.qLen = qLen;
+  s.pageSize = pageSize;
+  s.causal = causal;
+  return s;
+}
+
+void checkDecode(const DecodeSpec &spec, int64_t batch,
+                 std::vector<int64_t> kvLens, int64_t splits = 0,
+                 bool callerWorkspace = true,
+                 std::optional<double> scale = std::nullopt) {
+  DecodeCheckOptions o;
+  o.batch = batch;
+  o.kvLens = std::move(kvLens);
+  o.seed = freshSeed();
+  o.numSplits = splits;
+  o.callerWorkspace = callerWorkspace;
+  o.scale = scale;
+  std::string lens;
+  for (int64_t l : o.kvLens)
+    lens += std::to_string(l) + " ";
+  INFO(spec.canonical() << " batch " << batch << " kv lens " << lens
+                        << "splits " << splits << " seed " << o.seed);
+  auto kernel = gpuContext().decodeKernel(spec);
+  REQUIRE_MESSAGE(bool(kernel), llvm::toString(kernel.takeError()));
+  auto report = runDecodeAndCheck(**kernel, o);
+  REQUIRE_MESSAGE(bool(report), llvm::toString(report.takeError()));
+  INFO(report->summary());
+  CHECK(report->nonFinite == 0);
+  CHECK(report->relError <= report->tolerance);
+  CHECK(report->lseRelError <= report->tolerance);
+  CHECK(report->passed);
+}
+} // namespace
+
+TEST_CASE("decode: q_len x KV length, GQA 32/8, bf16 head dim 128") {
+  for (int64_t qLen : {1, 2, 7, 16})
+    for (int64_t kv : {1, 17, 1000, 4097})
+      checkDecode(makeSpec(128, DType::BF16, 32, 8, qLen), 2, {kv});
+}
+
+TEST_CASE("decode: MQA 8/1 and MHA, f16 and bf16, head dims 64 and 128") {
+  for (int64_t d : {64, 128})
+    for (DType dtype : {DType::F16, DType::BF16})
+      for (auto [heads, kvHeads] :
+           {std::pair<int64_t, int64_t>{8, 1}, {4, 4}, {32, 8}})
+        for (int64_t qLen : {1, 7, 16})
+          checkDecode(makeSpec(d, dtype, heads, kvHeads, qLen), 3,
+                      {17, 1000, 4097});
+}
+
+TEST_CASE("decode: mixed lengths in one batch, empty sequences included") {
+  for (int64_t qLen : {1, 2, 16})
+    checkDecode(makeSpec(128, DType::BF16, 32, 8, qLen), 7,
+                {0, 1, 17, 1000, 4097, 9000, 3});
+}
+
+TEST_CASE("decode: split counts, the combine and empty splits") {
+  DecodeSpec spec = makeSpec(128, DType::BF16, 32, 8, 2);
+  for (int64_t splits : {1, 2, 3, 7, 64, 256})
+    checkDecode(spec, 3, {100, 4097, 0}, splits);
+  // The kernel's own workspace (per stream), grown between launches.
+  checkDecode(spec, 2, {5000}, 4, /*callerWorkspace=*/false);
+  checkDecode(spec, 5, {5000}, 16, /*callerWorkspace=*/false);
+}
+
+TEST_CASE("decode: wide scores (scale 1) stress the LSE merge") {
+  checkDecode(makeSpec(128, DType::F16, 32, 8, 7), 2, {4097, 300}, 0, true,
+              1.0);
+  checkDecode(makeSpec(64, DType::BF16, 8, 1, 1), 2, {4097, 300}, 9, true, 1.0);
+}
+
+TEST_CASE("decode: head dim 256") {
+  for (DType dtype : {DType::F16, DType::BF16})
+    for (auto [heads, kvHeads, qLen] :
+         {std::tuple<int64_t, int64_t, int64_t>{32, 8, 1},
+          {32, 8, 7},
+          {16, 1, 4},
+          {8, 1, 16}})
+      checkDecode(makeSpec(256, dtype, heads, kvHeads, qLen), 3,
+                  {17, 1000, 4097});
+  checkDecode(makeSpec(256, DType::BF16, 32, 8, 2, 64), 3, {1, 1000, 4097});
+}
+
+TEST_CASE("decode: MQA 32/1 with 16 tokens (head chunks)") {
+  checkDecode(makeSpec(128, DType::BF16, 32, 1, 16), 2, {1000, 33});
+  checkDecode(makeSpec(64, DType::F16, 32, 1, 16), 2, {1000, 33});
+}
+
+TEST_CASE("decode: without the causal mask") {
+  checkDecode(makeSpec(128, DType::BF16, 32, 8, 7, 0, /*causal=*/false), 2,
+              {1000, 5});
+}
+
+TEST_CASE("decode: paged caches, shuffled pages") {
+  for (int64_t page : {16, 64, 256})
+    for (int64_t qLen : {1, 7})
+      checkDecode(makeSpec(128, DType::BF16, 32, 8, qLen, page), 5,
+                  {1, 17, 1000, 4097, 0});
+  checkDecode(makeSpec(64, DType::F16, 8, 1, 16, 16), 3, {2000, 31, 16});
+  checkDecode(makeSpec(128, DType::F16, 32, 1, 16, 48), 2, {333, 1000});
+}
+
+TEST_CASE("decode: a long cache, 100k keys") {
+  checkDecode(makeSpec(128, DType::BF16, 8, 1, 1), 1, {100000});
+  checkDecode(makeSpec(128, DType::BF16, 32, 8, 2, 64), 1, {100003});
+}
+
+TEST_CASE("decode: bad arguments launch nothing") {
+  auto kernel = gpuContext().decodeKernel(makeSpec(128, DType::BF16, 8, 2, 1));
+  REQUIRE(bool(kernel));
+  DecodeArgs args; // all null
+  llvm::Error err = (*kernel)->decode(args);
+  REQUIRE(bool(err));
+  CHECK(llvm::toString(std::move(err)).find("batch") != std::string::npos);
+}
