@@ -26,9 +26,12 @@ lib=$(find "$prefix" -name libflashjit.so | head -n 1)
 [ -n "$lib" ] || fail "no libflashjit.so under $prefix"
 libdir=$(dirname "$lib")
 
-# The C API's header, FlashJIT.h and the headers it includes; no other.
+# The C API's header, FlashJIT.h, Backward.h, Decode.h and the headers they
+# include; no other.
 expected="flashjit/Autotune/ShapeBuckets.h
 flashjit/Autotune/TuningDatabase.h
+flashjit/Backward.h
+flashjit/Decode.h
 flashjit/Dialect/AttentionSpec.h
 flashjit/FlashJIT.h
 flashjit/Runtime/CacheOptions.h
@@ -36,6 +39,7 @@ flashjit/Runtime/DeviceInfo.h
 flashjit/Runtime/ErrorCode.h
 flashjit/Runtime/TunedConfigs.h
 flashjit/Runtime/TuningOptions.h
+flashjit/Templates/DecodeKernel.h
 flashjit/Templates/KernelABI.h
 flashjit/Templates/Target.h
 flashjit/Templates/TileConfig.h
