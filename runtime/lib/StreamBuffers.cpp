@@ -3,6 +3,7 @@
 #include "flashjit/Runtime/StreamBuffers.h"
 
 #include "flashjit/Runtime/CudaDriver.h"
+#include "flashjit/Runtime/ScopedContext.h"
 
 namespace flashjit {
 
@@ -15,8 +16,10 @@ StreamBuffers::forStream(CUstream stream, size_t bytes, bool zeroed) {
   auto drv = CudaDriver::get();
   if (!drv)
     return drv.takeError();
-  if (auto ctx = drv->ensureContext(DeviceOrdinal); !ctx)
-    return ctx.takeError();
+  // The device's own context, whatever the calling thread has current.
+  auto scope = ScopedContext::enterDevice(*drv, DeviceOrdinal);
+  if (!scope)
+    return scope.takeError();
   if (slot.first) {
     // The last launch on this stream may still use the old buffer.
     if (auto err = FLASHJIT_CU(*drv, cuStreamSynchronize, stream))
@@ -47,8 +50,9 @@ StreamBuffers::~StreamBuffers() {
     llvm::consumeError(drv.takeError());
     return;
   }
-  if (auto ctx = drv->ensureContext(DeviceOrdinal); !ctx) {
-    llvm::consumeError(ctx.takeError());
+  auto scope = ScopedContext::enterDevice(*drv, DeviceOrdinal);
+  if (!scope) {
+    llvm::consumeError(scope.takeError());
     return;
   }
   for (auto &[stream, buffer] : ByStream)
