@@ -223,6 +223,16 @@ static LogicalResult verifyModRegion(AttentionOp op, Region &region,
     if (inner.getNumRegions() != 0)
       return op.emitOpError() << name << " region uses '" << inner.getName()
                               << "', an op with regions";
+    // The region is cloned into the kernel alone: a value from outside it
+    // (the function's scale, say) does not exist there.
+    for (Value operand : inner.getOperands())
+      if (operand.getParentRegion() != &region)
+        return op.emitOpError()
+               << name << " region uses a value defined outside it (operand "
+               << operand.getType() << " of '" << inner.getName()
+               << "'): a region reads its own arguments, the values it "
+                  "defines and the captured tensors (pass a value in as a "
+                  "captured tensor, or write it as an arith.constant)";
   }
   return success();
 }

@@ -203,6 +203,31 @@ func.func @unsupported_mod_op(%q: tensor<2x8x64x64xbf16>, %s: f32) {
 
 // -----
 
+// A region is cloned into the kernel alone: a value from outside it (here
+// the function's scale, yielded as the score) is refused.
+func.func @value_from_outside(%q: tensor<2x8x64x64xbf16>, %s: f32) {
+  // expected-error @+1 {{'attn.attention' op score_mod region uses a value defined outside it (operand 'f32' of 'attn.yield'): a region reads its own arguments, the values it defines and the captured tensors}}
+  %o, %lse = attn.attention %q, %q, %q scale %s score_mod {
+  ^bb0(%x: f32, %b: index, %h: index, %i: index, %j: index):
+    attn.yield %s : f32
+  } : tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16> -> tensor<2x8x64x64xbf16>, tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @index_from_outside(%q: tensor<2x8x64x64xbf16>, %s: f32, %n: index) {
+  // expected-error @+1 {{'attn.attention' op mask_mod region uses a value defined outside it (operand 'index' of 'arith.cmpi')}}
+  %o, %lse = attn.attention %q, %q, %q scale %s mask_mod {
+  ^bb0(%b: index, %h: index, %i: index, %j: index):
+    %keep = arith.cmpi slt, %j, %n : index
+    attn.yield %keep : i1
+  } : tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16> -> tensor<2x8x64x64xbf16>, tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
 func.func @negative_window(%q: tensor<2x8x64x64xbf16>, %s: f32) {
   // expected-error @+1 {{'attn.attention' op window_left is -3: a window extent is 0 or more keys}}
   %o, %lse = attn.attention %q, %q, %q scale %s {window_left = -3 : i64} : tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16> -> tensor<2x8x64x64xbf16>, tensor<2x8x64xf32>
