@@ -37,10 +37,13 @@ void FragmentSoftmax::mask(MutableArrayRef<Value> s, Value n0, int64_t blockN,
       mods ? ir.toI32(ir.sub(rules.seqlenK, ir.c64(1))) : Value();
   Value base32 = mods ? ir.toI32(base) : Value();
   auto modRow = [&](int64_t mt, int64_t h) {
-    return ir.minS(ir.toI32(rowOf(mt, h)), lastRow32);
+    Value row = ir.toI32(rowOf(mt, h));
+    return ModIndex(ir.minS(row, lastRow32), row, 0);
   };
   auto modColumn = [&](int64_t nt, int64_t r) {
-    return ir.minS(ir.add(base32, ir.c32(nt * 8 + r % 2)), lastColumn32);
+    int64_t offset = nt * 8 + r % 2;
+    return ModIndex(ir.minS(ir.add(base32, ir.c32(offset)), lastColumn32),
+                    base32, offset);
   };
   if (mods && mods->hasScoreMod())
     for (int64_t mt = 0; mt < mTiles; ++mt)
@@ -52,26 +55,27 @@ void FragmentSoftmax::mask(MutableArrayRef<Value> s, Value n0, int64_t blockN,
         }
   const bool hasMaskMod = mods && mods->hasMaskMod();
   const bool maskEveryTile = hasMaskMod && !rules.maskModOn;
-  Value needMask;
+  // Whether the bounds (sequence end, causal diagonal, window) cut this
+  // tile; a block mask's partial tiles take the mask_mod besides.
+  Value boundsCut;
   if (!maskEveryTile) {
-    needMask =
+    boundsCut =
         ir.cmp(Pred::sgt, ir.add(n0, ir.c64(blockN)), rules.seqlenK);
-    if (hasMaskMod)
-      needMask = arith::OrIOp::create(b, loc, needMask, rules.maskModOn);
     if (spec.hasRightBound())
-      needMask = arith::OrIOp::create(
-          b, loc, needMask,
+      boundsCut = arith::OrIOp::create(
+          b, loc, boundsCut,
           ir.cmp(Pred::sgt, ir.add(n0, ir.c64(blockN - 1)),
                  ir.add(firstRow, ir.add(rules.diagonal,
                                          ir.c64(spec.rightExtent())))));
     if (spec.hasLeftBound())
-      needMask = arith::OrIOp::create(
-          b, loc, needMask,
+      boundsCut = arith::OrIOp::create(
+          b, loc, boundsCut,
           ir.cmp(Pred::slt, n0,
                  ir.sub(ir.add(lastRow, rules.diagonal),
                         ir.c64(spec.windowLeft))));
   }
-  auto emitMasked = [&]() {
+  // The masked scores, with the mask_mod or without it.
+  auto emitMasked = [&](bool withMaskMod) {
     // Score (row, n0 + quadCol + c) stays iff first <= c <= last, with
     // last = seqlenK - 1 - n0 - quadCol (and at most row + diagonal +
     // right extent - n0 - quadCol), first = row + diagonal - left extent -
@@ -103,11 +107,11 @@ void FragmentSoftmax::mask(MutableArrayRef<Value> s, Value n0, int64_t blockN,
           if (spec.hasLeftBound())
             valid = arith::AndIOp::create(
                 b, loc, valid, ir.cmp(Pred::sge, column, first[r / 2]));
-          if (hasMaskMod)
+          if (withMaskMod)
             valid = arith::AndIOp::create(
                 b, loc, valid,
                 mods->keep(rules.batch, rules.head, modRow(mt, r / 2),
-                           modColumn(nt, r), rules.maskModOn));
+                           modColumn(nt, r)));
           out.push_back(arith::SelectOp::create(
               b, loc, valid, s[scoreAt(mt, nt) + r], ir.cF32(kNegInf)));
         }
@@ -115,23 +119,39 @@ void FragmentSoftmax::mask(MutableArrayRef<Value> s, Value n0, int64_t blockN,
     return out;
   };
   if (maskEveryTile) {
-    SmallVector<Value> out = emitMasked();
+    SmallVector<Value> out = emitMasked(/*withMaskMod=*/true);
     for (size_t i = 0; i < s.size(); ++i)
       s[i] = out[i];
     return;
   }
+  // if (cut) masked else s; with a block mask's mask_mod: if (partial)
+  // masked with the mod, else the same on the bounds alone. The mod's
+  // tiles are uniform per tile, so each path's selects are the few it
+  // needs.
   SmallVector<Type> types(s.size(), ir.f32);
-  auto masked = scf::IfOp::create(b, loc, types, needMask,
-                                  /*withElseRegion=*/true);
-  {
+  auto branch = [&](Value cond, function_ref<SmallVector<Value>()> then,
+                    function_ref<SmallVector<Value>()> otherwise) {
+    auto op = scf::IfOp::create(b, loc, types, cond, /*withElseRegion=*/true);
     OpBuilder::InsertionGuard g(b);
-    b.setInsertionPointToStart(masked.thenBlock());
-    scf::YieldOp::create(b, loc, emitMasked());
-    b.setInsertionPointToStart(masked.elseBlock());
-    scf::YieldOp::create(b, loc, ValueRange(s));
-  }
+    b.setInsertionPointToStart(op.thenBlock());
+    scf::YieldOp::create(b, loc, then());
+    b.setInsertionPointToStart(op.elseBlock());
+    scf::YieldOp::create(b, loc, otherwise());
+    return SmallVector<Value>(op.getResults());
+  };
+  auto boundsOnly = [&] {
+    return branch(
+        boundsCut, [&] { return emitMasked(/*withMaskMod=*/false); },
+        [&] { return SmallVector<Value>(s.begin(), s.end()); });
+  };
+  SmallVector<Value> out =
+      hasMaskMod ? branch(
+                       rules.maskModOn,
+                       [&] { return emitMasked(/*withMaskMod=*/true); },
+                       boundsOnly)
+                 : boundsOnly();
   for (size_t i = 0; i < s.size(); ++i)
-    s[i] = masked.getResult(i);
+    s[i] = out[i];
 }
 
 namespace {

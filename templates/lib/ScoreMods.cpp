@@ -8,6 +8,7 @@
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/IR/Matchers.h"
 
 #include <cmath>
 
@@ -18,6 +19,57 @@ namespace flashjit {
 namespace {
 constexpr float kLog2E = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
+
+/// Lets LLVM fuse a float multiply and add of a mod (and of the score's
+/// conversion to and from the natural units) into one fma, as the
+/// softmax's own arithmetic is: one rounding fewer, one instruction per
+/// score fewer.
+void allowContraction(Operation *op) {
+  if (auto fm = dyn_cast<arith::ArithFastMathInterface>(op))
+    op->setAttr(fm.getFastMathAttrName(),
+                arith::FastMathFlagsAttr::get(
+                    op->getContext(),
+                    fm.getFastMathFlagsAttr().getValue() |
+                        arith::FastMathFlags::contract));
+}
+
+/// An integer of a mod region as a sum of i32 bases (the callers'
+/// ModIndex bases, or the batch and head) with constant coefficients plus
+/// a constant, where it is one: what an int-to-float conversion of it can
+/// be rebuilt from.
+struct IndexSum {
+  llvm::SmallVector<std::pair<Value, int64_t>, 2> terms;
+  int64_t constant = 0;
+
+  /// this + sign * other; false when a coefficient or the constant leaves
+  /// the range where the float form rounds as the conversion does.
+  bool accumulate(const IndexSum &other, int64_t sign) {
+    for (auto [base, coeff] : other.terms) {
+      auto it = llvm::find_if(terms, [&](auto &t) { return t.first == base; });
+      if (it == terms.end())
+        terms.push_back({base, sign * coeff});
+      else
+        it->second += sign * coeff;
+    }
+    constant += sign * other.constant;
+    return inRange();
+  }
+  bool scale(int64_t factor) {
+    for (auto &term : terms)
+      term.second *= factor;
+    constant *= factor;
+    return inRange();
+  }
+  /// Coefficients up to 2^10 and constants below 2^24 in magnitude: every
+  /// step of the float form is exact while the indices stay below 2^24
+  /// tokens, and within an f32 rounding of the conversion beyond.
+  bool inRange() const {
+    for (auto [base, coeff] : terms)
+      if (coeff < -1024 || coeff > 1024)
+        return false;
+    return constant > -(int64_t(1) << 24) && constant < (int64_t(1) << 24);
+  }
+};
 } // namespace
 
 ScoreMods::ScoreMods(KernelIR &ir, const ModRegions &mods,
@@ -39,33 +91,96 @@ ScoreMods ScoreMods::onBase2Scores(KernelIR &ir, const ModRegions &mods,
   return ScoreMods(ir, mods, p, ir.cF32(kLn2), ir.cF32(kLog2E));
 }
 
-Value ScoreMods::score(Value s, Value batch, Value head, Value row,
-                       Value column) {
+namespace {
+/// For a score_mod `score + bias` (ALiBi, relative position biases): the
+/// region's bias value, which does not read the score; null otherwise.
+Value additiveBias(Region &region) {
+  Block &block = region.front();
+  Value score = block.getArgument(0);
+  auto yield = cast<attn::YieldOp>(block.getTerminator());
+  auto add = yield.getValues()[0].getDefiningOp<arith::AddFOp>();
+  if (!add)
+    return {};
+  Value bias = add.getLhs() == score   ? add.getRhs()
+               : add.getRhs() == score ? add.getLhs()
+                                       : Value();
+  if (!bias)
+    return {};
+  // The bias must not read the score, directly or through other values.
+  llvm::SmallVector<Value> work{bias};
+  llvm::DenseSet<Value> seen;
+  while (!work.empty()) {
+    Value v = work.pop_back_val();
+    if (v == score)
+      return {};
+    if (!seen.insert(v).second)
+      continue;
+    if (Operation *def = v.getDefiningOp())
+      llvm::append_range(work, def->getOperands());
+  }
+  return bias;
+}
+} // namespace
+
+Value ScoreMods::score(Value s, Value batch, Value head, ModIndex row,
+                       ModIndex column) {
   if (!hasScoreMod())
     return s;
   OpBuilder &b = ir.b;
-  Value natural = arith::MulFOp::create(b, ir.loc, s, toNatural);
-  Value modded =
-      inlineRegion(*mods.scoreMod, {natural, batch, head, row, column});
-  return arith::MulFOp::create(b, ir.loc, modded, fromNatural);
+  auto natural = arith::MulFOp::create(b, ir.loc, s, toNatural);
+  allowContraction(natural);
+  SmallVector<ModIndex> fixed{natural.getResult(), batch, head, row, column};
+  if (Value bias = additiveBias(*mods.scoreMod)) {
+    // s + bias * fromNatural: one fma per score in the family's units,
+    // not a scaling to the natural score and back around the add.
+    if (auto product = bias.getDefiningOp<arith::MulFOp>()) {
+      // bias = x * f(indices) (ALiBi: slope * (kv - q)): fma(f, x *
+      // fromNatural, s), with x * fromNatural once per tile and f a
+      // per-tile value plus an immediate (floatOf).
+      Value x = product.getLhs(), f = product.getRhs();
+      if (x.getDefiningOp<arith::SIToFPOp>())
+        std::swap(x, f);
+      SmallVector<Value> inlined =
+          inlineRegion(*mods.scoreMod, fixed, {x, f});
+      auto scaled = arith::MulFOp::create(b, ir.loc, inlined[0], fromNatural);
+      auto term = arith::MulFOp::create(b, ir.loc, inlined[1], scaled);
+      allowContraction(term);
+      auto sum = arith::AddFOp::create(b, ir.loc, term, s);
+      allowContraction(sum);
+      return sum;
+    }
+    Value inlined = inlineRegion(*mods.scoreMod, fixed, {bias}).front();
+    auto scaled = arith::MulFOp::create(b, ir.loc, inlined, fromNatural);
+    allowContraction(scaled);
+    auto sum = arith::AddFOp::create(b, ir.loc, scaled, s);
+    allowContraction(sum);
+    return sum;
+  }
+  Value modded = inlineRegion(*mods.scoreMod, fixed).front();
+  auto back = arith::MulFOp::create(b, ir.loc, modded, fromNatural);
+  allowContraction(back);
+  return back;
 }
 
-Value ScoreMods::keep(Value batch, Value head, Value row, Value column,
-                      Value appliesHere) {
+Value ScoreMods::keep(Value batch, Value head, ModIndex row,
+                      ModIndex column, Value appliesHere) {
   OpBuilder &b = ir.b;
   auto yes = [&] {
     return arith::ConstantOp::create(b, ir.loc, b.getBoolAttr(true));
   };
   if (!hasMaskMod())
     return yes();
-  Value kept = inlineRegion(*mods.maskMod, {batch, head, row, column});
+  Value kept =
+      inlineRegion(*mods.maskMod, {batch, head, row, column}).front();
   if (!appliesHere)
     return kept;
   return arith::OrIOp::create(
       b, ir.loc, kept, arith::XOrIOp::create(b, ir.loc, appliesHere, yes()));
 }
 
-Value ScoreMods::inlineRegion(Region &region, ArrayRef<Value> fixed) {
+SmallVector<Value> ScoreMods::inlineRegion(Region &region,
+                                          ArrayRef<ModIndex> fixed,
+                                          ArrayRef<Value> want) {
   OpBuilder &b = ir.b;
   Location loc = ir.loc;
   Block &block = region.front();
@@ -75,8 +190,83 @@ Value ScoreMods::inlineRegion(Region &region, ArrayRef<Value> fixed) {
   // fixed arguments are below 2^31; a mod whose index arithmetic could
   // exceed it (q_idx * seqlen) casts to i64 first.
   IRMapping map;
-  for (auto [arg, value] : llvm::zip(block.getArguments(), fixed))
-    map.map(arg, arg.getType().isIndex() ? ir.toI32(value) : value);
+  llvm::DenseMap<Value, IndexSum> sums;
+  for (auto [arg, index] : llvm::zip(block.getArguments(), fixed)) {
+    if (!arg.getType().isIndex()) {
+      map.map(arg, index.value);
+      continue;
+    }
+    map.map(arg, ir.toI32(index.value));
+    IndexSum sum;
+    sum.terms.push_back({index.base ? ir.toI32(index.base) : map.lookup(arg), 1});
+    sum.constant = index.base ? index.offset : 0;
+    if (sum.inRange())
+      sums[arg] = sum;
+  }
+  // The float form of an index sum, as a tile part (the bases' per-tile
+  // conversions and their sum, which LLVM shares between the scores and
+  // hoists) and the constant: the value is tile + constant.
+  struct FloatSum {
+    Value tile;
+    float constant;
+  };
+  llvm::DenseMap<Value, FloatSum> floatSums;
+  auto floatOf = [&](const IndexSum &sum) -> FloatSum {
+    Value total;
+    for (auto [base, coeff] : sum.terms) {
+      if (coeff == 0)
+        continue;
+      Value f = arith::SIToFPOp::create(b, loc, ir.f32, base);
+      if (coeff != 1 && coeff != -1)
+        f = arith::MulFOp::create(b, loc, f,
+                                  ir.cF32(static_cast<float>(std::abs(coeff))));
+      if (!total)
+        total = coeff > 0 ? f : arith::NegFOp::create(b, loc, f).getResult();
+      else if (coeff > 0)
+        total = arith::AddFOp::create(b, loc, total, f);
+      else
+        total = arith::SubFOp::create(b, loc, total, f);
+    }
+    if (!total)
+      total = ir.cF32(0.0f);
+    return {total, static_cast<float>(sum.constant)};
+  };
+  auto contracted = [&](Operation *op) {
+    allowContraction(op);
+    return op->getResult(0);
+  };
+  // Records the index sum of `op`'s result where it is one.
+  auto trackSum = [&](Operation &op) {
+    auto sumOf = [&](Value v) -> const IndexSum * {
+      auto it = sums.find(v);
+      return it == sums.end() ? nullptr : &it->second;
+    };
+    IndexSum result;
+    bool ok = false;
+    if (auto constant = dyn_cast<arith::ConstantOp>(op)) {
+      if (auto value = dyn_cast<IntegerAttr>(constant.getValue())) {
+        result.constant = value.getValue().getSExtValue();
+        ok = result.inRange();
+      }
+    } else if (isa<arith::AddIOp, arith::SubIOp>(op)) {
+      const IndexSum *x = sumOf(op.getOperand(0)), *y = sumOf(op.getOperand(1));
+      ok = x && y && (result = *x, true) &&
+           result.accumulate(*y, isa<arith::AddIOp>(op) ? 1 : -1);
+    } else if (isa<arith::MulIOp>(op)) {
+      const IndexSum *x = sumOf(op.getOperand(0)), *y = sumOf(op.getOperand(1));
+      if (x && y && (x->terms.empty() || y->terms.empty())) {
+        result = x->terms.empty() ? *y : *x;
+        ok = result.scale(x->terms.empty() ? x->constant : y->constant);
+      }
+    } else if (isa<arith::IndexCastOp, arith::ExtSIOp>(op)) {
+      if (const IndexSum *x = sumOf(op.getOperand(0))) {
+        result = *x;
+        ok = true;
+      }
+    }
+    if (ok)
+      sums[op.getResult(0)] = result;
+  };
   // An integer of `width` bits from a 32-bit index, or back.
   auto resize = [&](Value v, Type to, bool isSigned) -> Value {
     unsigned from = v.getType().getIntOrFloatBitWidth(),
@@ -115,8 +305,41 @@ Value ScoreMods::inlineRegion(Region &region, ArrayRef<Value> fixed) {
     map.map(op.getResult(0), f(map.lookup(op.getOperand(0))));
   };
   for (Operation &op : block) {
-    if (auto yield = dyn_cast<attn::YieldOp>(op))
-      return map.lookup(yield.getValues()[0]);
+    if (auto yield = dyn_cast<attn::YieldOp>(op)) {
+      if (want.empty())
+        return {map.lookup(yield.getValues()[0])};
+      return llvm::map_to_vector(want, [&](Value v) { return map.lookup(v); });
+    }
+    trackSum(op);
+    if (auto toFloat = dyn_cast<arith::SIToFPOp>(op);
+        toFloat && toFloat.getType().isF32() && sums.count(toFloat.getIn()) &&
+        !sums[toFloat.getIn()].terms.empty()) {
+      FloatSum f = floatOf(sums[toFloat.getIn()]);
+      floatSums[toFloat.getResult()] = f;
+      map.map(toFloat.getResult(),
+              f.constant == 0.0f
+                  ? f.tile
+                  : contracted(arith::AddFOp::create(b, loc, f.tile,
+                                                     ir.cF32(f.constant))));
+      continue;
+    }
+    // (tile + c) * x: tile * x is per tile, so the score pays one fma,
+    // x * c + tile * x (ALiBi's slope times the distance).
+    if (auto mul = dyn_cast<arith::MulFOp>(op); mul && mul.getType().isF32()) {
+      Value x = mul.getLhs(), y = mul.getRhs();
+      if (!floatSums.count(x))
+        std::swap(x, y);
+      if (floatSums.count(x) && floatSums[x].constant != 0.0f) {
+        FloatSum f = floatSums[x];
+        Value other = map.lookup(y);
+        Value tile = contracted(arith::MulFOp::create(b, loc, f.tile, other));
+        Value product = contracted(arith::MulFOp::create(
+            b, loc, other, ir.cF32(f.constant)));
+        map.map(mul.getResult(),
+                contracted(arith::AddFOp::create(b, loc, product, tile)));
+        continue;
+      }
+    }
     if (auto extract = dyn_cast<tensor::ExtractOp>(op)) {
       // A captured tensor: its argument's position past the fixed ones.
       auto arg = cast<BlockArgument>(extract.getTensor());
@@ -128,8 +351,15 @@ Value ScoreMods::inlineRegion(Region &region, ArrayRef<Value> fixed) {
             offset, ir.mul(resize(map.lookup(index), ir.i64, true), stride));
       Type type = extract.getType();
       Value address = ir.globalAddress(c.data, type, offset);
+      // Invariant: the launch's captured tensors are read-only, so LLVM
+      // may hoist a load that depends only on the tile (ALiBi's slope of
+      // the head) out of the key loop, past the pipeline's barriers, and
+      // reads the others through the non-coherent cache (ld.global.nc).
       map.map(extract.getResult(),
-              LLVM::LoadOp::create(b, loc, type, address, /*alignment=*/4));
+              LLVM::LoadOp::create(b, loc, type, address, /*alignment=*/4,
+                                   /*isVolatile=*/false,
+                                   /*isNonTemporal=*/false,
+                                   /*isInvariant=*/true));
       continue;
     }
     if (isa<math::ExpOp>(op)) {
@@ -164,6 +394,20 @@ Value ScoreMods::inlineRegion(Region &region, ArrayRef<Value> fixed) {
       continue;
     }
     if (auto div = dyn_cast<arith::DivFOp>(op); div && div.getType().isF32()) {
+      // By a constant (soft-capping's score / cap): a multiply by its
+      // reciprocal, within 1.5 ulp (rounded reciprocal, rounded product),
+      // tighter than div.full and no MUFU operation beside the softmax's.
+      FloatAttr divisor;
+      if (matchPattern(div.getRhs(), m_Constant(&divisor)) &&
+          divisor.getValueAsDouble() != 0.0 &&
+          std::isfinite(1.0 / divisor.getValueAsDouble())) {
+        auto product = arith::MulFOp::create(
+            b, loc, map.lookup(div.getLhs()),
+            ir.cF32(static_cast<float>(1.0 / divisor.getValueAsDouble())));
+        allowContraction(product);
+        map.map(div.getResult(), product.getResult());
+        continue;
+      }
       // div.full.f32 (rcp and a multiply; within 2 ulp), as Triton divides
       // in FlexAttention's mods: an IEEE division is a dozen instructions
       // and a branch per score.
@@ -221,6 +465,7 @@ Value ScoreMods::inlineRegion(Region &region, ArrayRef<Value> fixed) {
       continue;
     }
     Operation *clone = b.clone(op, map);
+    allowContraction(clone);
     for (Value result : clone->getResults())
       if (result.getType().isIndex())
         result.setType(ir.i32);

@@ -18,6 +18,24 @@ namespace flashjit {
 
 class ScoreMods;
 
+/// A query or key index handed to a mod. `value` (i32 or i64) is what the
+/// mod sees, clamped by the caller to the sequence so that captured
+/// tensors are read in bounds. Where the caller knows it, the unclamped
+/// index is `base + offset` (base i32, offset a constant): a mod that
+/// converts an index sum to float (ALiBi's kv - q) then gets it from
+/// per-tile conversions of the bases plus a constant, instead of one
+/// int-to-float conversion per score (a quarter-rate instruction, as
+/// costly as the softmax's exp2). The clamp only changes indices of
+/// scores that are masked or never stored.
+struct ModIndex {
+  ModIndex(mlir::Value value) : value(value) {}
+  ModIndex(mlir::Value value, mlir::Value base, int64_t offset)
+      : value(value), base(base), offset(offset) {}
+  mlir::Value value;
+  mlir::Value base = {};
+  int64_t offset = 0;
+};
+
 /// What masks and modifies one tile's scores beyond their values: the
 /// sequences (i64), the diagonal offset of the causal mask and the window
 /// (KernelIR::diagonalOffset), the mods (null: none), the tile's batch
@@ -53,17 +71,19 @@ public:
   /// i64 (narrowed: the mods' index is 32-bit) and clamped by the caller
   /// to the sequences (a captured tensor is read at them).
   mlir::Value score(mlir::Value s, mlir::Value batch, mlir::Value head,
-                    mlir::Value row, mlir::Value column);
+                    ModIndex row, ModIndex column);
   /// The mask_mod: i1, true where the score is kept. With `appliesHere`
   /// (i1, ScoreRules::maskModOn), true too where it is false.
-  mlir::Value keep(mlir::Value batch, mlir::Value head, mlir::Value row,
-                   mlir::Value column, mlir::Value appliesHere = {});
+  mlir::Value keep(mlir::Value batch, mlir::Value head, ModIndex row,
+                   ModIndex column, mlir::Value appliesHere = {});
 
 private:
   /// Clones `region`'s ops with its leading block arguments bound to
-  /// `fixed` (index arguments given as i64) and returns the yielded value.
-  mlir::Value inlineRegion(mlir::Region &region,
-                           llvm::ArrayRef<mlir::Value> fixed);
+  /// `fixed` (index arguments given as i32 or i64) and returns the clones
+  /// of `want` (values of the region; none: the yielded one).
+  llvm::SmallVector<mlir::Value>
+  inlineRegion(mlir::Region &region, llvm::ArrayRef<ModIndex> fixed,
+               llvm::ArrayRef<mlir::Value> want = {});
 
   KernelIR &ir;
   ModRegions mods;
