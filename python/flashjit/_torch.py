@@ -30,6 +30,7 @@ C API: about what a direct ctypes call costs (bench/python_overhead.py).
 
 import ctypes
 import math
+import os
 import threading
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -398,6 +399,22 @@ _stream_capturing = _torch_hook("_cuda_isCurrentStreamCapturing",
 _FAST_PATH = None not in (_is_compiling, _dispatch_modes, _function_modes)
 
 
+def _load_native():
+    """flashjit._fastpath (csrc/fastpath.cpp), which runs a call whose plan
+    exists in C++, or None: not built, built against another PyTorch, or
+    FLASHJIT_NO_EXTENSION set."""
+    if os.environ.get("FLASHJIT_NO_EXTENSION", "") not in ("", "0"):
+        return None
+    try:
+        from . import _fastpath
+    except (ImportError, OSError):
+        return None
+    return _fastpath
+
+
+_native = _load_native()
+
+
 def _eager(q, k, v) -> bool:
     """Whether the op's dispatcher has nothing to add to this call (the
     caller has checked that torch.compile is not tracing): plain tensors,
@@ -415,7 +432,7 @@ class _Plan:
     pointers change from call to call."""
 
     __slots__ = ("fn", "lib", "handle", "pointers", "tensors", "device", "torch_device",
-                 "lse_shape", "scale", "tile_counter", "_keep")
+                 "lse_shape", "scale", "tile_counter", "native", "_keep")
 
 
 def _make_plan(q, k, v, causal, scale, window, softcap, causal_align, score_mod, mask_mod,
@@ -467,6 +484,10 @@ def _make_plan(q, k, v, causal, scale, window, softcap, causal_align, score_mod,
     plan.lse_shape = lse_shape
     plan.scale = math.nan if scale is None else scale
     plan.tile_counter = kernel.takes_tile_counter
+    plan.native = None if _native is None else _native.Plan(
+        ctypes.cast(plan.fn, ctypes.c_void_p).value, plan.handle.value,
+        tuple(ctypes.addressof(t) for t in plan.tensors), plan.scale, lse_shape, device,
+        plan.tile_counter, plan.lib.check)
     plan._keep = (tensors, kernel)
     return plan
 
@@ -478,10 +499,20 @@ def _fast_forward(q, k, v, causal, scale, window, softcap, causal_align, score_m
     if plans is None or _tls.generation != _generation:
         plans = _tls.plans = {}
         _tls.generation = _generation
+    key = None
+    if _native is not None:
+        # The plain case entirely in C++; the rest (no plan yet, another
+        # device, misaligned, a stream to prime) below, with the same key.
+        options = (causal, scale, window, softcap, causal_align, score_mod, mask_mod, config)
+        out = _native.forward(plans, q, k, v, options, _current_device, _raw_stream, _primed)
+        if out is not None:
+            return out
+        key = _native.key(q, k, v, options)
     try:
-        key = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype,
-               k.dtype, v.dtype, q.get_device(), k.get_device(), v.get_device(), causal,
-               scale, window, softcap, causal_align, score_mod, mask_mod, config)
+        if key is None:
+            key = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype,
+                   k.dtype, v.dtype, q.get_device(), k.get_device(), v.get_device(), causal,
+                   scale, window, softcap, causal_align, score_mod, mask_mod, config)
         plan = plans.get(key)
     except TypeError:  # an unhashable option (a list as window): the op takes it
         return None
