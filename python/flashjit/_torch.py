@@ -25,7 +25,9 @@ does not go through the op's dispatcher. It looks up a per-thread plan made
 on the first call of its shapes and options (the kernel, the C function and
 the five DLTensors with their shapes and strides already filled), so each
 later call only allocates O and LSE, writes five data pointers and calls the
-C API: about what a direct ctypes call costs (bench/python_overhead.py).
+C API. Where flashjit._fastpath is built (csrc/fastpath.cpp), those steps
+run in C++ and anything else is handed back here (bench/python_overhead.py
+measures both against the C API).
 """
 
 import ctypes

@@ -57,6 +57,14 @@ def _plan(glue, q, k, v):
     return plans, plan, str(first.value)
 
 
+def _native_plan(glue, plan, tile_counter, check):
+    """plan's C side again, with the given tile-counter flag and check."""
+    return glue._native.Plan(
+        ctypes.cast(plan.fn, ctypes.c_void_p).value, plan.handle.value,
+        tuple(ctypes.addressof(t) for t in plan.tensors), plan.scale, plan.lse_shape,
+        plan.device, tile_counter, check)
+
+
 def _forward(glue, plans, q, k, v, options=OPTIONS, device=lambda: 0, primed=None):
     """native.forward on stream 0; primed: by default every plan's kernel
     counts as having run on it (whether or not it takes a tile counter)."""
@@ -84,10 +92,7 @@ def test_outputs_are_new_tensors_like_the_python_path(torch, glue):
     lib = plan.lib
     # The same plan with a check that lets the refused launch pass: what
     # forward returns and what the DLTensors point at.
-    plan.native = glue._native.Plan(
-        ctypes.cast(plan.fn, ctypes.c_void_p).value, plan.handle.value,
-        tuple(ctypes.addressof(t) for t in plan.tensors), plan.scale, plan.lse_shape,
-        plan.device, False, lambda status: None)
+    plan.native = _native_plan(glue, plan, False, lambda status: None)
     o, lse = _forward(glue, plans, q, k, v)
     assert o.shape == q.shape and o.stride() == q.stride() and o.dtype == q.dtype
     assert lse.shape == (1, 8, 64) and lse.dtype == torch.float32 and lse.is_contiguous()
@@ -108,10 +113,7 @@ def test_hands_back_what_it_does_not_handle(torch, glue):
     assert _forward(glue, plans, q, k, v, options=unhashable) is None
     assert glue._native.key(q[0], k, v, OPTIONS) is None  # not 4-d: the Python key
     # A persistent kernel runs here only on a stream it has run on before.
-    plan.native = glue._native.Plan(
-        ctypes.cast(plan.fn, ctypes.c_void_p).value, plan.handle.value,
-        tuple(ctypes.addressof(t) for t in plan.tensors), plan.scale, plan.lse_shape,
-        plan.device, True, plan.lib.check)
+    plan.native = _native_plan(glue, plan, True, plan.lib.check)
     assert _forward(glue, plans, q, k, v, primed=set()) is None
     with pytest.raises(flashjit.NoDeviceError):
         _forward(glue, plans, q, k, v, primed={(plan.handle.value, 0)})
