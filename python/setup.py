@@ -27,6 +27,14 @@ def _extension():
     class OptionalBuild(BuildExtension.with_options(use_ninja=False)):
         """Builds the extension if it can; a failure is a warning."""
 
+        def build_extension(self, ext):
+            # Always built again (the installed PyTorch may have changed), and
+            # a failed compile must not ship the output of an earlier build.
+            path = self.get_ext_fullpath(ext.name)
+            if os.path.exists(path):
+                os.remove(path)
+            super().build_extension(ext)
+
         def run(self):
             try:
                 super().run()

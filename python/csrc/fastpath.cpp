@@ -20,8 +20,9 @@
 #include <Python.h>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/GradMode.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/empty_like.h>
+#include <ATen/ops/empty_strided.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <cstdint>
@@ -43,6 +44,7 @@ struct NativePlan {
   void *tensors[5];  // DLTensor * of q, k, v, o, lse (owned by the _Plan)
   double scale;
   int64_t lseShape[3];
+  int64_t oStrides[4];  // torch.empty_like(q)'s strides for the plan's q
   long long device;
   int tileCounter;
   PyObject *handleObject;  // the handle as an int, for the primed-pair lookup
@@ -58,20 +60,22 @@ void planDealloc(PyObject *self) {
 
 PyTypeObject planType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
-// Plan(fn, handle, (q, k, v, o, lse addresses), scale, (b, h, s), device,
-// tile_counter, check)
+// Plan(fn, handle, (q, k, v, o, lse addresses), scale, (b, h, s), O's
+// strides, device, tile_counter, check)
 PyObject *makePlan(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
   unsigned long long fn, handle;
   PyObject *tensors, *check;
   double scale;
   long long b, h, s, device;
+  long long oStrides[4];
   int tileCounter;
   if (kwargs && PyDict_GET_SIZE(kwargs)) {
     PyErr_SetString(PyExc_TypeError, "Plan takes positional arguments only");
     return nullptr;
   }
-  if (!PyArg_ParseTuple(args, "KKOd(LLL)LpO", &fn, &handle, &tensors, &scale, &b, &h, &s,
-                        &device, &tileCounter, &check))
+  if (!PyArg_ParseTuple(args, "KKOd(LLL)(LLLL)LpO", &fn, &handle, &tensors, &scale, &b, &h,
+                        &s, &oStrides[0], &oStrides[1], &oStrides[2], &oStrides[3], &device,
+                        &tileCounter, &check))
     return nullptr;
   if (!PyTuple_Check(tensors) || PyTuple_GET_SIZE(tensors) != 5) {
     PyErr_SetString(PyExc_TypeError, "Plan: expected 5 DLTensor addresses");
@@ -95,6 +99,8 @@ PyObject *makePlan(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
   plan->lseShape[0] = b;
   plan->lseShape[1] = h;
   plan->lseShape[2] = s;
+  for (int d = 0; d < 4; ++d)
+    plan->oStrides[d] = oStrides[d];
   plan->device = device;
   plan->tileCounter = tileCounter;
   plan->handleObject = PyLong_FromUnsignedLongLong(handle);
@@ -194,6 +200,13 @@ PyObject *forward(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
     return nullptr;
   if (key.p == Py_None)
     Py_RETURN_NONE;
+  // keyOf checked that q, k and v are exactly torch.Tensor.
+  const at::Tensor &tq = THPVariable_Unpack(q);
+  const at::Tensor &tk = THPVariable_Unpack(k);
+  const at::Tensor &tv = THPVariable_Unpack(v);
+  if (c10::GradMode::is_enabled() &&
+      (tq.requires_grad() || tk.requires_grad() || tv.requires_grad()))
+    Py_RETURN_NONE;  // an autograd graph to record: the op's path
   // A strong reference: the _Plan owns the DLTensors written below.
   Ref found{PyDict_GetItemWithError(plans, key.p)};
   if (!found.p) {
@@ -222,9 +235,6 @@ PyObject *forward(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
     return nullptr;
   if (device != plan->device)
     Py_RETURN_NONE;
-  const at::Tensor &tq = THPVariable_Unpack(q);
-  const at::Tensor &tk = THPVariable_Unpack(k);
-  const at::Tensor &tv = THPVariable_Unpack(v);
   void *pq, *pk, *pv;
   try {
     pq = tq.data_ptr();
@@ -253,7 +263,9 @@ PyObject *forward(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
 
   at::Tensor o, lse;
   try {
-    o = at::empty_like(tq);
+    // empty_like(q) without its dispatch to empty_strided: the strides it
+    // gives for this plan's q (the key holds q's sizes and strides).
+    o = at::empty_strided(tq.sizes(), at::IntArrayRef(plan->oStrides, 4), tq.options());
     lse = at::empty(at::IntArrayRef(plan->lseShape, 3), tq.options().dtype(at::kFloat));
   } catch (...) {  // out of memory and the like: the Python path raises torch's error
     Py_RETURN_NONE;
@@ -300,8 +312,8 @@ PyMODINIT_FUNC PyInit__fastpath() {
   planType.tp_basicsize = sizeof(NativePlan);
   planType.tp_flags = Py_TPFLAGS_DEFAULT;
   planType.tp_dealloc = planDealloc;
-  planType.tp_doc = "Plan(fn, handle, dltensor_addresses, scale, lse_shape, device, "
-                    "tile_counter, check): the C side of a flashjit._torch._Plan.";
+  planType.tp_doc = "Plan(fn, handle, dltensor_addresses, scale, lse_shape, o_strides, "
+                    "device, tile_counter, check): the C side of a flashjit._torch._Plan.";
   planType.tp_new = makePlan;
   if (PyType_Ready(&planType) < 0)
     return nullptr;
@@ -311,6 +323,12 @@ PyMODINIT_FUNC PyInit__fastpath() {
   PyObject *module = PyModule_Create(&moduleDef);
   if (!module)
     return nullptr;
+  // What flashjit/_torch.py expects of this module (Plan's arguments,
+  // forward's); it ignores a module built from other sources.
+  if (PyModule_AddIntConstant(module, "INTERFACE", 2) < 0) {
+    Py_DECREF(module);
+    return nullptr;
+  }
   Py_INCREF(&planType);
   if (PyModule_AddObject(module, "Plan", reinterpret_cast<PyObject *>(&planType)) < 0) {
     Py_DECREF(&planType);

@@ -404,26 +404,24 @@ _FAST_PATH = None not in (_is_compiling, _dispatch_modes, _function_modes)
 def _load_native():
     """flashjit._fastpath (csrc/fastpath.cpp), which runs a call whose plan
     exists in C++, or None: not built, built against another PyTorch, or
-    FLASHJIT_NO_EXTENSION set."""
+    FLASHJIT_NO_EXTENSION set, or built from other sources than this file
+    expects (its INTERFACE)."""
     if os.environ.get("FLASHJIT_NO_EXTENSION", "") not in ("", "0"):
         return None
     try:
         from . import _fastpath
     except (ImportError, OSError):
         return None
-    return _fastpath
+    return _fastpath if getattr(_fastpath, "INTERFACE", None) == 2 else None
 
 
 _native = _load_native()
 
 
-def _eager(q, k, v) -> bool:
-    """Whether the op's dispatcher has nothing to add to this call (the
-    caller has checked that torch.compile is not tracing): plain tensors,
-    no dispatch or function mode, no functorch transform, and no autograd
-    graph to record."""
+def _plain(q, k, v) -> bool:
+    """Plain tensors and no autograd graph to record (flashjit._fastpath
+    checks the same in C++)."""
     return (type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor
-            and not _dispatch_modes() and not _function_modes() and not _functorch_active()
             and not (_grad_enabled() and (q.requires_grad or k.requires_grad
                                           or v.requires_grad)))
 
@@ -488,8 +486,8 @@ def _make_plan(q, k, v, causal, scale, window, softcap, causal_align, score_mod,
     plan.tile_counter = kernel.takes_tile_counter
     plan.native = None if _native is None else _native.Plan(
         ctypes.cast(plan.fn, ctypes.c_void_p).value, plan.handle.value,
-        tuple(ctypes.addressof(t) for t in plan.tensors), plan.scale, lse_shape, device,
-        plan.tile_counter, plan.lib.check)
+        tuple(ctypes.addressof(t) for t in plan.tensors), plan.scale, lse_shape,
+        tuple(o.stride()), device, plan.tile_counter, plan.lib.check)
     plan._keep = (tensors, kernel)
     return plan
 
@@ -509,7 +507,11 @@ def _fast_forward(q, k, v, causal, scale, window, softcap, causal_align, score_m
         out = _native.forward(plans, q, k, v, options, _current_device, _raw_stream, _primed)
         if out is not None:
             return out
+        if not _plain(q, k, v):
+            return None
         key = _native.key(q, k, v, options)
+    elif not _plain(q, k, v):
+        return None
     try:
         if key is None:
             key = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype,
@@ -630,8 +632,12 @@ def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None,
     Returns O shaped like q, or (O, LSE) with return_lse, LSE float32
     [batch, heads, seqlen_q] (natural log). Runs on the current CUDA stream.
     """
-    if (_FAST_PATH and not _is_compiling() and not captures and block_mask is None
-            and layout == "bhsd" and _eager(q, k, v)):
+    # The eager path where the op's dispatcher has nothing to add: no
+    # tracing, no dispatch or function mode, no functorch transform here;
+    # plain tensors and no autograd graph checked by _fast_forward.
+    if (_FAST_PATH and not captures and block_mask is None and layout == "bhsd"
+            and not _is_compiling() and not _dispatch_modes() and not _function_modes()
+            and not _functorch_active()):
         out = _fast_forward(q, k, v, causal, scale, window, softcap, causal_align, score_mod,
                             mask_mod, config)
         if out is not None:

@@ -41,10 +41,15 @@ def glue(torch, lib, monkeypatch):
 OPTIONS = (False, None, None, None, "top_left", None, None, None)
 
 
-def _inputs(torch):
-    q = torch.randn(1, 8, 64, 128, dtype=torch.bfloat16)
+def _inputs(torch, bshd=False):
+    """q, k, v [b, h, s, d]; bshd: seen over [b, s, h, d] memory."""
+    if bshd:
+        q = torch.randn(1, 64, 8, 128, dtype=torch.bfloat16).transpose(1, 2)
+    else:
+        q = torch.randn(1, 8, 64, 128, dtype=torch.bfloat16)
     k, v = (torch.randn(1, 2, 64, 128, dtype=torch.bfloat16) for _ in range(2))
     return q, k, v
+
 
 
 def _plan(glue, q, k, v):
@@ -57,12 +62,14 @@ def _plan(glue, q, k, v):
     return plans, plan, str(first.value)
 
 
-def _native_plan(glue, plan, tile_counter, check):
-    """plan's C side again, with the given tile-counter flag and check."""
+def _native_plan(glue, plan, q, tile_counter, check):
+    """plan's C side again (q: its query), with the given tile-counter flag
+    and check."""
+    import torch
     return glue._native.Plan(
         ctypes.cast(plan.fn, ctypes.c_void_p).value, plan.handle.value,
         tuple(ctypes.addressof(t) for t in plan.tensors), plan.scale, plan.lse_shape,
-        plan.device, tile_counter, check)
+        tuple(torch.empty_like(q).stride()), plan.device, tile_counter, check)
 
 
 def _forward(glue, plans, q, k, v, options=OPTIONS, device=lambda: 0, primed=None):
@@ -86,15 +93,17 @@ def test_calls_the_library_and_raises_its_error(torch, glue):
     assert str(again.value) == message
 
 
-def test_outputs_are_new_tensors_like_the_python_path(torch, glue):
-    q, k, v = _inputs(torch)
+@pytest.mark.parametrize("bshd", [False, True], ids=["bhsd", "bshd-memory"])
+def test_outputs_are_new_tensors_like_the_python_path(torch, glue, bshd):
+    q, k, v = _inputs(torch, bshd)
     plans, plan, _ = _plan(glue, q, k, v)
     lib = plan.lib
     # The same plan with a check that lets the refused launch pass: what
     # forward returns and what the DLTensors point at.
-    plan.native = _native_plan(glue, plan, False, lambda status: None)
+    plan.native = _native_plan(glue, plan, q, False, lambda status: None)
     o, lse = _forward(glue, plans, q, k, v)
-    assert o.shape == q.shape and o.stride() == q.stride() and o.dtype == q.dtype
+    assert o.shape == q.shape and o.stride() == torch.empty_like(q).stride() == q.stride()
+    assert o.dtype == q.dtype and o.device == q.device
     assert lse.shape == (1, 8, 64) and lse.dtype == torch.float32 and lse.is_contiguous()
     assert not o.requires_grad and not lse.requires_grad
     assert plan.tensors[3].data == o.data_ptr() and plan.tensors[4].data == lse.data_ptr()
@@ -112,8 +121,13 @@ def test_hands_back_what_it_does_not_handle(torch, glue):
     unhashable = OPTIONS[:2] + ([1, 2],) + OPTIONS[3:]
     assert _forward(glue, plans, q, k, v, options=unhashable) is None
     assert glue._native.key(q[0], k, v, OPTIONS) is None  # not 4-d: the Python key
+    # An autograd graph to record: the op's path (its backward says there is none).
+    with_grad = q.detach().clone().requires_grad_()
+    assert _forward(glue, plans, with_grad, k, v) is None
+    with torch.no_grad(), pytest.raises(flashjit.NoDeviceError):
+        _forward(glue, plans, with_grad, k, v)
     # A persistent kernel runs here only on a stream it has run on before.
-    plan.native = _native_plan(glue, plan, True, plan.lib.check)
+    plan.native = _native_plan(glue, plan, q, True, plan.lib.check)
     assert _forward(glue, plans, q, k, v, primed=set()) is None
     with pytest.raises(flashjit.NoDeviceError):
         _forward(glue, plans, q, k, v, primed={(plan.handle.value, 0)})
