@@ -3,26 +3,27 @@
 // Why: an eager call whose plan exists (flashjit/_torch.py, _Plan) needs
 // only the tensors' metadata for the plan's key, two new tensors (O and
 // LSE), five data pointers and one C call. Done in Python that is a few
-// dozen interpreted steps and two torch.empty calls through PyTorch's
-// argument parser: about 10 us of host time over the C call. Here the same
-// steps read the at::Tensor fields directly and allocate through ATen, the
-// way PyTorch's own operators do.
+// dozen interpreted steps, two torch.empty calls through PyTorch's argument
+// parser and a ctypes call (docs/performance.md has the host times). Here
+// the same steps read the at::Tensor fields directly and allocate through
+// ATen, the way PyTorch's own operators do.
 //
 // This module decides nothing on its own: plans are made, checked and
 // stored by the Python code, which also keeps every error message. forward()
-// returns None whenever the call is not the plain case (no plan yet, another
-// device current, a misaligned pointer, a persistent kernel not yet primed on
-// this stream, any C++ exception while allocating), and the Python path then
-// runs the call and raises what it raises. Built by `pip install ./python`
-// where PyTorch and a C++ compiler are present (setup.py); without it the
-// Python path does all of this itself.
+// returns None whenever the call is not the plain case (no plan yet, an
+// autograd graph to record, another device current, a misaligned pointer, a
+// persistent kernel not yet primed on this stream, any C++ exception while
+// allocating), and the Python path then runs the call and raises what it
+// raises. Built by `pip install --no-build-isolation ./python` where
+// PyTorch and a C++ compiler are present (setup.py); without it the Python
+// path does all of this itself.
 
 #include <Python.h>
 
 #include <ATen/core/Tensor.h>
-#include <c10/core/GradMode.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
+#include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <cstdint>
@@ -41,14 +42,14 @@ struct NativePlan {
   PyObject_HEAD
   ForwardFn fn;
   void *handle;
-  void *tensors[5];  // DLTensor * of q, k, v, o, lse (owned by the _Plan)
+  void *tensors[5]; // DLTensor * of q, k, v, o, lse (owned by the _Plan)
   double scale;
   int64_t lseShape[3];
-  int64_t oStrides[4];  // torch.empty_like(q)'s strides for the plan's q
+  int64_t oStrides[4]; // torch.empty_like(q)'s strides for the plan's q
   long long device;
   int tileCounter;
-  PyObject *handleObject;  // the handle as an int, for the primed-pair lookup
-  PyObject *check;         // Library.check: raises the status's exception
+  PyObject *handleObject; // the handle as an int, for the primed-pair lookup
+  PyObject *check;        // Library.check: raises the status's exception
 };
 
 void planDealloc(PyObject *self) {
@@ -144,7 +145,7 @@ PyObject *keyOf(PyObject *q, PyObject *k, PyObject *v, PyObject *options) {
     if (!fillMeta(q, words) || !fillMeta(k, words + kWordsPerTensor) ||
         !fillMeta(v, words + 2 * kWordsPerTensor))
       Py_RETURN_NONE;
-  } catch (...) {  // a tensor without plain sizes and strides: the Python path's case
+  } catch (...) { // a tensor without plain sizes and strides: the Python path's case
     Py_RETURN_NONE;
   }
   PyObject *meta = PyBytes_FromStringAndSize(reinterpret_cast<const char *>(words),
@@ -171,7 +172,7 @@ PyObject *key(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
   return keyOf(args[0], args[1], args[2], args[3]);
 }
 
-PyObject *nativeAttr;  // "native", interned
+PyObject *nativeAttr; // "native", interned
 
 // Owns one reference (or none) until the end of the scope.
 struct Ref {
@@ -206,11 +207,11 @@ PyObject *forward(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
   const at::Tensor &tv = THPVariable_Unpack(v);
   if (c10::GradMode::is_enabled() &&
       (tq.requires_grad() || tk.requires_grad() || tv.requires_grad()))
-    Py_RETURN_NONE;  // an autograd graph to record: the op's path
+    Py_RETURN_NONE; // an autograd graph to record: the op's path
   // A strong reference: the _Plan owns the DLTensors written below.
   Ref found{PyDict_GetItemWithError(plans, key.p)};
   if (!found.p) {
-    if (PyErr_Occurred()) {  // an unhashable option: the Python path says so
+    if (PyErr_Occurred()) { // an unhashable option: the Python path says so
       if (!PyErr_ExceptionMatches(PyExc_TypeError))
         return nullptr;
       PyErr_Clear();
@@ -219,11 +220,11 @@ PyObject *forward(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
   }
   Py_INCREF(found.p);
   Ref nativeObject{PyObject_GetAttr(found.p, nativeAttr)};
-  if (!nativeObject.p) {  // _NO_PLAN
+  if (!nativeObject.p) { // _NO_PLAN
     PyErr_Clear();
     Py_RETURN_NONE;
   }
-  if (Py_TYPE(nativeObject.p) != &planType)  // a plan made without this module
+  if (Py_TYPE(nativeObject.p) != &planType) // a plan made without this module
     Py_RETURN_NONE;
   auto *plan = reinterpret_cast<NativePlan *>(nativeObject.p);
 
@@ -244,7 +245,7 @@ PyObject *forward(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
     Py_RETURN_NONE;
   }
   if ((reinterpret_cast<uintptr_t>(pq) | reinterpret_cast<uintptr_t>(pk) |
-       reinterpret_cast<uintptr_t>(pv)) & 15)  // the Python path names the tensor
+       reinterpret_cast<uintptr_t>(pv)) & 15) // the Python path names the tensor
     Py_RETURN_NONE;
   Ref streamObject{PyObject_CallOneArg(args[6], deviceObject.p)};
   if (!streamObject.p)
@@ -257,7 +258,7 @@ PyObject *forward(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
     int seen = pair.p ? PySet_Contains(primed, pair.p) : -1;
     if (seen < 0)
       return nullptr;
-    if (!seen)  // the Python path primes it (or refuses a graph capture)
+    if (!seen) // the Python path primes it (or refuses a graph capture)
       Py_RETURN_NONE;
   }
 
@@ -267,7 +268,7 @@ PyObject *forward(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
     // gives for this plan's q (the key holds q's sizes and strides).
     o = at::empty_strided(tq.sizes(), at::IntArrayRef(plan->oStrides, 4), tq.options());
     lse = at::empty(at::IntArrayRef(plan->lseShape, 3), tq.options().dtype(at::kFloat));
-  } catch (...) {  // out of memory and the like: the Python path raises torch's error
+  } catch (...) { // out of memory and the like: the Python path raises torch's error
     Py_RETURN_NONE;
   }
   void *const data[5] = {pq, pk, pv, o.data_ptr(), lse.data_ptr()};
@@ -305,7 +306,7 @@ PyModuleDef moduleDef = {PyModuleDef_HEAD_INIT, "flashjit._fastpath",
                          "The eager flashjit.attention call in C++ (see fastpath.cpp).", -1,
                          methods};
 
-}  // namespace
+} // namespace
 
 PyMODINIT_FUNC PyInit__fastpath() {
   planType.tp_name = "flashjit._fastpath.Plan";
