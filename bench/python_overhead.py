@@ -10,7 +10,10 @@ the queue never fills and the GPU never stalls the host). Per call:
 * c_api: flashjit_kernel_forward through ctypes with prepared DLTensors and
   preallocated O and LSE (what a hand-written binding at its leanest pays);
 * attention: flashjit.attention(q, k, v), which allocates O and LSE and
-  returns O, as a PyTorch user calls it;
+  returns O, as a PyTorch user calls it (through flashjit._fastpath, the
+  C++ eager path, where the package was built with it);
+* attention_python: the same call with the extension switched off, the
+  pure-Python plan path every installation has;
 * allocation: torch.empty_like(q) and the LSE tensor alone, the part of
   attention's time any PyTorch op that returns new tensors pays;
 * kernel_forward: flashjit.Kernel.forward, the framework-free layer, which
@@ -48,6 +51,7 @@ def main():
     import torch
     import flashjit
     from flashjit import _dlpack
+    from flashjit import _torch as glue
     from flashjit._library import library
 
     if not torch.cuda.is_available():
@@ -85,6 +89,11 @@ def main():
     def attention():
         flashjit.attention(q, k, v, causal=args.causal)
 
+    native = glue._native
+
+    def attention_python():  # run with glue._native off (see the sample loop)
+        flashjit.attention(q, k, v, causal=args.causal)
+
     def allocation():
         torch.empty_like(q)
         torch.empty((b, h, s), dtype=torch.float32, device=dev)
@@ -98,23 +107,27 @@ def main():
         print("error: the C API call and flashjit.attention disagree", file=sys.stderr)
         return 1
 
-    kinds = {"c_api": c_api, "attention": attention, "allocation": allocation,
-             "kernel_forward": kernel_forward}
+    kinds = {"c_api": c_api, "attention": attention, "attention_python": attention_python,
+             "allocation": allocation, "kernel_forward": kernel_forward}
     per_call = {name: [] for name in kinds}
     clock = time.perf_counter_ns
-    for name, fn in kinds.items():  # warm-up
-        for _ in range(args.calls):
+
+    def sample(name, fn):
+        glue._native = None if name == "attention_python" else native
+        calls = range(args.calls)
+        start = clock()
+        for _ in calls:
             fn()
-    torch.cuda.synchronize()
+        elapsed = clock() - start
+        glue._native = native
+        torch.cuda.synchronize()
+        return elapsed / args.calls / 1000.0
+
+    for name, fn in kinds.items():  # warm-up
+        sample(name, fn)
     for _ in range(args.samples):
         for name, fn in kinds.items():
-            calls = range(args.calls)
-            start = clock()
-            for _ in calls:
-                fn()
-            elapsed = clock() - start
-            torch.cuda.synchronize()
-            per_call[name].append(elapsed / args.calls / 1000.0)
+            per_call[name].append(sample(name, fn))
 
     medians = {name: statistics.median(v) for name, v in per_call.items()}
     result = {
@@ -122,6 +135,7 @@ def main():
         "torch": torch.__version__,
         "python": sys.version.split()[0],
         "flashjit": str(flashjit.version()),
+        "extension": native is not None,
         "kernel": kernel.name,
         "config": kernel.config,
         "shape": args.shape,
@@ -132,6 +146,7 @@ def main():
         "attention_over_c_api_us": medians["attention"] - medians["c_api"],
         "attention_over_c_api_and_allocation_us":
             medians["attention"] - medians["c_api"] - medians["allocation"],
+        "attention_python_over_c_api_us": medians["attention_python"] - medians["c_api"],
         "kernel_forward_over_c_api_us": medians["kernel_forward"] - medians["c_api"],
     }
     print(f"{result['gpu']}, torch {result['torch']}, Python {result['python']}, "
@@ -143,6 +158,9 @@ def main():
     print(f"flashjit.attention over the C API: {result['attention_over_c_api_us']:.2f} us "
           f"({result['attention_over_c_api_and_allocation_us']:.2f} us besides allocating "
           "O and LSE)")
+    print(f"the pure-Python path over the C API: "
+          f"{result['attention_python_over_c_api_us']:.2f} us"
+          + ("" if native else " (flashjit._fastpath is not built: both are this path)"))
     print(f"Kernel.forward over the C API: {result['kernel_forward_over_c_api_us']:.2f} us")
     if args.json:
         with open(args.json, "w") as f:

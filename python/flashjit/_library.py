@@ -1,6 +1,6 @@
 """Finding, loading and declaring libflashjit.so.
 
-Why: the package is pure Python and reaches the compiler and runtime through
+Why: the package reaches the compiler and runtime through
 the stable C API (runtime/include/flashjit/flashjit.h) with ctypes. The
 library is found once, on first use (so `import flashjit` works on machines
 without it), in this order:

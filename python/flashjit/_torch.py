@@ -25,11 +25,14 @@ does not go through the op's dispatcher. It looks up a per-thread plan made
 on the first call of its shapes and options (the kernel, the C function and
 the five DLTensors with their shapes and strides already filled), so each
 later call only allocates O and LSE, writes five data pointers and calls the
-C API: about what a direct ctypes call costs (bench/python_overhead.py).
+C API. Where flashjit._fastpath is built (csrc/fastpath.cpp), those steps
+run in C++ and anything else is handed back here (bench/python_overhead.py
+measures both against the C API).
 """
 
 import ctypes
 import math
+import os
 import threading
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -398,13 +401,27 @@ _stream_capturing = _torch_hook("_cuda_isCurrentStreamCapturing",
 _FAST_PATH = None not in (_is_compiling, _dispatch_modes, _function_modes)
 
 
-def _eager(q, k, v) -> bool:
-    """Whether the op's dispatcher has nothing to add to this call (the
-    caller has checked that torch.compile is not tracing): plain tensors,
-    no dispatch or function mode, no functorch transform, and no autograd
-    graph to record."""
+def _load_native():
+    """flashjit._fastpath (csrc/fastpath.cpp), which runs a call whose plan
+    exists in C++, or None: not built, built against another PyTorch, or
+    FLASHJIT_NO_EXTENSION set, or built from other sources than this file
+    expects (its INTERFACE)."""
+    if os.environ.get("FLASHJIT_NO_EXTENSION", "") not in ("", "0"):
+        return None
+    try:
+        from . import _fastpath
+    except (ImportError, OSError):
+        return None
+    return _fastpath if getattr(_fastpath, "INTERFACE", None) == 2 else None
+
+
+_native = _load_native()
+
+
+def _plain(q, k, v) -> bool:
+    """Plain tensors and no autograd graph to record (flashjit._fastpath
+    checks the same in C++)."""
     return (type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor
-            and not _dispatch_modes() and not _function_modes() and not _functorch_active()
             and not (_grad_enabled() and (q.requires_grad or k.requires_grad
                                           or v.requires_grad)))
 
@@ -415,7 +432,7 @@ class _Plan:
     pointers change from call to call."""
 
     __slots__ = ("fn", "lib", "handle", "pointers", "tensors", "device", "torch_device",
-                 "lse_shape", "scale", "tile_counter", "_keep")
+                 "lse_shape", "scale", "tile_counter", "native", "_keep")
 
 
 def _make_plan(q, k, v, causal, scale, window, softcap, causal_align, score_mod, mask_mod,
@@ -467,6 +484,10 @@ def _make_plan(q, k, v, causal, scale, window, softcap, causal_align, score_mod,
     plan.lse_shape = lse_shape
     plan.scale = math.nan if scale is None else scale
     plan.tile_counter = kernel.takes_tile_counter
+    plan.native = None if _native is None else _native.Plan(
+        ctypes.cast(plan.fn, ctypes.c_void_p).value, plan.handle.value,
+        tuple(ctypes.addressof(t) for t in plan.tensors), plan.scale, lse_shape,
+        tuple(o.stride()), device, plan.tile_counter, plan.lib.check)
     plan._keep = (tensors, kernel)
     return plan
 
@@ -478,10 +499,24 @@ def _fast_forward(q, k, v, causal, scale, window, softcap, causal_align, score_m
     if plans is None or _tls.generation != _generation:
         plans = _tls.plans = {}
         _tls.generation = _generation
+    key = None
+    if _native is not None:
+        # The plain case entirely in C++; the rest (no plan yet, another
+        # device, misaligned, a stream to prime) below, with the same key.
+        options = (causal, scale, window, softcap, causal_align, score_mod, mask_mod, config)
+        out = _native.forward(plans, q, k, v, options, _current_device, _raw_stream, _primed)
+        if out is not None:
+            return out
+        if not _plain(q, k, v):
+            return None
+        key = _native.key(q, k, v, options)
+    elif not _plain(q, k, v):
+        return None
     try:
-        key = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype,
-               k.dtype, v.dtype, q.get_device(), k.get_device(), v.get_device(), causal,
-               scale, window, softcap, causal_align, score_mod, mask_mod, config)
+        if key is None:
+            key = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype,
+                   k.dtype, v.dtype, q.get_device(), k.get_device(), v.get_device(), causal,
+                   scale, window, softcap, causal_align, score_mod, mask_mod, config)
         plan = plans.get(key)
     except TypeError:  # an unhashable option (a list as window): the op takes it
         return None
@@ -597,8 +632,12 @@ def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None,
     Returns O shaped like q, or (O, LSE) with return_lse, LSE float32
     [batch, heads, seqlen_q] (natural log). Runs on the current CUDA stream.
     """
-    if (_FAST_PATH and not _is_compiling() and not captures and block_mask is None
-            and layout == "bhsd" and _eager(q, k, v)):
+    # The eager path where the op's dispatcher has nothing to add: no
+    # tracing, no dispatch or function mode, no functorch transform here;
+    # plain tensors and no autograd graph checked by _fast_forward.
+    if (_FAST_PATH and not captures and block_mask is None and layout == "bhsd"
+            and not _is_compiling() and not _dispatch_modes() and not _function_modes()
+            and not _functorch_active()):
         out = _fast_forward(q, k, v, causal, scale, window, softcap, causal_align, score_mod,
                             mask_mod, config)
         if out is not None:

@@ -137,6 +137,34 @@ def test_eager_plan_matches_the_op(cuda):
         check(o, lse, *reference(q, k, v, causal=True, scale=0.1), "bfloat16")
 
 
+def test_eager_cpp_path_matches_the_op(cuda):
+    # flashjit._fastpath (where built) runs the calls after a plan's first:
+    # the same bits as the op, call after call on fresh inputs, and NaN-free.
+    torch = cuda
+    from flashjit import _torch as glue
+    if glue._native is None:
+        pytest.skip("flashjit._fastpath is not built (pip install --no-build-isolation with "
+                    "torch and a C++ compiler builds it)")
+    options = (True, 0.1, None, None, "top_left", None, None, None)
+    for call in range(4):
+        torch.manual_seed(2000 + call)
+        q = rand(torch, 2, 8, 300, 64, dtype=torch.float16)
+        k, v = (rand(torch, 2, 4, 300, 64, dtype=torch.float16) for _ in range(2))
+        poison_next_allocations(torch, (q.shape, torch.float16), ((2, 8, 300), torch.float32))
+        out = glue._native.forward(glue._tls.plans if call else {}, q, k, v, options,
+                                   glue._current_device, glue._raw_stream, glue._primed)
+        if call == 0:  # no plan yet: the Python path makes it and primes the stream
+            assert out is None
+            out = flashjit.attention(q, k, v, causal=True, scale=0.1, return_lse=True)
+        assert out is not None, "the C++ path handed back a plain call"
+        o, lse = out
+        o_op, lse_op = torch.ops.flashjit.attention_forward(
+            q, k, v, 0.1, True, 0, -1, -1, None, None, None, [], [], 0, 0, [], None)
+        torch.cuda.synchronize()
+        assert torch.equal(o, o_op) and torch.equal(lse, lse_op)
+        check(o, lse, *reference(q, k, v, causal=True, scale=0.1), "float16")
+
+
 def test_kernel_forward_writes_poisoned_outputs(cuda):
     # The framework-free layer on torch tensors, outputs NaN-filled first.
     torch = cuda
