@@ -345,10 +345,22 @@ SmallVector<Value> ScoreMods::inlineRegion(Region &region,
       auto arg = cast<BlockArgument>(extract.getTensor());
       const ForwardParams::Capture &c =
           p.captures[arg.getArgNumber() - fixed.size()];
-      Value offset = ir.c64(0);
+      // A statically shaped capture of fewer than 2^31 elements spans
+      // fewer than 2^31 (the launch checks it, docs/rules.md R13): its
+      // offsets are 32-bit, one multiply-add per index, where 64-bit
+      // offsets take about four instructions each (a document mask
+      // reads one per key column of a partial tile).
+      auto captured = cast<RankedTensorType>(extract.getTensor().getType());
+      const bool narrow = captured.hasStaticShape() &&
+                          captured.getNumElements() < (int64_t(1) << 31);
+      Type offsetType = narrow ? ir.i32 : ir.i64;
+      Value offset = narrow ? ir.c32(0) : ir.c64(0);
       for (auto [index, stride] : llvm::zip(extract.getIndices(), c.strides))
-        offset = ir.add(
-            offset, ir.mul(resize(map.lookup(index), ir.i64, true), stride));
+        offset = ir.add(offset,
+                        ir.mul(resize(map.lookup(index), offsetType, true),
+                               resize(stride, offsetType, true)));
+      if (narrow)
+        offset = arith::ExtSIOp::create(b, loc, ir.i64, offset);
       Type type = extract.getType();
       Value address = ir.globalAddress(c.data, type, offset);
       // Invariant: the launch's captured tensors are read-only, so LLVM

@@ -72,7 +72,9 @@ struct LseRef {
 };
 
 /// A captured tensor of the spec's mods (AttentionSpec::captures): device
-/// memory of `dtype`, `rank` dimensions with strides in elements.
+/// memory of `dtype`, `rank` dimensions with strides in elements. One
+/// declared with a static shape of fewer than 2^31 elements must span
+/// fewer than 2^31 elements (the kernels index it with 32-bit offsets).
 struct CapturedRef {
   const void *data = nullptr;
   CaptureDType dtype = CaptureDType::F32;

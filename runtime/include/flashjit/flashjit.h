@@ -257,7 +257,9 @@ FLASHJIT_API flashjit_status_t flashjit_kernel_forward(
  * holds num_captures DLTensors (kDLFloat 32 or kDLInt 32 bits as the spec
  * says, on the context's device, 4-byte aligned, strides in elements or
  * NULL for row-major), in the spec's order. Their shapes are checked
- * against the spec's; the indices the mods read are the caller's contract. */
+ * against the spec's; the indices the mods read are the caller's contract.
+ * A capture declared with a static shape of fewer than 2^31 elements must
+ * span fewer than 2^31 elements (32-bit offsets in the kernels). */
 FLASHJIT_API flashjit_status_t flashjit_kernel_forward_captures(
     flashjit_kernel_t kernel, const DLTensor *q, const DLTensor *k,
     const DLTensor *v, DLTensor *o, DLTensor *lse, double scale,

@@ -254,6 +254,16 @@ TEST_CASE("R13: captured tensors as the spec declares them") {
   CHECK(check(a, spec).find("is not 4-byte aligned") != std::string::npos);
   a.captures[0] = CapturedRef::contiguous(at(8), CaptureDType::I32, {4});
   CHECK(check(a, spec).find("has dtype i32") != std::string::npos);
+  // A statically shaped capture is indexed with 32-bit offsets: its span
+  // stays below 2^31 elements; a dynamic dimension lifts the limit.
+  a.captures[0] = CapturedRef::contiguous(at(8), CaptureDType::F32, {4});
+  a.captures[0].strides[0] = int64_t(1) << 30;
+  CHECK(check(a, spec).find("must span fewer than 2^31") != std::string::npos);
+  a.captures[0].strides[0] = (int64_t(1) << 29) - 1;
+  CHECK(check(a, spec) == "");
+  spec.captures[0].shape[0] = -1;
+  a.captures[0].strides[0] = int64_t(1) << 30;
+  CHECK(check(a, spec) == "");
 }
 
 TEST_CASE("R14: a block mask for a block-sparse spec, none for a dense one") {
