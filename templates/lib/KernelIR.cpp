@@ -384,4 +384,19 @@ Value KernelIR::lseFromBase2(Value maxBase2, Value sum) {
                                cF32(static_cast<float>(M_LN2)));
 }
 
+void KernelIR::keepRolled(Operation *loop) {
+  MLIRContext *ctx = b.getContext();
+  auto unroll = LLVM::LoopUnrollAttr::get(
+      ctx, /*disable=*/b.getBoolAttr(true), /*count=*/{},
+      /*runtimeDisable=*/{}, /*full=*/{}, /*followupUnrolled=*/{},
+      /*followupRemainder=*/{}, /*followupAll=*/{});
+  auto annotation = LLVM::LoopAnnotationAttr::get(
+      ctx, /*disableNonforced=*/{}, /*vectorize=*/{}, /*interleave=*/{},
+      unroll, /*unrollAndJam=*/{}, /*licm=*/{}, /*distribute=*/{},
+      /*pipeline=*/{}, /*peeled=*/{}, /*unswitch=*/{}, /*mustProgress=*/{},
+      /*isVectorized=*/{}, /*startLoc=*/{}, /*endLoc=*/{},
+      /*parallelAccesses=*/{});
+  loop->setAttr("loop_annotation", annotation);
+}
+
 } // namespace flashjit

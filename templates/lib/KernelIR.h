@@ -121,6 +121,12 @@ public:
   /// 1 / rowSum, or 0 where the row kept no key (rowSum 0) and the spec
   /// allows such rows (AttentionSpec::mayEmptyRows): their O is then 0.
   mlir::Value inverseOfSum(mlir::Value rowSum);
+  /// Keeps `loop` (an scf.for) rolled: its loop annotation,
+  /// which the lowering to cf moves onto the latch branch, tells LLVM not
+  /// to unroll it. NVPTX unrolls small loops of unknown trip count by two;
+  /// for a loop that mostly waits on barriers that gains nothing and keeps
+  /// the remainder's trip count and flags live in registers.
+  void keepRolled(mlir::Operation *loop);
 
   // Constants and integer arithmetic.
   mlir::Value c64(int64_t v);

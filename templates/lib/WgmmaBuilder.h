@@ -155,6 +155,11 @@ private:
   /// Arrive and expect `bytes` from the copy engine on the barrier.
   void barrierExpect(Value bar, int64_t bytes);
   void barrierArrive(Value bar);
+  /// Arrives `count` (i32, at least 1) times at once.
+  void barrierArriveCount(Value bar, Value count);
+  /// The warps of the consumers whose rows of the tile at `at` all lie past
+  /// seqlenQ (i32), for whom the producer releases each K/V slot.
+  Value idleWarps(const ForwardParams &p, const BlockCoordinates &at);
   /// Waits until the phase of the given parity (i32 0 or 1) has completed.
   void barrierWait(Value bar, Value parity);
 
@@ -242,6 +247,13 @@ private:
   const WgmmaForward::SharedLayout layout;
   /// O is staged apart from Q (WgmmaForward::stagesOutputApart).
   const bool outputApart;
+  /// A consumer whose rows all lie past seqlenQ skips the tile, and the
+  /// producer releases the K/V slots for it (idleWarps): three persistent
+  /// consumers with O staged apart and no mask (head dim 64 at short
+  /// lengths, where block_m 192 leaves the last query block a third or two
+  /// thirds empty). Elsewhere the kernels are as measured before
+  /// (docs/performance.md).
+  const bool skipsIdleRows;
   const int64_t d, consumers, threads, stages;
   const int64_t qBytes, kvTileBytes;
   /// The 1024-aligned shared base, as a pointer and as a 32-bit address.

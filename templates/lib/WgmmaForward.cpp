@@ -48,6 +48,9 @@
 // stages O in a buffer of its own instead: each consumer hands its Q rows
 // back as soon as its last S has landed, and waits for its last store only
 // before it next writes the buffer.
+// Three persistent consumers without a mask skip a tile whose rows all lie
+// past seqlenQ (Builder::skipsIdleRows): the producer arrives on each K/V
+// slot's empty barrier for them as it loads the slot.
 //
 // K_j's slot is released (one arrive per warp) once the softmax of S_j no
 // longer needs it, V_j's once P_j V_j has landed, so the producer refills K
@@ -82,6 +85,9 @@ Builder::Builder(OpBuilder &b, Location loc, const AttentionSpec &spec,
       multicast(multicast),
       layout(WgmmaForward::sharedLayout(spec, config, persistent)),
       outputApart(layout.outputApart),
+      skipsIdleRows(persistent && !multicast && outputApart &&
+                    config.blockM / WgmmaForward::kRowsPerWarpgroup == 3 &&
+                    !spec.hasStructuralMask()),
       d(spec.headDim),
       consumers(config.blockM / WgmmaForward::kRowsPerWarpgroup),
       threads(config.warps * 32), stages(config.stages),
@@ -485,6 +491,41 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
     epilogue(at, early, results.slice(0, 2), results.slice(2, 2), o);
     return numTiles;
   };
+  // A consumer whose 64 rows all lie past seqlenQ (the last query block of
+  // a length that block_m does not divide) does no products: the producer
+  // releases each K/V slot for it (idleWarps), and it hands its Q rows
+  // back at once. The other consumers then have the tensor cores to
+  // themselves.
+  auto idleTile = [&](const BlockCoordinates &at) {
+    barrierArrive(qEmpty(consumer));
+    return toI32(kvTiles(p, at).count);
+  };
+  // Each branch reads the tile's record itself: nothing of it stays live
+  // across the branch.
+  auto persistentTile = [&](Value iteration) {
+    if (!skipsIdleRows)
+      return consumeTile(readTileInfo(consumer), iteration);
+    Value rows0 = add(
+        mul(toI64(readTileInfoField(consumer, 0)), c64(cfg.blockM)),
+        toI64(mul(consumer, c32(WgmmaForward::kRowsPerWarpgroup))));
+    // Read from lane 0, so that ptxas knows the branch warp-uniform.
+    Value idle = gpu::ShuffleOp::create(
+                     b, loc,
+                     arith::ExtUIOp::create(b, loc, i32,
+                                            cmp(Pred::sge, rows0, p.seqlenQ)),
+                     0, 32, gpu::ShuffleMode::IDX)
+                     .getShuffleResult();
+    auto branch = scf::IfOp::create(b, loc, TypeRange{i32},
+                                    cmp(Pred::ne, idle, c32(0)),
+                                    /*withElseRegion=*/true);
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(branch.thenBlock());
+    scf::YieldOp::create(b, loc, idleTile(readTileInfo(consumer)));
+    b.setInsertionPointToStart(branch.elseBlock());
+    scf::YieldOp::create(b, loc,
+                         consumeTile(readTileInfo(consumer), iteration));
+    return branch.getResult(0);
+  };
   if (!persistent) {
     barrierWait(qFull(consumer), c32(0));
     consumeTile(blockCoordinates(), c32(0));
@@ -493,9 +534,7 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
   }
   forEachTile(
       [&] { return c32(kNoTile); }, nextTile,
-      [&](Value, Value iteration, Value) {
-        return consumeTile(readTileInfo(consumer), iteration);
-      },
+      [&](Value, Value iteration, Value) { return persistentTile(iteration); },
       endTurns);
   // The last store must have read its staging rows before the block exits.
   if (outputApart)

@@ -209,15 +209,14 @@ WgmmaForward::candidates(const AttentionSpec &spec) const {
   // Two consumer warpgroups (block_m 128), and for head dim 64 three
   // (block_m 192, 160 registers each: FlashAttention-3's tile there, the
   // faster), with two stages of K/V.
-  // The persistent grid without a mask only from head dim 128 (below, its
-  // configs spill registers) and with O staged apart (WgmmaForward.h).
+  // The persistent grid without a mask only with O staged apart
+  // (WgmmaForward.h); below head dim 128 the heuristic ranks it first for
+  // short sequences alone (its LengthGrid rule).
   // Clusters share K/V without a mask only, and from head dim 128 (with the
   // persistent kernel's configs): at sustained clocks an H100 runs at its
   // power cap, and the K/V bytes L2 sends to the SMs cost power; halving
   // them gains most at head dim 128 (docs/performance.md).
   std::vector<TileConfig> out;
-  if (persistent() && !spec.hasStructuralMask() && spec.headDim < 128)
-    return out;
   if (Kind == Grid::Cluster &&
       (spec.hasStructuralMask() || spec.headDim < 128))
     return out;

@@ -87,6 +87,11 @@ void Builder::barrierArrive(Value bar) {
   asmVoid("mbarrier.arrive.shared::cta.b64 _, [$0];", "r", {bar});
 }
 
+void Builder::barrierArriveCount(Value bar, Value count) {
+  asmVoid("mbarrier.arrive.shared::cta.b64 _, [$0], $1;", "r,r",
+          {bar, count});
+}
+
 void Builder::barrierWait(Value bar, Value parity) {
   NVVM::MBarrierTryWaitParityOp::create(b, loc, sharedPointer(bar), parity,
                                         c32(kWaitTicks));

@@ -141,4 +141,15 @@ void Builder::writeTileInfo(const BlockCoordinates &at, Value consumer,
                           /*alignment=*/4);
 }
 
+Value Builder::idleWarps(const ForwardParams &p, const BlockCoordinates &at) {
+  // Rows of the tile left before seqlenQ (at least one), in consumers of
+  // 64 rows, rounded up; from an opaque seqlenQ, recomputed per tile.
+  Value rows = sub(toI32(opaque(p.seqlenQ)),
+                   mul(toI32(at.queryBlock), c32(cfg.blockM)));
+  Value busy = divU(add(rows, c32(WgmmaForward::kRowsPerWarpgroup - 1)),
+                    WgmmaForward::kRowsPerWarpgroup);
+  busy = arith::MinUIOp::create(b, loc, busy, c32(consumers));
+  return mul(sub(c32(consumers), busy), c32(WgmmaForward::kWarpsPerWarpgroup));
+}
+
 } // namespace flashjit::wgmma

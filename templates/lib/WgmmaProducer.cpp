@@ -38,6 +38,9 @@ void Builder::emitProducer(const ForwardParams &p, Value tid) {
          toI32(at.batch)});
   };
   const int64_t qRowBytes = qBytes / consumers;
+  // Warps of the idle consumers of the tile being loaded (skipsIdleRows),
+  // for whom loadKV releases each slot.
+  Value idle;
   // K/V tile j (i32) of the tile at `at`, ring position g (i32): each
   // waits until the consumers have released its slot. The first round
   // finds every slot free (the parity before a fresh barrier's phase 0
@@ -55,6 +58,12 @@ void Builder::emitProducer(const ForwardParams &p, Value tid) {
                 mul(s, c32(kvTileBytes)), full,
                 toI64(mul(j, c32(cfg.blockN))), at.kvHead, at.batch,
                 cfg.blockN);
+    // The slot's arrivals of the idle consumers, counted in the phase the
+    // load fills: the producer waited for the previous one above.
+    if (idle)
+      ifThen(cmp(Pred::ne, idle, c32(0)), [&] {
+        barrierArriveCount(isK ? kEmpty(s) : vEmpty(s), idle);
+      });
   };
   // A persistent producer recomputes its shared addresses in each loop
   // body: hoisted out of the loops, they would not fit its registers.
@@ -71,6 +80,8 @@ void Builder::emitProducer(const ForwardParams &p, Value tid) {
     KvTileRange range = kvTiles(p, at);
     Value numTiles = range.count;
     Value first = toI32(kvTile(range, c32(0)));
+    if (skipsIdleRows)
+      idle = idleWarps(p, at);
     // Q after the first K: K_0 fills a slot freed early in the last tile,
     // Q waits until each consumer frees its rows (after its last S with O
     // staged apart, else once its O, staged there, is stored).
@@ -85,7 +96,7 @@ void Builder::emitProducer(const ForwardParams &p, Value tid) {
       });
     }
     loadKV(at, first, iteration, /*isK=*/false);
-    scf::ForOp::create(
+    auto kvLoop = scf::ForOp::create(
         b, loc, c32(1), toI32(numTiles), c32(1), ValueRange{},
         [&](OpBuilder &, Location, Value j, ValueRange) {
           Value g = add(iteration, j);
@@ -101,6 +112,10 @@ void Builder::emitProducer(const ForwardParams &p, Value tid) {
           });
           scf::YieldOp::create(b, loc);
         });
+    // Unrolled by two (head dim 64, where the body is short), the
+    // persistent producer's loop spilled 44-92 bytes (ptxas, CUDA 13.0).
+    if (persistent)
+      keepRolled(kvLoop);
     return toI32(numTiles);
   };
   if (!persistent) {
