@@ -20,6 +20,7 @@
 
 #include <Python.h>
 
+#include <ATen/EmptyTensor.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
@@ -266,8 +267,25 @@ PyObject *forward(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
   try {
     // empty_like(q) without its dispatch to empty_strided: the strides it
     // gives for this plan's q (the key holds q's sizes and strides).
-    o = at::empty_strided(tq.sizes(), at::IntArrayRef(plan->oStrides, 4), tq.options());
-    lse = at::empty(at::IntArrayRef(plan->lseShape, 3), tq.options().dtype(at::kFloat));
+    // Straight from q's allocator (PyTorch's caching allocator for a
+    // tensor it allocated) as at::empty_strided's device kernel does, but
+    // without the two trips through the dispatcher; q from foreign memory
+    // (no allocator) takes at::empty_strided.
+    c10::Allocator *allocator = tq.storage().allocator();
+    if (allocator) {
+      const c10::DispatchKeySet keys(
+          c10::computeDispatchKey(tq.scalar_type(), tq.layout(), tq.device()));
+      o = at::detail::empty_strided_generic(tq.sizes(), at::IntArrayRef(plan->oStrides, 4),
+                                            allocator, keys, tq.scalar_type());
+      const int64_t lseStrides[3] = {plan->lseShape[1] * plan->lseShape[2],
+                                     plan->lseShape[2], 1};
+      lse = at::detail::empty_strided_generic(at::IntArrayRef(plan->lseShape, 3),
+                                              at::IntArrayRef(lseStrides, 3), allocator,
+                                              keys, at::kFloat);
+    } else {
+      o = at::empty_strided(tq.sizes(), at::IntArrayRef(plan->oStrides, 4), tq.options());
+      lse = at::empty(at::IntArrayRef(plan->lseShape, 3), tq.options().dtype(at::kFloat));
+    }
   } catch (...) { // out of memory and the like: the Python path raises torch's error
     Py_RETURN_NONE;
   }
