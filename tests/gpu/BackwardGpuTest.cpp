@@ -51,12 +51,11 @@ void checkBackward(const AttentionSpec &spec, int64_t batch, int64_t seqlenQ,
   o.seed = freshSeed();
   o.checkedGroups = checkedGroups;
   o.repeats = mode.repeats;
-  INFO(spec.canonical() << " b=" << batch << " sq=" << seqlenQ
-                        << " sk=" << seqlenK
-                        << (layout == Layout::BSHD ? " bshd" : " bhsd")
-                        << " seed=" << o.seed
-                        << (config ? " config=" + config->canonical() : "")
-                        << (mode.deterministic ? " deterministic" : ""));
+  INFO(spec.canonical()
+       << " b=" << batch << " sq=" << seqlenQ << " sk=" << seqlenK
+       << (layout == Layout::BSHD ? " bshd" : " bhsd") << " seed=" << o.seed
+       << (config ? " config=" + config->canonical() : "")
+       << std::string(mode.deterministic ? " deterministic" : ""));
   auto forward = gpuContext().compile(spec);
   REQUIRE_MESSAGE(bool(forward), llvm::toString(forward.takeError()));
   BackwardOptions options;
@@ -69,7 +68,8 @@ void checkBackward(const AttentionSpec &spec, int64_t batch, int64_t seqlenQ,
   REQUIRE_MESSAGE(bool(report), llvm::toString(report.takeError()));
   INFO(report->summary());
   MESSAGE(spec.canonical() << " sq=" << seqlenQ << " sk=" << seqlenK
-                           << (mode.deterministic ? " deterministic" : "")
+                           << std::string(mode.deterministic ? " deterministic"
+                                                             : "")
                            << ": " << report->summary());
   CHECK(report->nonFinite == 0);
   CHECK(report->dqError <= report->tolerance);

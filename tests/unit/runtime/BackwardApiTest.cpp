@@ -26,6 +26,15 @@ AttentionSpec gqaSpec() {
   return spec;
 }
 
+/// A context for sm_90a with its kernel cache in `dir`.
+llvm::Expected<std::unique_ptr<Context>> sm90aContext(const TempDir &dir,
+                                                      Warnings &warnings) {
+  ContextOptions options;
+  options.chip = "sm_90a";
+  options.cache = cacheOptions(dir / "cache", warnings);
+  return Context::create(options);
+}
+
 /// Arguments over disjoint fake device addresses (never dereferenced: the
 /// checks look at addresses, shapes and strides only).
 struct FakeArgs {
@@ -102,10 +111,7 @@ TEST_CASE("backward: the deterministic kernels are their own cache entry, "
           "take turns on dQ and size their counters") {
   TempDir dir;
   Warnings warnings;
-  ContextOptions options;
-  options.chip = "sm_90a";
-  options.cache = cacheOptions(dir / "cache", warnings);
-  auto ctx = Context::create(options);
+  auto ctx = sm90aContext(dir, warnings);
   REQUIRE(static_cast<bool>(ctx));
   AttentionSpec spec = gqaSpec();
   auto plain = (*ctx)->compileBackward(spec, BackwardOptions());
@@ -171,10 +177,7 @@ TEST_CASE("backward: the deterministic kernels are their own cache entry, "
 TEST_CASE("backward: what is not supported is an error") {
   TempDir dir;
   Warnings warnings;
-  ContextOptions options;
-  options.chip = "sm_90a";
-  options.cache = cacheOptions(dir / "cache", warnings);
-  auto ctx = Context::create(options);
+  auto ctx = sm90aContext(dir, warnings);
   REQUIRE(static_cast<bool>(ctx));
   AttentionSpec window = gqaSpec();
   window.windowLeft = 64;
@@ -202,10 +205,7 @@ TEST_CASE("backward: what is not supported is an error") {
 TEST_CASE("backward: argument checks before any launch") {
   TempDir dir;
   Warnings warnings;
-  ContextOptions options;
-  options.chip = "sm_90a";
-  options.cache = cacheOptions(dir / "cache", warnings);
-  auto ctx = Context::create(options);
+  auto ctx = sm90aContext(dir, warnings);
   REQUIRE(static_cast<bool>(ctx));
   AttentionSpec spec = gqaSpec();
   auto backward = (*ctx)->compileBackward(spec, BackwardOptions());
