@@ -38,7 +38,9 @@ groupsToCheck(int64_t batch, int64_t kvHeads, int64_t count,
               std::mt19937_64 &rng) {
   const int64_t all = batch * kvHeads;
   std::set<int64_t> picked;
-  if (count <= 0 || count >= all) {
+  if (count < 0)
+    return {};
+  if (count == 0 || count >= all) {
     for (int64_t g = 0; g < all; ++g)
       picked.insert(g);
   } else {
@@ -73,11 +75,18 @@ struct ErrorSums {
 double backwardTolerance(DType dtype) { return 2 * checkTolerance(dtype); }
 
 std::string BackwardCheckReport::summary() const {
+  std::string repeats =
+      repeatsCompared == 0
+          ? ""
+          : llvm::formatv(", bitwise equal in {0} of {1} repeated runs",
+                          repeatsCompared - repeatsDiffering, repeatsCompared)
+                .str();
   return llvm::formatv("dq_rel_err {0:e2}, dk_rel_err {1:e2}, dv_rel_err "
                        "{2:e2} (tol {3:e1}), max_abs_err {4:e2}, non-finite "
-                       "{5}, kv groups {6}{7}",
+                       "{5}, kv groups {6}{7}{8}",
                        dqError, dkError, dvError, tolerance, maxAbsError,
-                       nonFinite, checkedGroups, passed ? "" : "  FAILED")
+                       nonFinite, checkedGroups, repeats,
+                       passed ? "" : "  FAILED")
       .str();
 }
 
@@ -131,10 +140,18 @@ runAndCheckBackward(const Kernel &forward, const BackwardKernel &backward,
                                buf->bytes()))
       return std::move(err);
   // Poison: 0xFFFF is NaN in f16 and bf16, 0xFFFFFFFF in f32 (the
-  // workspace too: the preprocess kernel must zero the dQ accumulator).
-  for (DeviceBuffer *buf : {&o, &lse, &dq, &dk, &dv, &workspace})
-    if (auto err = FLASHJIT_CU(drv, cuMemsetD8, buf->ptr(), 0xFF, buf->bytes()))
-      return std::move(err);
+  // workspace too: the preprocess kernel must zero the dQ accumulator and
+  // the deterministic mode's turn counters).
+  auto poison =
+      [&](std::initializer_list<DeviceBuffer *> buffers) -> llvm::Error {
+    for (DeviceBuffer *buf : buffers)
+      if (auto err =
+              FLASHJIT_CU(drv, cuMemsetD8, buf->ptr(), 0xFF, buf->bytes()))
+        return err;
+    return llvm::Error::success();
+  };
+  if (auto err = poison({&o, &lse, &dq, &dk, &dv, &workspace}))
+    return std::move(err);
 
   ForwardArgs fwd;
   fwd.q = viewOf(opt.layout, q, spec.dtype, B, H, Sq, D);
@@ -166,13 +183,37 @@ runAndCheckBackward(const Kernel &forward, const BackwardKernel &backward,
 
   std::vector<uint16_t> dqBits(qBits.size()), dkBits(kBits.size()),
       dvBits(kBits.size());
-  for (auto [bits, buf] : {std::pair{&dqBits, &dq}, std::pair{&dkBits, &dk},
-                           std::pair{&dvBits, &dv}})
-    if (auto err = FLASHJIT_CU(drv, cuMemcpyDtoH, bits->data(), buf->ptr(),
-                               buf->bytes()))
-      return std::move(err);
+  auto readGradients = [&](std::vector<uint16_t> &dqTo,
+                           std::vector<uint16_t> &dkTo,
+                           std::vector<uint16_t> &dvTo) -> llvm::Error {
+    for (auto [bits, buf] :
+         {std::pair{&dqTo, &dq}, std::pair{&dkTo, &dk}, std::pair{&dvTo, &dv}})
+      if (auto err = FLASHJIT_CU(drv, cuMemcpyDtoH, bits->data(), buf->ptr(),
+                                 buf->bytes()))
+        return err;
+    return llvm::Error::success();
+  };
+  if (auto err = readGradients(dqBits, dkBits, dvBits))
+    return std::move(err);
 
   BackwardCheckReport report;
+  // Each repeat runs on freshly poisoned gradients and workspace and must
+  // give the first call's bits.
+  for (int r = 0; r < opt.repeats; ++r) {
+    if (auto err = poison({&dq, &dk, &dv, &workspace}))
+      return std::move(err);
+    if (auto err = backward.backward(args))
+      return std::move(err);
+    if (auto err = FLASHJIT_CU(drv, cuCtxSynchronize))
+      return std::move(err);
+    std::vector<uint16_t> dqAgain(dqBits.size()), dkAgain(dkBits.size()),
+        dvAgain(dvBits.size());
+    if (auto err = readGradients(dqAgain, dkAgain, dvAgain))
+      return std::move(err);
+    ++report.repeatsCompared;
+    if (dqAgain != dqBits || dkAgain != dkBits || dvAgain != dvBits)
+      ++report.repeatsDiffering;
+  }
   report.tolerance = backwardTolerance(spec.dtype);
   for (const auto *bits : {&dqBits, &dkBits, &dvBits})
     for (uint16_t x : *bits)
@@ -211,7 +252,7 @@ runAndCheckBackward(const Kernel &forward, const BackwardKernel &backward,
   report.dkError = dkSums.relative();
   report.dvError = dvSums.relative();
   // NaN compares false, so a NaN anywhere fails these.
-  report.passed = report.nonFinite == 0 &&
+  report.passed = report.nonFinite == 0 && report.repeatsDiffering == 0 &&
                   report.dqError <= report.tolerance &&
                   report.dkError <= report.tolerance &&
                   report.dvError <= report.tolerance;

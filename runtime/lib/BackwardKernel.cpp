@@ -61,8 +61,13 @@ BackwardKernel::BackwardKernel(AttentionSpec spec, KernelInfo info,
 
 BackwardKernel::~BackwardKernel() = default;
 
+bool BackwardKernel::deterministic() const {
+  return MmaSyncBackward::isDeterministic(Info.config);
+}
+
 size_t BackwardKernel::workspaceBytes(int64_t batch, int64_t seqlenQ) const {
-  return BackwardWorkspaceLayout::of(Spec, batch, seqlenQ).totalBytes;
+  return BackwardWorkspaceLayout::of(Spec, Info.config, batch, seqlenQ)
+      .totalBytes;
 }
 
 llvm::Error BackwardKernel::check(const BackwardArgs &a) const {
@@ -137,10 +142,13 @@ llvm::Error BackwardKernel::backward(const BackwardArgs &a) const {
                 seqlenK = a.k.shape[2];
   const double scale = a.scale.value_or(Spec.defaultScale());
   BackwardWorkspaceLayout layout =
-      BackwardWorkspaceLayout::of(Spec, batch, seqlenQ);
+      BackwardWorkspaceLayout::of(Spec, Info.config, batch, seqlenQ);
   auto *base = static_cast<char *>(a.workspace);
   float *d = reinterpret_cast<float *>(base + layout.dOffset);
   float *dqAccum = reinterpret_cast<float *>(base + layout.dqAccumOffset);
+  int32_t *turns = deterministic()
+                       ? reinterpret_cast<int32_t *>(base + layout.turnsOffset)
+                       : nullptr;
   BackwardGeometry geometry =
       BackwardGeometry::of(Spec, Info.config, batch, seqlenQ, seqlenK);
 
@@ -152,6 +160,7 @@ llvm::Error BackwardKernel::backward(const BackwardArgs &a) const {
   pre.oStrides = first3(a.o.strides);
   pre.dOStrides = first3(a.dO.strides);
   pre.seqlenQ = static_cast<int32_t>(seqlenQ);
+  pre.turns = turns;
 
   BackwardMainArgs main;
   main.q = a.q.data;
@@ -174,6 +183,7 @@ llvm::Error BackwardKernel::backward(const BackwardArgs &a) const {
   main.seqlenK = static_cast<int32_t>(seqlenK);
   main.scaleLog2 = static_cast<float>(scale * M_LOG2E);
   main.scale = static_cast<float>(scale);
+  main.turns = turns;
 
   BackwardConvertArgs convert;
   convert.dqAccum = dqAccum;

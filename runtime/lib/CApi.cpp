@@ -458,33 +458,71 @@ flashjit_status_t flashjit_kernel_forward(flashjit_kernel_t kernel,
 
 // ---- the backward pass ------------------------------------------------------
 
-flashjit_status_t flashjit_backward_compile(
-    flashjit_context_t ctx, const flashjit_attention_spec_t *spec,
-    const char *config, flashjit_backward_t *out) {
+} // extern "C"
+
+namespace {
+/// flashjit_backward_compile and its _with_options form, reported as `fn`.
+flashjit_status_t compileBackward(const char *fn, flashjit_context_t ctx,
+                                  const flashjit_attention_spec_t *spec,
+                                  const flashjit_backward_options_t *given,
+                                  flashjit_backward_t *out) {
+  if (!out)
+    return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT, "out is a null pointer");
+  *out = nullptr;
+  if (!ctx)
+    return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT, "ctx is a null handle");
+  auto parsed = readSpec(spec);
+  if (!parsed)
+    return fail(fn, parsed.takeError());
+  flashjit_backward_options_t o;
+  flashjit_backward_options_init(&o);
+  if (given) {
+    if (auto err = checkStructSize(given, sizeof(o), sizeof(o),
+                                   "flashjit_backward_options_init",
+                                   "backward options"))
+      return fail(fn, std::move(err));
+    o = *given;
+  }
+  if (o.deterministic != 0 && o.deterministic != 1)
+    return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
+                "backward options deterministic is " +
+                    std::to_string(o.deterministic) + ": expected 0 or 1");
+  flashjit::BackwardOptions options;
+  options.deterministic = o.deterministic == 1;
+  if (o.config && *o.config) {
+    auto tile = flashjit::TileConfig::parse(o.config);
+    if (!tile)
+      return fail(
+          fn, flashjit::withCode(ErrorCode::InvalidArgument, tile.takeError()));
+    options.config = *tile;
+  }
+  auto kernel = ctx->context->compileBackward(*parsed, options);
+  if (!kernel)
+    return fail(fn, kernel.takeError());
+  *out = new flashjit_backward{*kernel, ctx->device};
+  return succeed();
+}
+} // namespace
+
+extern "C" {
+
+flashjit_status_t
+flashjit_backward_compile(flashjit_context_t ctx,
+                          const flashjit_attention_spec_t *spec,
+                          const char *config, flashjit_backward_t *out) {
   return guarded(__func__, [&](const char *fn) {
-    if (!out)
-      return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
-                  "out is a null pointer");
-    *out = nullptr;
-    if (!ctx)
-      return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
-                  "ctx is a null handle");
-    auto parsed = readSpec(spec);
-    if (!parsed)
-      return fail(fn, parsed.takeError());
-    flashjit::BackwardOptions options;
-    if (config && *config) {
-      auto tile = flashjit::TileConfig::parse(config);
-      if (!tile)
-        return fail(fn, flashjit::withCode(ErrorCode::InvalidArgument,
-                                           tile.takeError()));
-      options.config = *tile;
-    }
-    auto kernel = ctx->context->compileBackward(*parsed, options);
-    if (!kernel)
-      return fail(fn, kernel.takeError());
-    *out = new flashjit_backward{*kernel, ctx->device};
-    return succeed();
+    flashjit_backward_options_t options;
+    flashjit_backward_options_init(&options);
+    options.config = config;
+    return compileBackward(fn, ctx, spec, &options, out);
+  });
+}
+
+flashjit_status_t flashjit_backward_compile_with_options(
+    flashjit_context_t ctx, const flashjit_attention_spec_t *spec,
+    const flashjit_backward_options_t *options, flashjit_backward_t *out) {
+  return guarded(__func__, [&](const char *fn) {
+    return compileBackward(fn, ctx, spec, options, out);
   });
 }
 

@@ -91,24 +91,26 @@ constexpr size_t kMaxStructSize = 4096;
 /// be read: a size from `oldest` (the first published version's) to
 /// kMaxStructSize, and every byte past the `known` bytes of this library's
 /// version zero (a later field left at its default asks for nothing new).
-/// `init` names the function that fills the struct.
+/// `init` names the function that fills the struct, `what` the struct in
+/// messages.
 inline llvm::Error checkStructSize(const void *given, size_t oldest,
-                                   size_t known, const char *init) {
+                                   size_t known, const char *init,
+                                   const std::string &what = "spec") {
   if (!given)
-    return makeError(ErrorCode::InvalidArgument, "spec is a null pointer");
+    return makeError(ErrorCode::InvalidArgument, what + " is a null pointer");
   size_t size;
   std::memcpy(&size, given, sizeof(size));
   if (size < oldest || size > kMaxStructSize)
     return makeError(ErrorCode::InvalidArgument,
-                     "spec struct_size is " + std::to_string(size) +
+                     what + " struct_size is " + std::to_string(size) +
                          ", expected " + std::to_string(oldest) + " to " +
-                         std::to_string(kMaxStructSize) +
-                         " bytes: fill the spec with " + init + "()");
+                         std::to_string(kMaxStructSize) + " bytes: fill the " +
+                         what + " with " + init + "()");
   const auto *bytes = static_cast<const unsigned char *>(given);
   for (size_t i = known; i < size; ++i)
     if (bytes[i] != 0)
       return makeError(ErrorCode::Unsupported,
-                       "spec sets a field at byte " + std::to_string(i) +
+                       what + " sets a field at byte " + std::to_string(i) +
                            ", beyond the " + std::to_string(known) +
                            " bytes this flashjit (C API version " +
                            std::to_string(FLASHJIT_C_API_VERSION) + ") knows");

@@ -778,18 +778,15 @@ Context::compileBackward(const AttentionSpec &spec,
                          const BackwardOptions &options) {
   if (auto err = spec.validate())
     return withCode(ErrorCode::InvalidArgument, std::move(err));
-  if (options.deterministic)
-    return makeError(ErrorCode::Unsupported,
-                     "the deterministic backward pass is not implemented yet: "
-                     "dQ is summed with f32 atomics in a varying order (dK "
-                     "and dV are reproducible); build without "
-                     "BackwardOptions::deterministic");
   if (auto err = MmaSyncBackward::supports(spec, TargetChip))
     return withCode(ErrorCode::Unsupported, std::move(err));
   TileConfig config =
       options.config.value_or(MmaSyncBackward::defaultConfig(spec));
   if (auto err = MmaSyncBackward::checkConfig(spec, config))
     return withCode(ErrorCode::InvalidArgument, std::move(err));
+  // The deterministic kernels are their own family: their own cache key.
+  if (options.deterministic)
+    config = MmaSyncBackward::withVariant(config, /*deterministic=*/true);
   std::string key = spec.canonical() + "|" + config.canonical();
   {
     std::lock_guard<std::mutex> lock(Kernels->mutex);

@@ -4,6 +4,9 @@
 // alignments, f16 and bf16, every candidate config) are compared with the
 // float64 reference on fresh random inputs, gradients and workspace
 // poisoned with NaN first (the check counts any NaN left as a failure).
+// The deterministic kernels pass the same checks and must give the same
+// bits on every call (each call on gradients and workspace poisoned
+// again).
 #include "GpuTestUtil.h"
 
 #include "flashjit/Backward.h"
@@ -27,10 +30,19 @@ AttentionSpec makeSpec(int64_t d, DType dtype, bool causal, int64_t heads,
   return spec;
 }
 
+/// How a case runs beyond its shape: the default kernels once, or the
+/// deterministic ones `repeats` more times, every repeat bit for bit
+/// equal to the first call.
+struct Mode {
+  bool deterministic = false;
+  int repeats = 0;
+};
+constexpr Mode kDeterministic{true, 1};
+
 void checkBackward(const AttentionSpec &spec, int64_t batch, int64_t seqlenQ,
                    int64_t seqlenK, Layout layout = Layout::BHSD,
                    std::optional<TileConfig> config = std::nullopt,
-                   int64_t checkedGroups = 0) {
+                   int64_t checkedGroups = 0, Mode mode = Mode()) {
   BackwardCheckOptions o;
   o.batch = batch;
   o.seqlenQ = seqlenQ;
@@ -38,26 +50,33 @@ void checkBackward(const AttentionSpec &spec, int64_t batch, int64_t seqlenQ,
   o.layout = layout;
   o.seed = freshSeed();
   o.checkedGroups = checkedGroups;
-  INFO(spec.canonical() << " b=" << batch << " sq=" << seqlenQ
-                        << " sk=" << seqlenK
-                        << (layout == Layout::BSHD ? " bshd" : " bhsd")
-                        << " seed=" << o.seed
-                        << (config ? " config=" + config->canonical() : ""));
+  o.repeats = mode.repeats;
+  INFO(spec.canonical()
+       << " b=" << batch << " sq=" << seqlenQ << " sk=" << seqlenK
+       << (layout == Layout::BSHD ? " bshd" : " bhsd") << " seed=" << o.seed
+       << (config ? " config=" + config->canonical() : "")
+       << std::string(mode.deterministic ? " deterministic" : ""));
   auto forward = gpuContext().compile(spec);
   REQUIRE_MESSAGE(bool(forward), llvm::toString(forward.takeError()));
   BackwardOptions options;
   options.config = config;
+  options.deterministic = mode.deterministic;
   auto backward = gpuContext().compileBackward(spec, options);
   REQUIRE_MESSAGE(bool(backward), llvm::toString(backward.takeError()));
+  CHECK((*backward)->deterministic() == mode.deterministic);
   auto report = runAndCheckBackward(**forward, **backward, o);
   REQUIRE_MESSAGE(bool(report), llvm::toString(report.takeError()));
   INFO(report->summary());
-  MESSAGE(spec.canonical() << " sq=" << seqlenQ << " sk=" << seqlenK << ": "
-                           << report->summary());
+  MESSAGE(spec.canonical() << " sq=" << seqlenQ << " sk=" << seqlenK
+                           << std::string(mode.deterministic ? " deterministic"
+                                                             : "")
+                           << ": " << report->summary());
   CHECK(report->nonFinite == 0);
   CHECK(report->dqError <= report->tolerance);
   CHECK(report->dkError <= report->tolerance);
   CHECK(report->dvError <= report->tolerance);
+  CHECK(report->repeatsCompared == mode.repeats);
+  CHECK(report->repeatsDiffering == 0);
   CHECK(report->passed);
 }
 } // namespace
@@ -115,13 +134,76 @@ TEST_CASE("backward: a longer sequence (4097), GQA, causal") {
                 Layout::BHSD, std::nullopt, /*checkedGroups=*/1);
 }
 
-TEST_CASE("backward: the deterministic mode is an error, not a silent "
-          "fallback") {
-  BackwardOptions options;
-  options.deterministic = true;
-  auto backward = gpuContext().compileBackward(
-      makeSpec(64, DType::BF16, false, 1, 1), options);
-  REQUIRE_FALSE(bool(backward));
-  std::string message = llvm::toString(backward.takeError());
-  CHECK(message.find("deterministic") != std::string::npos);
+TEST_CASE("backward deterministic: exact, and bitwise equal run to run, on "
+          "odd shapes") {
+  for (int64_t d : {64, 128})
+    for (bool causal : {false, true})
+      for (int64_t sq : {1, 17, 1000})
+        checkBackward(
+            makeSpec(d, d == 64 ? DType::F16 : DType::BF16, causal, 4, 2),
+            /*batch=*/2, sq, sq, Layout::BHSD, std::nullopt, 0, kDeterministic);
+  checkBackward(makeSpec(96, DType::BF16, true, 2, 1), 1, 333, 333,
+                Layout::BHSD, std::nullopt, 0, kDeterministic);
+  // MQA, and BSHD strides.
+  checkBackward(makeSpec(64, DType::BF16, true, 4, 1), 1, 1000, 1000,
+                Layout::BSHD, std::nullopt, 0, kDeterministic);
+  checkBackward(makeSpec(128, DType::F16, false, 8, 1), 1, 333, 333,
+                Layout::BHSD, std::nullopt, 0, kDeterministic);
+}
+
+TEST_CASE("backward deterministic: seqlen_q != seqlen_k, both causal "
+          "alignments (key blocks that see no row of a query block still "
+          "take their turn)") {
+  for (CausalAlign align : {CausalAlign::TopLeft, CausalAlign::BottomRight})
+    for (auto [sq, sk] : {std::pair<int64_t, int64_t>{300, 1000},
+                          std::pair<int64_t, int64_t>{1000, 300},
+                          std::pair<int64_t, int64_t>{17, 129},
+                          std::pair<int64_t, int64_t>{1, 1000},
+                          std::pair<int64_t, int64_t>{1000, 1}}) {
+      checkBackward(makeSpec(64, DType::F16, true, 2, 2, align), 1, sq, sk,
+                    Layout::BHSD, std::nullopt, 0, kDeterministic);
+      checkBackward(makeSpec(128, DType::BF16, true, 8, 2, align), 1, sq, sk,
+                    Layout::BHSD, std::nullopt, 0, kDeterministic);
+    }
+  checkBackward(makeSpec(128, DType::BF16, false, 2, 1), 2, 17, 1000,
+                Layout::BHSD, std::nullopt, 0, kDeterministic);
+  checkBackward(makeSpec(64, DType::BF16, false, 2, 1), 2, 1000, 17,
+                Layout::BHSD, std::nullopt, 0, kDeterministic);
+}
+
+TEST_CASE("backward deterministic: every candidate config") {
+  for (int64_t d : {64, 128})
+    for (bool causal : {false, true}) {
+      AttentionSpec spec = makeSpec(d, DType::BF16, causal, 4, 2);
+      for (const TileConfig &config : MmaSyncBackward::candidates(spec))
+        checkBackward(spec, 1, 301, 301, Layout::BHSD, config, 0,
+                      kDeterministic);
+    }
+}
+
+TEST_CASE("backward deterministic: 16k causal GQA 32/8, head dim 128, three "
+          "calls bitwise equal") {
+  // The float64 reference of 16k rows would take minutes on the host: the
+  // 4097 case checks the values; this one the bits (and NaN) at scale.
+  AttentionSpec spec = makeSpec(128, DType::BF16, true, 32, 8);
+  checkBackward(spec, 1, 16384, 16384, Layout::BHSD, std::nullopt,
+                /*checkedGroups=*/-1, Mode{true, 2});
+  checkBackward(makeSpec(128, DType::BF16, true, 4, 2), 1, 4097, 4097,
+                Layout::BHSD, std::nullopt, /*checkedGroups=*/1,
+                kDeterministic);
+  // The default kernels on the same shape: whether their atomics gave the
+  // same bits is reported, not checked (they may by chance).
+  BackwardCheckOptions o;
+  o.seqlenQ = o.seqlenK = 16384;
+  o.seed = freshSeed();
+  o.checkedGroups = -1;
+  o.repeats = 2;
+  auto forward = gpuContext().compile(spec);
+  REQUIRE(bool(forward));
+  auto backward = gpuContext().compileBackward(spec, BackwardOptions());
+  REQUIRE(bool(backward));
+  auto report = runAndCheckBackward(**forward, **backward, o);
+  REQUIRE_MESSAGE(bool(report), llvm::toString(report.takeError()));
+  MESSAGE("default kernels, 16k causal GQA: " << report->summary());
+  CHECK(report->nonFinite == 0);
 }

@@ -73,13 +73,14 @@ static cl::opt<std::string> backwardConfig(
     cl::sub(runCommand), cl::cat(category));
 static cl::opt<bool> deterministic(
     "deterministic",
-    cl::desc("With --backward: ask for the deterministic backward (not "
-             "implemented yet: an error)"),
+    cl::desc("With --backward: build the deterministic backward (dQ, dK, "
+             "dV bitwise reproducible) and check that a second call gives "
+             "the same bits"),
     cl::sub(runCommand), cl::cat(category));
 static cl::opt<int64_t> checkGroups(
     "check-kv-groups",
     cl::desc("With --backward: (batch, KV head) groups whose gradients are "
-             "checked against the float64 reference (0: all)"),
+             "checked against the float64 reference (0: all, -1: none)"),
     cl::init(2), cl::sub(runCommand), cl::cat(category));
 
 namespace {
@@ -222,6 +223,8 @@ int runRun() {
     check.iterations = iterations;
     request.config = backwardConfig;
     request.deterministic = deterministic;
+    if (deterministic)
+      check.repeats = 1;
     request.json = json;
     return runBackwardCheck(**ctx, *spec, **kernel, request);
   }

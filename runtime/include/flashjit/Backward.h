@@ -46,12 +46,17 @@ struct BackwardArgs {
 /// How to build the backward kernels.
 struct BackwardOptions {
   /// A "mma_sync_bwd" tile config (MmaSyncBackward.h); none: the
-  /// template's default for the spec.
+  /// template's default for the spec. A config of family
+  /// "mma_sync_bwd_det" asks for the deterministic kernels as
+  /// `deterministic` does.
   std::optional<TileConfig> config;
-  /// dQ, dK and dV bitwise reproducible run to run. Not implemented yet:
-  /// compileBackward returns an Unsupported error when it is set. (dK and
-  /// dV are reproducible already; dQ is summed with f32 atomics in an
-  /// order that varies.)
+  /// dQ, dK and dV bitwise reproducible run to run (same inputs, same
+  /// GPU model and config): the blocks that add into one query block of
+  /// the f32 dQ accumulator take turns in a fixed order instead of racing
+  /// (dK and dV never leave the chip before they are final). It costs
+  /// time (docs/backward.md has the measured ratio) and a little more
+  /// workspace (workspaceBytes() counts it). Cached apart from the
+  /// default kernels, whose config family it changes to mma_sync_bwd_det.
   bool deterministic = false;
 };
 
@@ -62,10 +67,14 @@ public:
   const KernelInfo &info() const { return Info; }
   /// PTX of the three kernels.
   const std::string &ptx() const { return Ptx; }
+  /// Whether dQ, dK and dV are bitwise reproducible
+  /// (BackwardOptions::deterministic).
+  bool deterministic() const;
 
   /// Bytes of workspace one call on `batch` sequences of `seqlenQ` query
   /// rows needs: 4 * batch * heads * seqlen_q * (head_dim + 1), rounded up
-  /// to 256-byte parts (BackwardWorkspaceLayout).
+  /// to 256-byte parts (BackwardWorkspaceLayout); deterministic, 4 bytes
+  /// more per block_m query rows of each (batch, head).
   size_t workspaceBytes(int64_t batch, int64_t seqlenQ) const;
 
   /// Checks every argument (the forward's checks for q, k, v, o and lse;

@@ -40,7 +40,7 @@ extern "C" {
 
 /* Raised when a function or a field is added (flashjit_get_version's
  * api_version tells what the loaded library implements). */
-#define FLASHJIT_C_API_VERSION 6
+#define FLASHJIT_C_API_VERSION 7
 
 typedef enum flashjit_status {
   FLASHJIT_STATUS_OK = 0,
@@ -419,6 +419,34 @@ FLASHJIT_API flashjit_status_t flashjit_decode(
     const DLTensor *v, const DLTensor *kv_lens, const DLTensor *block_table,
     DLTensor *o, DLTensor *lse, int64_t max_kv_len, int64_t num_splits,
     double scale, void *stream);
+
+/* ---- API version 7: options of the backward pass --------------------- */
+
+/* How to build the backward kernels. Fill it with
+ * flashjit_backward_options_init, then change the fields you need. */
+typedef struct flashjit_backward_options {
+  size_t struct_size; /* sizeof(flashjit_backward_options_t) of the caller */
+  /* NULL or "" (default): the default tile config; else a config as
+   * flashjit_backward_compile takes it. */
+  const char *config;
+  /* 0 (default) or 1: dq, dk and dv bitwise reproducible run to run (the
+   * additions into dq's f32 accumulator take turns in a fixed order), at
+   * a measured cost in time (docs/backward.md) and a little more
+   * workspace (flashjit_backward_workspace_size counts it). */
+  int32_t deterministic;
+} flashjit_backward_options_t;
+
+static inline void
+flashjit_backward_options_init(flashjit_backward_options_t *options) {
+  options->struct_size = sizeof(flashjit_backward_options_t);
+  options->config = 0;
+  options->deterministic = 0;
+}
+
+/* flashjit_backward_compile with options (NULL: the defaults). */
+FLASHJIT_API flashjit_status_t flashjit_backward_compile_with_options(
+    flashjit_context_t ctx, const flashjit_attention_spec_t *spec,
+    const flashjit_backward_options_t *options, flashjit_backward_t *out);
 
 #ifdef __cplusplus
 } /* extern "C" */

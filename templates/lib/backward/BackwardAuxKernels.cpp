@@ -4,7 +4,8 @@
 // chunks of a row on adjacent lanes, so each warp's accesses coalesce.
 //   preprocess: D[row] = sum_d dO[row, d] * O[row, d] in f32 (the lanes of
 //               a row reduce with xor shuffles), the row's f32 dQ
-//               accumulator zeroed;
+//               accumulator zeroed (and, deterministic, the turn counter
+//               of each query block by its first row);
 //   convert:    dQ[row, d] = scale * accumulator[row, d], rounded.
 #include "BackwardBuilder.h"
 
@@ -39,12 +40,15 @@ AuxBlock auxBlock(KernelIR &ir, Value seqlenQ) {
 } // namespace
 
 void buildPreprocessKernel(OpBuilder &b, Location loc,
-                           const AttentionSpec &spec, StringRef name) {
+                           const AttentionSpec &spec, StringRef name,
+                           int64_t turnBlockM) {
   OpBuilder::InsertionGuard funcGuard(b);
   KernelIR ir(b, loc, spec);
   SmallVector<Type> argTypes(4, ir.globalPtr);
   argTypes.append(6, ir.i64);
   argTypes.push_back(ir.i32);
+  if (turnBlockM > 0)
+    argTypes.push_back(ir.globalPtr);
   gpu::GPUFuncOp func = ir.beginKernel(name, argTypes, kBackwardAuxThreads);
   ValueRange args = func.getBody().front().getArguments();
   Value o = args[0], dO = args[1], dBuf = args[2], accum = args[3];
@@ -114,6 +118,23 @@ void buildPreprocessKernel(OpBuilder &b, Location loc,
         b, loc, total,
         ir.globalAddress(dBuf, ir.f32, ir.add(at.rows0, row)),
         /*alignment=*/4);
+    if (turnBlockM > 0) {
+      // The first row of each query block zeroes its turn counter
+      // (BackwardDqTurns.cpp), [batch, heads, ceil(seqlen_q / block_m)].
+      auto first = scf::IfOp::create(
+          b, loc, ir.cmp(Pred::eq, ir.remU(row, turnBlockM), ir.c64(0)),
+          /*withElse=*/false);
+      b.setInsertionPoint(first.thenBlock()->getTerminator());
+      Value blocks =
+          ir.divU(ir.add(seqlenQ, ir.c64(turnBlockM - 1)), turnBlockM);
+      Value headIndex =
+          ir.add(ir.mul(at.batch, ir.c64(spec.numHeads)), at.head);
+      Value counter =
+          ir.add(ir.mul(headIndex, blocks), ir.divU(row, turnBlockM));
+      LLVM::StoreOp::create(b, loc, ir.c32(0),
+                            ir.globalAddress(args[11], ir.i32, counter),
+                            /*alignment=*/4);
+    }
   }
   gpu::ReturnOp::create(b, loc);
 }
@@ -171,7 +192,8 @@ llvm::Error MmaSyncBackward::build(mlir::OpBuilder &builder,
   if (auto err = checkConfig(spec, config))
     return err;
   BackwardKernelNames names = BackwardKernelNames::of(baseName);
-  backward::buildPreprocessKernel(builder, loc, spec, names.preprocess);
+  backward::buildPreprocessKernel(builder, loc, spec, names.preprocess,
+                                  isDeterministic(config) ? config.blockM : 0);
   backward::MainKernelBuilder(builder, loc, spec, config)
       .buildMain(names.main);
   backward::buildConvertKernel(builder, loc, spec, names.convert);

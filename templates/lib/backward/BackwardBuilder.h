@@ -36,6 +36,8 @@ private:
     SmallVector<Value, 3> qStrides, kStrides, vStrides, dOStrides, dkStrides,
         dvStrides, lseStrides;
     Value seqlenQ, seqlenK, scaleLog2, scale;
+    /// The turn counters (deterministic variant only; null otherwise).
+    Value turns;
   };
   Params beginMainKernel(StringRef name);
   /// Element `row` (i64) of (batch, head) in the [batch, heads, seqlen_q]
@@ -50,14 +52,32 @@ private:
   /// (packed[nt * 2 + h]), B by ldmatrix.trans from a [block_m][d] tile.
   void accumulateOverQueries(ArrayRef<Value> packed, Value bLaneTrans,
                              mlir::MutableArrayRef<Value> acc);
+  // The deterministic variant's turns (BackwardDqTurns.cpp).
+  /// Key block of this block: highest first along blockIdx.x.
+  Value dqTurnKeyBlock(Value keyBlocks);
+  struct DqTurn {
+    Value counter; ///< address of the query block's counter
+    Value ordinal; ///< i32: the counter's value when it is this block's turn
+  };
+  /// The turn of key block `keyBlock` at (batch, query head, query block).
+  DqTurn dqTurn(const Params &p, Value batch, Value head, Value queryBlock,
+                Value queryBlocks, Value keyBlock, Value keyBlocks,
+                Value diagonal);
+  /// Returns (to every thread) once it is this block's turn.
+  void waitForDqTurn(const DqTurn &turn);
+  /// After the block's additions: the next block's turn.
+  void passDqTurn(const DqTurn &turn);
   /// f32 -> shared memory at byte offset `offset` (i64), and back.
   void storeShared(Value value, Value offset);
   Value loadShared(mlir::Type type, Value offset);
 };
 
 /// Emits the preprocess kernel: D = rowsum(dO * O) (BackwardPreprocessArgs).
+/// turnBlockM > 0 (the deterministic variant's block_m): it also takes the
+/// turn counters and zeroes them.
 void buildPreprocessKernel(OpBuilder &b, Location loc,
-                           const AttentionSpec &spec, StringRef name);
+                           const AttentionSpec &spec, StringRef name,
+                           int64_t turnBlockM);
 /// Emits the convert kernel: dQ = scale * accumulator (BackwardConvertArgs).
 void buildConvertKernel(OpBuilder &b, Location loc, const AttentionSpec &spec,
                         StringRef name);

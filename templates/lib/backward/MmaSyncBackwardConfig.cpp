@@ -30,14 +30,21 @@ BackwardKernelNames BackwardKernelNames::of(llvm::StringRef base) {
           (base + "_bwd_dq").str()};
 }
 
-BackwardWorkspaceLayout
-BackwardWorkspaceLayout::of(const AttentionSpec &spec, int64_t batch,
-                            int64_t seqlenQ) {
+BackwardWorkspaceLayout BackwardWorkspaceLayout::of(const AttentionSpec &spec,
+                                                    const TileConfig &config,
+                                                    int64_t batch,
+                                                    int64_t seqlenQ) {
   BackwardWorkspaceLayout w;
-  const uint64_t rows = static_cast<uint64_t>(batch) * spec.numHeads * seqlenQ;
+  const uint64_t heads = static_cast<uint64_t>(batch) * spec.numHeads;
+  const uint64_t rows = heads * seqlenQ;
   w.dOffset = 0;
   w.dqAccumOffset = alignUp(rows * sizeof(float));
   w.totalBytes = w.dqAccumOffset + alignUp(rows * spec.headDim * sizeof(float));
+  if (MmaSyncBackward::isDeterministic(config)) {
+    w.turnsOffset = w.totalBytes;
+    w.totalBytes +=
+        alignUp(heads * ceilDiv(seqlenQ, config.blockM) * sizeof(int32_t));
+  }
   return w;
 }
 
@@ -53,6 +60,7 @@ BackwardPreprocessArgs::paramPointers() {
     for (int64_t &s : *strides)
       p[i++] = &s;
   p[i++] = &seqlenQ;
+  p[i++] = &turns;
   return p;
 }
 
@@ -74,6 +82,7 @@ BackwardMainArgs::paramPointers() {
   p[i++] = &seqlenK;
   p[i++] = &scaleLog2;
   p[i++] = &scale;
+  p[i++] = &turns;
   return p;
 }
 
@@ -134,9 +143,12 @@ llvm::Error MmaSyncBackward::supports(const AttentionSpec &spec,
 
 llvm::Error MmaSyncBackward::checkConfig(const AttentionSpec &spec,
                                          const TileConfig &config) {
-  if (config.family != family())
-    return configError(
-        llvm::formatv("config family '{0}' given to it", config.family).str());
+  if (config.family != family() && !isDeterministic(config))
+    return configError(llvm::formatv("config family '{0}' given to it (it "
+                                     "builds {1} and {2})",
+                                     config.family, family(),
+                                     deterministicFamily())
+                           .str());
   if (config.stages != 1 && config.stages != 2)
     return configError(
         llvm::formatv("stages must be 1 (one Q and dO buffer) or 2 (the "

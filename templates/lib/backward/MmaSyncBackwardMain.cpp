@@ -22,6 +22,10 @@
 // zero dO; key rows past seqlen_k are masked; a row whose forward LSE is
 // -inf (it saw no key) gets P = 0.
 //
+// Deterministic variant (mma_sync_bwd_det): the blocks adding into one
+// query block of dQ take turns, highest key block first
+// (BackwardDqTurns.cpp); nothing else changes.
+//
 // Steps: one loop over (query head of the group, visible query block).
 // stages = 1 loads a step's Q, dO, LSE and D, waits, then computes;
 // stages = 2 starts the next step's loads into the other buffer first, so
@@ -39,6 +43,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 
 using namespace mlir;
 
@@ -55,6 +60,9 @@ MainKernelBuilder::Params MainKernelBuilder::beginMainKernel(StringRef name) {
   SmallVector<Type> argTypes(9, globalPtr);
   argTypes.append(21, i64);
   argTypes.append({i32, i32, f32, f32});
+  const bool deterministic = MmaSyncBackward::isDeterministic(cfg);
+  if (deterministic)
+    argTypes.push_back(globalPtr);
   gpu::GPUFuncOp func = beginKernel(name, argTypes, threads);
   ValueRange args = func.getBody().front().getArguments();
   Params p;
@@ -77,6 +85,8 @@ MainKernelBuilder::Params MainKernelBuilder::beginMainKernel(StringRef name) {
   p.seqlenK = arith::ExtSIOp::create(b, loc, i64, args[31]);
   p.scaleLog2 = args[32];
   p.scale = args[33];
+  if (deterministic)
+    p.turns = args[34];
   return p;
 }
 
@@ -145,11 +155,14 @@ void MainKernelBuilder::buildMain(StringRef name) {
   Params p = beginMainKernel(name);
   smemBase = LLVM::AddressOfOp::create(b, loc, sharedPtr, smemName);
   tid = threadIdX();
-  Value keyBlock = toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::x));
+  const int64_t bM = cfg.blockM, bN = cfg.blockN;
+  Value keyBlocks = divU(add(p.seqlenK, c64(bN - 1)), bN);
+  Value keyBlock =
+      p.turns ? dqTurnKeyBlock(keyBlocks)
+              : toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::x));
   Value kvHead = toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::y));
   Value batch = toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::z));
 
-  const int64_t bM = cfg.blockM, bN = cfg.blockN;
   const int64_t nTiles = bM / 8;  // n8 tiles of S^T: query columns
   const int64_t dTiles = d / 8;   // n8 tiles of dK, dV
   const int64_t rowBytes = rowElems * eltBytes;
@@ -432,6 +445,12 @@ void MainKernelBuilder::buildMain(StringRef name) {
         });
       }
     }
+    std::optional<DqTurn> turn;
+    if (p.turns) {
+      turn = dqTurn(p, batch, head, divU(m0, bM), queryBlocks, keyBlock,
+                    keyBlocks, diagonal);
+      waitForDqTurn(*turn);
+    }
     for (int64_t h = 0; h < 2; ++h) {
       Value row = add(add(m0, mul(dqTile, c64(16))), add(quadRow, c64(8 * h)));
       OpBuilder::InsertionGuard g(b);
@@ -448,6 +467,8 @@ void MainKernelBuilder::buildMain(StringRef name) {
               globalAddress(address, f32, c64(dt * 8 + e)),
               dq[dt * kAcc + 2 * h + e], LLVM::AtomicOrdering::monotonic);
     }
+    if (turn)
+      passDqTurn(*turn);
     SmallVector<Value> next(dkAcc);
     next.append(dvAcc.begin(), dvAcc.end());
     return next;

@@ -26,6 +26,15 @@ AttentionSpec gqaSpec() {
   return spec;
 }
 
+/// A context for sm_90a with its kernel cache in `dir`.
+llvm::Expected<std::unique_ptr<Context>> sm90aContext(const TempDir &dir,
+                                                      Warnings &warnings) {
+  ContextOptions options;
+  options.chip = "sm_90a";
+  options.cache = cacheOptions(dir / "cache", warnings);
+  return Context::create(options);
+}
+
 /// Arguments over disjoint fake device addresses (never dereferenced: the
 /// checks look at addresses, shapes and strides only).
 struct FakeArgs {
@@ -98,19 +107,78 @@ TEST_CASE("backward kernels build for sm_80 and sm_90a, cached apart from "
   }
 }
 
+TEST_CASE("backward: the deterministic kernels are their own cache entry, "
+          "take turns on dQ and size their counters") {
+  TempDir dir;
+  Warnings warnings;
+  auto ctx = sm90aContext(dir, warnings);
+  REQUIRE(static_cast<bool>(ctx));
+  AttentionSpec spec = gqaSpec();
+  auto plain = (*ctx)->compileBackward(spec, BackwardOptions());
+  REQUIRE(static_cast<bool>(plain));
+  BackwardOptions detOptions;
+  detOptions.deterministic = true;
+  auto det = (*ctx)->compileBackward(spec, detOptions);
+  REQUIRE_MESSAGE(static_cast<bool>(det),
+                  (det ? "" : llvm::toString(det.takeError())));
+  CHECK_FALSE((*plain)->deterministic());
+  CHECK((*det)->deterministic());
+  CHECK(det->get() != plain->get());
+  CHECK((*ctx)->cache().stats().builds == 2);
+  // Same tile sizes, the deterministic family.
+  TileConfig expected = MmaSyncBackward::defaultConfig(spec);
+  expected.family = MmaSyncBackward::deterministicFamily().str();
+  CHECK((*det)->info().config == expected);
+  CHECK((*plain)->info().config == MmaSyncBackward::defaultConfig(spec));
+  // The default kernels have no turns; the deterministic ones spin on an
+  // acquire load and release with a fence, and keep the f32 atomics.
+  const std::string &ptx = (*det)->ptx();
+  CHECK(ptx.find("ld.acquire.gpu.global.b32") != std::string::npos);
+  CHECK(ptx.find("fence.acq_rel.gpu") != std::string::npos);
+  CHECK(ptx.find("red.relaxed.gpu.global.add.s32") != std::string::npos);
+  CHECK(ptx.find("atom.global.add.f32") != std::string::npos);
+  CHECK((*plain)->ptx().find("ld.acquire") == std::string::npos);
+  // A config of the deterministic family asks for the same kernels.
+  BackwardOptions byFamily;
+  byFamily.config = expected;
+  auto again = (*ctx)->compileBackward(spec, byFamily);
+  REQUIRE(static_cast<bool>(again));
+  CHECK(again->get() == det->get());
+  // An explicit mma_sync_bwd config with the flag: deterministic too.
+  BackwardOptions sized;
+  sized.config = TileConfig{"mma_sync_bwd", 32, 64, 1, 4};
+  sized.deterministic = true;
+  auto small = (*ctx)->compileBackward(spec, sized);
+  REQUIRE(static_cast<bool>(small));
+  CHECK((*small)->info().config.family == "mma_sync_bwd_det");
+  CHECK((*small)->info().config.blockM == 32);
+
+  // One i32 counter per (batch, head, query block of block_m rows) after
+  // the default workspace, in its own 256-byte part.
+  const int64_t B = 2, Sq = 1000;
+  const int64_t blockM = expected.blockM;
+  const size_t counters =
+      size_t(4) * B * spec.numHeads * ((Sq + blockM - 1) / blockM);
+  CHECK((*det)->workspaceBytes(B, Sq) ==
+        (*plain)->workspaceBytes(B, Sq) + (counters + 255) / 256 * 256);
+  BackwardWorkspaceLayout layout =
+      BackwardWorkspaceLayout::of(spec, (*det)->info().config, B, Sq);
+  CHECK(layout.turnsOffset == (*plain)->workspaceBytes(B, Sq));
+  CHECK(BackwardWorkspaceLayout::of(spec, (*plain)->info().config, B, Sq)
+            .turnsOffset == 0);
+  // The argument checks count the counters.
+  FakeArgs args(spec, B, Sq, 300, (*plain)->workspaceBytes(B, Sq));
+  llvm::Error err = (*det)->check(args.args);
+  REQUIRE(static_cast<bool>(err));
+  CHECK(llvm::toString(std::move(err)).find("workspaceBytes") !=
+        std::string::npos);
+}
+
 TEST_CASE("backward: what is not supported is an error") {
   TempDir dir;
   Warnings warnings;
-  ContextOptions options;
-  options.chip = "sm_90a";
-  options.cache = cacheOptions(dir / "cache", warnings);
-  auto ctx = Context::create(options);
+  auto ctx = sm90aContext(dir, warnings);
   REQUIRE(static_cast<bool>(ctx));
-  BackwardOptions deterministic;
-  deterministic.deterministic = true;
-  auto det = (*ctx)->compileBackward(gqaSpec(), deterministic);
-  REQUIRE(!det);
-  CHECK(codeOf(det.takeError()) == ErrorCode::Unsupported);
   AttentionSpec window = gqaSpec();
   window.windowLeft = 64;
   auto windowed = (*ctx)->compileBackward(window, BackwardOptions());
@@ -137,10 +205,7 @@ TEST_CASE("backward: what is not supported is an error") {
 TEST_CASE("backward: argument checks before any launch") {
   TempDir dir;
   Warnings warnings;
-  ContextOptions options;
-  options.chip = "sm_90a";
-  options.cache = cacheOptions(dir / "cache", warnings);
-  auto ctx = Context::create(options);
+  auto ctx = sm90aContext(dir, warnings);
   REQUIRE(static_cast<bool>(ctx));
   AttentionSpec spec = gqaSpec();
   auto backward = (*ctx)->compileBackward(spec, BackwardOptions());

@@ -703,3 +703,78 @@ TEST_CASE("the backward pass through the C API: compiled, sized, checked") {
   CHECK(flashjit_backward_release(backward) == FLASHJIT_STATUS_OK);
   CHECK(flashjit_backward_release(nullptr) == FLASHJIT_STATUS_OK);
 }
+
+TEST_CASE("the deterministic backward through the C API: options struct") {
+  Ctx c;
+  flashjit_attention_spec_t spec = smallSpec();
+  spec.causal = 1;
+  flashjit_backward_options_t options;
+  flashjit_backward_options_init(&options);
+  CHECK(options.struct_size == sizeof(flashjit_backward_options_t));
+  CHECK(options.config == nullptr);
+  CHECK(options.deterministic == 0);
+
+  flashjit_backward_t plain = nullptr, det = nullptr, byNull = nullptr;
+  REQUIRE(flashjit_backward_compile_with_options(
+              c.ctx, &spec, nullptr, &byNull) == FLASHJIT_STATUS_OK);
+  REQUIRE(flashjit_backward_compile_with_options(c.ctx, &spec, &options,
+                                                 &plain) == FLASHJIT_STATUS_OK);
+  options.deterministic = 1;
+  REQUIRE(flashjit_backward_compile_with_options(c.ctx, &spec, &options,
+                                                 &det) == FLASHJIT_STATUS_OK);
+  // The deterministic kernels add turn counters to the workspace.
+  uint64_t plainBytes = 0, detBytes = 0, nullBytes = 0;
+  REQUIRE(flashjit_backward_workspace_size(plain, 2, 40, &plainBytes) ==
+          FLASHJIT_STATUS_OK);
+  REQUIRE(flashjit_backward_workspace_size(byNull, 2, 40, &nullBytes) ==
+          FLASHJIT_STATUS_OK);
+  REQUIRE(flashjit_backward_workspace_size(det, 2, 40, &detBytes) ==
+          FLASHJIT_STATUS_OK);
+  CHECK(nullBytes == plainBytes);
+  CHECK(detBytes == plainBytes + 256);
+
+  // Bad values, sizes and unknown trailing fields are refused.
+  flashjit_backward_t none = nullptr;
+  options.deterministic = 2;
+  CHECK(flashjit_backward_compile_with_options(c.ctx, &spec, &options, &none) ==
+        FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(has(lastError(), "deterministic is 2"));
+  CHECK(has(lastError(), "flashjit_backward_compile_with_options"));
+  CHECK(none == nullptr);
+  flashjit_backward_options_init(&options);
+  options.struct_size = 4;
+  CHECK(flashjit_backward_compile_with_options(c.ctx, &spec, &options, &none) ==
+        FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(has(lastError(), "backward options struct_size is 4"));
+  struct Later {
+    flashjit_backward_options_t known;
+    int64_t unknown;
+  } later{};
+  flashjit_backward_options_init(&later.known);
+  later.known.struct_size = sizeof(Later);
+  later.unknown = 1;
+  CHECK(flashjit_backward_compile_with_options(
+            c.ctx, &spec,
+            reinterpret_cast<flashjit_backward_options_t *>(&later),
+            &none) == FLASHJIT_STATUS_UNSUPPORTED);
+  CHECK(has(lastError(), "backward options sets a field"));
+  later.unknown = 0;
+  CHECK(flashjit_backward_compile_with_options(
+            c.ctx, &spec,
+            reinterpret_cast<flashjit_backward_options_t *>(&later),
+            &none) == FLASHJIT_STATUS_OK);
+  CHECK(flashjit_backward_release(none) == FLASHJIT_STATUS_OK);
+  flashjit_backward_options_init(&options);
+  options.config = "mma_sync:m64:n64:s2:w4";
+  CHECK(flashjit_backward_compile_with_options(c.ctx, &spec, &options, &none) ==
+        FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(has(lastError(), "mma_sync_bwd_det"));
+  CHECK(
+      flashjit_backward_compile_with_options(nullptr, &spec, nullptr, &none) ==
+      FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(
+      flashjit_backward_compile_with_options(c.ctx, &spec, nullptr, nullptr) ==
+      FLASHJIT_STATUS_INVALID_ARGUMENT);
+  for (flashjit_backward_t h : {plain, det, byNull})
+    CHECK(flashjit_backward_release(h) == FLASHJIT_STATUS_OK);
+}

@@ -29,7 +29,7 @@ cxx_exported=$(grep '^_Z' <<<"$exported" | "$filt" || true)
 # The C API: every flashjit_*( in the header but the static inline
 # initialiser, nothing more.
 declared=$(grep -oE '\bflashjit_[a-z_]+\(' "$header" | tr -d '(' |
-           grep -vxE "flashjit_(attention|decode)_spec_init" | sort -u)
+           grep -vxE "flashjit_((attention|decode)_spec|backward_options)_init" | sort -u)
 if [ -z "$declared" ]; then
   echo "error: no functions found in $header" >&2
   exit 1

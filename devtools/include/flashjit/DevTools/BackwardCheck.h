@@ -19,10 +19,14 @@ struct BackwardCheckOptions {
   /// Random seed of the inputs.
   uint64_t seed = 1;
   /// KV heads whose gradients (dk, dv and the dq of their query heads) are
-  /// compared with the reference: 0 all, else the first and last (batch,
-  /// KV head) and random ones up to this count. Every output is still
-  /// scanned for NaN.
+  /// compared with the reference: 0 all, negative none, else the first and
+  /// last (batch, KV head) and random ones up to this count. Every output
+  /// is still scanned for NaN.
   int64_t checkedGroups = 0;
+  /// Backward calls after the first, each on gradients and workspace
+  /// poisoned again, whose dq, dk and dv must equal the first call's bit
+  /// for bit (the deterministic mode's promise).
+  int repeats = 0;
   std::optional<double> scale;
   /// Timed backward calls after `warmup` untimed ones (0: correctness only).
   int warmup = 0, iterations = 0;
@@ -38,6 +42,9 @@ struct BackwardCheckReport {
   /// NaN or inf anywhere in dq, dk, dv (poison left or computed).
   int64_t nonFinite = 0;
   int64_t checkedGroups = 0;
+  /// Repeated calls compared (options.repeats) and those whose gradients
+  /// differed from the first call's in any bit.
+  int repeatsCompared = 0, repeatsDiffering = 0;
   double tolerance = 0;
   bool passed = false;
   /// Median time of one backward call (preprocess, main, convert) and its

@@ -1,4 +1,5 @@
-//===- MmaSyncBackward.h - the backward pass on mma.sync (sm_80+) -*- C++ -*-===//
+//===- MmaSyncBackward.h - the backward pass on mma.sync (sm_80+) -*- C++
+//-*-===//
 // Why: training needs dQ, dK and dV. FlashAttention-2's backward recomputes
 // the score tiles from Q, K, V and the forward's log-sum-exp instead of
 // storing the N x N probabilities, so memory stays O(N). It is three
@@ -13,6 +14,12 @@
 //               dK += dS^T Q on chip (dS = P * (dP - D), dP = dO V^T) and
 //               adds dS K into the f32 dQ workspace with atomics;
 //   convert     dQ = scale * workspace, rounded to f16/bf16.
+//
+// The deterministic variant (family mma_sync_bwd_det, same tile sizes)
+// makes dQ bitwise reproducible: the blocks that add into one (batch,
+// query head, query block) of the accumulator take turns in a fixed order
+// (highest key block first), kept by an i32 counter per query block in
+// the workspace (BackwardDqTurns.cpp says how and what it assumes).
 //
 // This header is the contract between the generated kernels and the
 // runtime: their parameter lists, grids and the workspace layout.
@@ -47,30 +54,37 @@ struct BackwardKernelNames {
 
 /// The f32 workspace of one backward call, in this order (each part 256-
 /// byte aligned): D [batch, heads, seqlen_q] and the dQ accumulator
-/// [batch, heads, seqlen_q, head_dim], both contiguous. The preprocess
-/// kernel writes D and zeroes the accumulator.
+/// [batch, heads, seqlen_q, head_dim], both contiguous; for a
+/// deterministic config also the turn counters, i32 [batch, heads,
+/// ceil(seqlen_q / block_m)] (turnsOffset 0 otherwise). The preprocess
+/// kernel writes D and zeroes the accumulator and the counters.
 struct BackwardWorkspaceLayout {
-  uint64_t dOffset = 0, dqAccumOffset = 0, totalBytes = 0;
-  static BackwardWorkspaceLayout of(const AttentionSpec &spec, int64_t batch,
+  uint64_t dOffset = 0, dqAccumOffset = 0, turnsOffset = 0, totalBytes = 0;
+  static BackwardWorkspaceLayout of(const AttentionSpec &spec,
+                                    const TileConfig &config, int64_t batch,
                                     int64_t seqlenQ);
 };
 
 /// Parameters of the preprocess kernel: O and dO [batch, heads, seqlen_q,
 /// head_dim] with (batch, head, row) strides in elements, D and the dQ
-/// accumulator (workspace), which it zeroes.
+/// accumulator (workspace), which it zeroes; the deterministic kernel
+/// takes the turn counters last and zeroes them too. (The driver reads as
+/// many parameters as the kernel declares, so one list serves both.)
 struct BackwardPreprocessArgs {
   const void *o = nullptr, *dO = nullptr;
   float *d = nullptr, *dqAccum = nullptr;
   std::array<int64_t, 3> oStrides{}, dOStrides{};
   int32_t seqlenQ = 0;
-  static constexpr unsigned kNumParams = 4 + 6 + 1;
+  int32_t *turns = nullptr;
+  static constexpr unsigned kNumParams = 4 + 6 + 1 + 1;
   std::array<void *, kNumParams> paramPointers();
 };
 
 /// Parameters of the main kernel. Q, dO [batch, heads, seqlen_q, d]; K,
 /// V, dK, dV [batch, kv_heads, seqlen_k, d]; LSE f32 [batch, heads,
 /// seqlen_q] (the forward's, natural log); D and dQ accumulator from the
-/// workspace. Strides in elements, (batch, head, row).
+/// workspace. Strides in elements, (batch, head, row). The deterministic
+/// kernel takes the turn counters last.
 struct BackwardMainArgs {
   const void *q = nullptr, *k = nullptr, *v = nullptr, *dO = nullptr;
   void *dk = nullptr, *dv = nullptr;
@@ -81,7 +95,8 @@ struct BackwardMainArgs {
   int32_t seqlenQ = 0, seqlenK = 0;
   /// softmax scale * log2(e), and the softmax scale.
   float scaleLog2 = 0, scale = 0;
-  static constexpr unsigned kNumParams = 9 + 21 + 4;
+  int32_t *turns = nullptr;
+  static constexpr unsigned kNumParams = 9 + 21 + 4 + 1;
   std::array<void *, kNumParams> paramPointers();
 };
 
@@ -101,7 +116,10 @@ struct BackwardConvertArgs {
 constexpr unsigned kBackwardAuxThreads = 128;
 
 /// The backward kernels' grids. Main: (ceil(seqlen_k / block_n), kv_heads,
-/// batch), warps * 32 threads, the config's shared memory. Preprocess and
+/// batch), warps * 32 threads, the config's shared memory (the
+/// deterministic kernel takes key block ceil(seqlen_k / block_n) - 1 - x,
+/// so the first in each (batch, KV head) to add is launched first).
+/// Preprocess and
 /// convert: kBackwardAuxThreads threads, no dynamic shared memory.
 struct BackwardGeometry {
   LaunchGeometry preprocess, main, convert;
@@ -113,10 +131,22 @@ struct BackwardGeometry {
 /// The sm_80+ backward template. A config names family "mma_sync_bwd":
 /// block_n key rows per block (16 per warp, so warps = block_n / 16),
 /// block_m query rows per inner step (16 to block_n), stages 1 or 2 (2:
-/// the next step's Q, dO, LSE and D load during this one).
+/// the next step's Q, dO, LSE and D load during this one). Family
+/// "mma_sync_bwd_det" takes the same tile sizes and builds the
+/// deterministic variant.
 class MmaSyncBackward {
 public:
   static llvm::StringRef family() { return "mma_sync_bwd"; }
+  static llvm::StringRef deterministicFamily() { return "mma_sync_bwd_det"; }
+  /// Whether `config` names the deterministic variant.
+  static bool isDeterministic(const TileConfig &config) {
+    return config.family == deterministicFamily();
+  }
+  /// `config`'s tile sizes in the family of the variant asked for.
+  static TileConfig withVariant(TileConfig config, bool deterministic) {
+    config.family = (deterministic ? deterministicFamily() : family()).str();
+    return config;
+  }
   static constexpr int minComputeCapability() { return 80; }
   /// Key rows each warp owns (one m16 tile).
   static constexpr int64_t kKeyRowsPerWarp = 16;
@@ -131,7 +161,8 @@ public:
   /// Threads and shared memory of the main kernel's block.
   static TemplateResources resources(const AttentionSpec &spec,
                                      const TileConfig &config);
-  /// The configs it builds for the spec, the default first.
+  /// The configs it builds for the spec, the default first (family
+  /// mma_sync_bwd; withVariant gives the deterministic ones).
   static std::vector<TileConfig> candidates(const AttentionSpec &spec);
   static TileConfig defaultConfig(const AttentionSpec &spec);
   /// The KernelInfo of the main kernel (its name, config, threads, shared

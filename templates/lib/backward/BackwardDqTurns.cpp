@@ -1,0 +1,119 @@
+//===- BackwardDqTurns.cpp - dQ added in a fixed order (deterministic) ----===//
+// Why: f32 addition is not associative, so atomics that add the key
+// blocks' dQ contributions in whatever order the blocks arrive give
+// results that differ in the last bits from run to run. The deterministic
+// variant (family mma_sync_bwd_det) keeps the atomics but makes the blocks
+// that add into one (batch, query head, query block) take turns, so every
+// element of the accumulator sees the same additions in the same order.
+//
+// Who adds into query block qb: key block kb visits the query blocks from
+// firstBlock(kb) on, and firstBlock never decreases with kb (causal: the
+// first row that sees key n0 = kb * block_n is n0 - diagonal), so the key
+// blocks that add into qb are a prefix 0 .. c(qb) - 1 of the key blocks:
+// every key block when not causal; causal,
+//   kb adds into qb  iff  kb * block_n < (qb + 1) * block_m + diagonal,
+//   c(qb) = min(ceil(max((qb + 1) * block_m + diagonal, 0) / block_n),
+//               key blocks).
+// A contributing block adds even when its rows see none of the block's
+// keys (it adds zeros), so each of the c(qb) blocks passes its turn.
+//
+// The order: highest key block first, turn c(qb) - 1 - kb. Under the
+// causal mask, key block kb starts at its diagonal, where it is the first
+// to add, and reaches each later query block after the higher key blocks
+// (which start further on) have passed it: little waiting. The other
+// order would make every diagonal block wait for key block 0 to walk down
+// to it.
+//
+// The turn: a per-(batch, query head, query block) i32 counter in the
+// workspace, zeroed by the preprocess kernel. Thread 0 spins on an
+// ld.acquire.gpu of the counter until it equals the block's turn, a
+// barrier publishes that to the block, the block's atomics add its dQ
+// tile, a second barrier, and thread 0 releases the turn (fence.acq_rel.gpu
+// then red.relaxed.gpu add 1), the pattern of a global semaphore.
+//
+// Assumption (no forward-progress guarantee across blocks otherwise): the
+// GPU starts the blocks of a grid in the order of their linear index, as
+// NVIDIA GPUs do, so a block that waits only waits for blocks started
+// before it, which hold their SMs until they finish. The grid therefore
+// maps blockIdx.x to key block (key blocks - 1 - blockIdx.x): within one
+// (batch, KV head), the block whose turn is first starts first.
+#include "BackwardBuilder.h"
+
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+using namespace mlir;
+
+namespace flashjit::backward {
+
+using Pred = arith::CmpIPredicate;
+
+namespace {
+Value inlinePtx(OpBuilder &b, Location loc, Type result, ValueRange operands,
+                StringRef text, StringRef constraints) {
+  auto op = LLVM::InlineAsmOp::create(
+      b, loc, result, operands, text, constraints,
+      /*has_side_effects=*/true, /*is_align_stack=*/false,
+      LLVM::tailcallkind::TailCallKind::None,
+      LLVM::AsmDialectAttr::get(b.getContext(), LLVM::AsmDialect::AD_ATT),
+      /*operand_attrs=*/ArrayAttr());
+  return result ? op.getResult(0) : Value();
+}
+} // namespace
+
+Value MainKernelBuilder::dqTurnKeyBlock(Value keyBlocks) {
+  Value x = toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::x));
+  return sub(sub(keyBlocks, c64(1)), x);
+}
+
+MainKernelBuilder::DqTurn
+MainKernelBuilder::dqTurn(const Params &p, Value batch, Value head,
+                          Value queryBlock, Value queryBlocks, Value keyBlock,
+                          Value keyBlocks, Value diagonal) {
+  Value contributors = keyBlocks;
+  if (spec.causal) {
+    Value end = maxS(
+        add(mul(add(queryBlock, c64(1)), c64(cfg.blockM)), diagonal), c64(0));
+    contributors =
+        minS(divU(add(end, c64(cfg.blockN - 1)), cfg.blockN), keyBlocks);
+  }
+  DqTurn turn;
+  turn.ordinal = toI32(sub(sub(contributors, c64(1)), keyBlock));
+  Value index = add(mul(add(mul(batch, c64(spec.numHeads)), head), queryBlocks),
+                    queryBlock);
+  turn.counter = globalAddress(p.turns, i32, index);
+  return turn;
+}
+
+void MainKernelBuilder::waitForDqTurn(const DqTurn &turn) {
+  {
+    OpBuilder::InsertionGuard g(b);
+    auto first = scf::IfOp::create(b, loc, cmp(Pred::eq, tid, c64(0)),
+                                   /*withElse=*/false);
+    b.setInsertionPoint(first.thenBlock()->getTerminator());
+    scf::WhileOp::create(
+        b, loc, TypeRange{}, ValueRange{},
+        [&](OpBuilder &, Location, ValueRange) {
+          Value now = inlinePtx(b, loc, i32, turn.counter,
+                                "ld.acquire.gpu.global.b32 $0, [$1];", "=r,l");
+          scf::ConditionOp::create(b, loc, cmp(Pred::ne, now, turn.ordinal),
+                                   ValueRange{});
+        },
+        [&](OpBuilder &, Location, ValueRange) {
+          scf::YieldOp::create(b, loc);
+        });
+  }
+  gpu::BarrierOp::create(b, loc);
+}
+
+void MainKernelBuilder::passDqTurn(const DqTurn &turn) {
+  gpu::BarrierOp::create(b, loc);
+  OpBuilder::InsertionGuard g(b);
+  auto first = scf::IfOp::create(b, loc, cmp(Pred::eq, tid, c64(0)),
+                                 /*withElse=*/false);
+  b.setInsertionPoint(first.thenBlock()->getTerminator());
+  inlinePtx(b, loc, Type(), turn.counter,
+            "fence.acq_rel.gpu;\n\tred.relaxed.gpu.global.add.s32 [$0], 1;",
+            "l");
+}
+
+} // namespace flashjit::backward
