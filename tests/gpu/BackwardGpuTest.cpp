@@ -204,6 +204,12 @@ TEST_CASE("backward deterministic: 16k causal GQA 32/8, head dim 128, three "
   REQUIRE(bool(backward));
   auto report = runAndCheckBackward(**forward, **backward, o);
   REQUIRE_MESSAGE(bool(report), llvm::toString(report.takeError()));
-  MESSAGE("default kernels, 16k causal GQA: " << report->summary());
+  // Not report->summary(): its verdict counts differing repeats as a
+  // failure, which the default kernels are allowed.
+  MESSAGE("default kernels, 16k causal GQA: bitwise equal in "
+          << report->repeatsCompared - report->repeatsDiffering << " of "
+          << report->repeatsCompared
+          << " repeated runs (not required), non-finite "
+          << report->nonFinite);
   CHECK(report->nonFinite == 0);
 }
