@@ -44,12 +44,13 @@ struct IndexSum {
   /// this + sign * other; false when a coefficient or the constant leaves
   /// the range where the float form rounds as the conversion does.
   bool accumulate(const IndexSum &other, int64_t sign) {
-    for (auto [base, coeff] : other.terms) {
-      auto it = llvm::find_if(terms, [&](auto &t) { return t.first == base; });
+    for (const auto &term : other.terms) {
+      auto it = llvm::find_if(
+          terms, [&](const auto &t) { return t.first == term.first; });
       if (it == terms.end())
-        terms.push_back({base, sign * coeff});
+        terms.push_back({term.first, sign * term.second});
       else
-        it->second += sign * coeff;
+        it->second += sign * term.second;
     }
     constant += sign * other.constant;
     return inRange();
