@@ -51,6 +51,19 @@ std::string CapturedTensor::typeText() const {
   return text + captureDTypeName(dtype) + ">";
 }
 
+bool CapturedTensor::hasNarrowOffsets() const {
+  constexpr int64_t kNarrow = int64_t(1) << 31;
+  int64_t elements = 1;
+  for (int64_t d : shape) {
+    if (d < 0 || d >= kNarrow)
+      return false;
+    elements *= d; // below 2^62: both factors are below 2^31
+    if (elements >= kNarrow)
+      return false;
+  }
+  return true;
+}
+
 int64_t AttentionSpec::rightExtent() const {
   if (!causal)
     return windowRight;

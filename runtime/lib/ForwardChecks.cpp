@@ -238,24 +238,19 @@ llvm::Error checkCaptures(const AttentionSpec &spec,
     }
     if (!capturedSpanFits(c))
       return fail(name + " spans more than 2^62 bytes: its strides are wrong");
-    // The kernels index a statically shaped capture of fewer than 2^31
-    // elements with 32-bit offsets (ScoreMods.cpp).
-    constexpr int64_t kNarrow = int64_t(1) << 31;
-    bool narrow = true;
-    int64_t elements = 1, span = 1;
-    for (int d = 0; d < c.rank; ++d) {
-      narrow = narrow && want.shape[d] >= 0 && c.shape[d] < kNarrow;
-      elements = narrow ? elements * c.shape[d] : kNarrow;
-      narrow = narrow && elements < kNarrow;
-      span += (c.shape[d] - 1) * c.strides[d]; // fits: capturedSpanFits
+    // The kernels index such a capture with 32-bit offsets (ScoreMods.cpp).
+    if (want.hasNarrowOffsets()) {
+      int64_t span = 1; // fits: capturedSpanFits
+      for (int d = 0; d < c.rank; ++d)
+        span += (c.shape[d] - 1) * c.strides[d];
+      if (span >= (int64_t(1) << 31))
+        return fail(llvm::formatv("{0} spans {1} elements: a capture "
+                                  "declared with a static shape of fewer "
+                                  "than 2^31 elements must span fewer than "
+                                  "2^31 (the kernels use 32-bit offsets); "
+                                  "pass a contiguous tensor",
+                                  name, span));
     }
-    if (narrow && span >= kNarrow)
-      return fail(llvm::formatv("{0} spans {1} elements: a capture declared "
-                                "with a static shape of fewer than 2^31 "
-                                "elements must span fewer than 2^31 (the "
-                                "kernels use 32-bit offsets); pass a "
-                                "contiguous tensor",
-                                name, span));
   }
   return llvm::Error::success();
 }

@@ -133,27 +133,24 @@ Value ScoreMods::score(Value s, Value batch, Value head, ModIndex row,
   SmallVector<ModIndex> fixed{natural.getResult(), batch, head, row, column};
   if (Value bias = additiveBias(*mods.scoreMod)) {
     // s + bias * fromNatural: one fma per score in the family's units,
-    // not a scaling to the natural score and back around the add.
-    if (auto product = bias.getDefiningOp<arith::MulFOp>()) {
-      // bias = x * f(indices) (ALiBi: slope * (kv - q)): fma(f, x *
-      // fromNatural, s), with x * fromNatural once per tile and f a
-      // per-tile value plus an immediate (floatOf).
-      Value x = product.getLhs(), f = product.getRhs();
-      if (x.getDefiningOp<arith::SIToFPOp>())
-        std::swap(x, f);
-      SmallVector<Value> inlined =
-          inlineRegion(*mods.scoreMod, fixed, {x, f});
-      auto scaled = arith::MulFOp::create(b, ir.loc, inlined[0], fromNatural);
-      auto term = arith::MulFOp::create(b, ir.loc, inlined[1], scaled);
-      allowContraction(term);
-      auto sum = arith::AddFOp::create(b, ir.loc, term, s);
-      allowContraction(sum);
-      return sum;
-    }
-    Value inlined = inlineRegion(*mods.scoreMod, fixed, {bias}).front();
-    auto scaled = arith::MulFOp::create(b, ir.loc, inlined, fromNatural);
-    allowContraction(scaled);
-    auto sum = arith::AddFOp::create(b, ir.loc, scaled, s);
+    // not a scaling to the natural score and back around the add. For
+    // bias = x * f(indices) (ALiBi: slope * (kv - q)) fromNatural goes
+    // onto x, once per tile, and the score pays fma(f, x', s) with f a
+    // per-tile value plus an immediate (floatOf).
+    auto product = bias.getDefiningOp<arith::MulFOp>();
+    Value x = product ? product.getLhs() : bias;
+    Value f = product ? product.getRhs() : Value();
+    if (f && x.getDefiningOp<arith::SIToFPOp>())
+      std::swap(x, f);
+    SmallVector<Value> want{x};
+    if (f)
+      want.push_back(f);
+    SmallVector<Value> inlined = inlineRegion(*mods.scoreMod, fixed, want);
+    auto term = arith::MulFOp::create(b, ir.loc, inlined[0], fromNatural);
+    if (f)
+      term = arith::MulFOp::create(b, ir.loc, inlined[1], term);
+    allowContraction(term);
+    auto sum = arith::AddFOp::create(b, ir.loc, term, s);
     allowContraction(sum);
     return sum;
   }
@@ -251,8 +248,10 @@ SmallVector<Value> ScoreMods::inlineRegion(Region &region,
       }
     } else if (isa<arith::AddIOp, arith::SubIOp>(op)) {
       const IndexSum *x = sumOf(op.getOperand(0)), *y = sumOf(op.getOperand(1));
-      ok = x && y && (result = *x, true) &&
-           result.accumulate(*y, isa<arith::AddIOp>(op) ? 1 : -1);
+      if (x && y) {
+        result = *x;
+        ok = result.accumulate(*y, isa<arith::AddIOp>(op) ? 1 : -1);
+      }
     } else if (isa<arith::MulIOp>(op)) {
       const IndexSum *x = sumOf(op.getOperand(0)), *y = sumOf(op.getOperand(1));
       if (x && y && (x->terms.empty() || y->terms.empty())) {
@@ -344,16 +343,13 @@ SmallVector<Value> ScoreMods::inlineRegion(Region &region,
     if (auto extract = dyn_cast<tensor::ExtractOp>(op)) {
       // A captured tensor: its argument's position past the fixed ones.
       auto arg = cast<BlockArgument>(extract.getTensor());
-      const ForwardParams::Capture &c =
-          p.captures[arg.getArgNumber() - fixed.size()];
-      // A statically shaped capture of fewer than 2^31 elements spans
-      // fewer than 2^31 (the launch checks it, docs/rules.md R13): its
-      // offsets are 32-bit, one multiply-add per index, where 64-bit
-      // offsets take about four instructions each (a document mask
-      // reads one per key column of a partial tile).
-      auto captured = cast<RankedTensorType>(extract.getTensor().getType());
-      const bool narrow = captured.hasStaticShape() &&
-                          captured.getNumElements() < (int64_t(1) << 31);
+      const size_t capture = arg.getArgNumber() - fixed.size();
+      const ForwardParams::Capture &c = p.captures[capture];
+      // 32-bit offsets where the launch guarantees they fit (docs/rules.md
+      // R13): one multiply-add per index, where 64-bit offsets take about
+      // four instructions each (a document mask reads one per key column
+      // of a partial tile).
+      const bool narrow = ir.spec.captures[capture].hasNarrowOffsets();
       Type offsetType = narrow ? ir.i32 : ir.i64;
       Value offset = narrow ? ir.c32(0) : ir.c64(0);
       for (auto [index, stride] : llvm::zip(extract.getIndices(), c.strides))

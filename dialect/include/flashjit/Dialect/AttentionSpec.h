@@ -50,6 +50,10 @@ struct CapturedTensor {
   std::vector<int64_t> shape;
   /// "tensor<?x16xf32>": the type the mods' functions take it as.
   std::string typeText() const;
+  /// Statically shaped with fewer than 2^31 elements: the kernels index it
+  /// with 32-bit offsets, and a launch must pass it spanning fewer than
+  /// 2^31 elements (docs/rules.md R13).
+  bool hasNarrowOffsets() const;
 };
 
 struct AttentionSpec {
