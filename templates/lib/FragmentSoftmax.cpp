@@ -6,6 +6,7 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
 #include <limits>
+#include <optional>
 
 using namespace mlir;
 using Pred = arith::CmpIPredicate;
@@ -19,6 +20,92 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr size_t kPartialSums = 4;
 } // namespace
 
+namespace {
+/// The indices a mod sees for the thread's scores of the tile at n0: rows
+/// and columns past the sequences (masked) are clamped to the last ones,
+/// so that captured tensors are read in bounds. 32-bit, as the mods'
+/// indices (ScoreMods.cpp).
+struct ModIndices {
+  ModIndices(KernelIR &ir, const ScoreRules &rules, Value n0, Value quadCol,
+             function_ref<Value(int64_t, int64_t)> rowOf)
+      : ir(ir), rowOf(rowOf) {
+    lastRow = ir.toI32(ir.sub(rules.seqlenQ, ir.c64(1)));
+    lastColumn = ir.toI32(ir.sub(rules.seqlenK, ir.c64(1)));
+    base = ir.toI32(ir.add(n0, quadCol));
+  }
+  /// Row half h of m tile mt (row slot mt * 2 + h).
+  ModIndex row(int64_t mt, int64_t h) const {
+    Value row = ir.toI32(rowOf(mt, h));
+    return ModIndex(ir.minS(row, lastRow), row, 0);
+  }
+  /// Element r of n8 tile nt (column slot nt * 2 + r % 2).
+  ModIndex column(int64_t nt, int64_t r) const {
+    int64_t offset = nt * 8 + r % 2;
+    return ModIndex(ir.minS(ir.add(base, ir.c32(offset)), lastColumn), base,
+                    offset);
+  }
+  KernelIR &ir;
+  function_ref<Value(int64_t, int64_t)> rowOf;
+  Value lastRow, lastColumn, base;
+};
+} // namespace
+
+ModReads FragmentSoftmax::readMaskAhead(
+    Value n0, Value quadCol, const ScoreRules &rules,
+    function_ref<Value(int64_t, int64_t)> rowOf) {
+  ModReads reads;
+  if (!rules.mods || !rules.mods->hasMaskMod())
+    return reads;
+  OpBuilder &b = ir.b;
+  Location loc = ir.loc;
+  auto readAll = [&] {
+    ModIndices at(ir, rules, n0, quadCol, rowOf);
+    SmallVector<ModIndex> rows, columns;
+    for (int64_t mt = 0; mt < mTiles; ++mt)
+      for (int64_t h = 0; h < 2; ++h)
+        rows.push_back(at.row(mt, h));
+    for (int64_t nt = 0; nt < nTiles; ++nt)
+      for (int64_t e = 0; e < 2; ++e)
+        columns.push_back(at.column(nt, e));
+    return rules.mods->readMaskAhead(rules.batch, rules.head, rows, columns);
+  };
+  if (!rules.maskModOn)
+    return readAll();
+  // A block mask's full tiles skip the mask_mod: they read nothing (zeros
+  // stand in for the values, never used).
+  // Built without results first (the reads' types are known once they are
+  // issued), then moved into an if that yields them.
+  auto op = scf::IfOp::create(b, loc, TypeRange{}, rules.maskModOn,
+                              /*withElseRegion=*/true);
+  {
+    OpBuilder::InsertionGuard g(b);
+    Operation *thenEnd = op.thenBlock()->getTerminator();
+    b.setInsertionPoint(thenEnd);
+    reads = readAll();
+    scf::YieldOp::create(b, loc, reads.values);
+    thenEnd->erase();
+    Operation *elseEnd = op.elseBlock()->getTerminator();
+    b.setInsertionPoint(elseEnd);
+    SmallVector<Value> zeros = llvm::map_to_vector(reads.values, [&](Value v) {
+      return arith::ConstantOp::create(b, loc, b.getZeroAttr(v.getType()))
+          .getResult();
+    });
+    scf::YieldOp::create(b, loc, zeros);
+    elseEnd->erase();
+  }
+  // The if was built before its types were known: rebuild it with them.
+  SmallVector<Type> types = llvm::map_to_vector(
+      reads.values, [](Value v) { return v.getType(); });
+  auto typed = scf::IfOp::create(b, loc, types, rules.maskModOn,
+                                 /*withElseRegion=*/true);
+  typed.getThenRegion().takeBody(op.getThenRegion());
+  typed.getElseRegion().takeBody(op.getElseRegion());
+  op.erase();
+  for (auto [value, result] : llvm::zip(reads.values, typed.getResults()))
+    value = result;
+  return reads;
+}
+
 void FragmentSoftmax::mask(MutableArrayRef<Value> s, Value n0, int64_t blockN,
                            Value firstRow, Value lastRow, Value quadCol,
                            const ScoreRules &rules,
@@ -28,22 +115,12 @@ void FragmentSoftmax::mask(MutableArrayRef<Value> s, Value n0, int64_t blockN,
   const AttentionSpec &spec = ir.spec;
   Value base = ir.add(n0, quadCol);
   ScoreMods *mods = rules.mods;
-  // The mods read captured tensors at (row, column): rows and columns past
-  // the sequences (masked below) are clamped to the last ones. 32-bit, as
-  // the mods' indices (ScoreMods.cpp).
-  Value lastRow32 =
-      mods ? ir.toI32(ir.sub(rules.seqlenQ, ir.c64(1))) : Value();
-  Value lastColumn32 =
-      mods ? ir.toI32(ir.sub(rules.seqlenK, ir.c64(1))) : Value();
-  Value base32 = mods ? ir.toI32(base) : Value();
-  auto modRow = [&](int64_t mt, int64_t h) {
-    Value row = ir.toI32(rowOf(mt, h));
-    return ModIndex(ir.minS(row, lastRow32), row, 0);
-  };
+  std::optional<ModIndices> indices;
+  if (mods)
+    indices.emplace(ir, rules, n0, quadCol, rowOf);
+  auto modRow = [&](int64_t mt, int64_t h) { return indices->row(mt, h); };
   auto modColumn = [&](int64_t nt, int64_t r) {
-    int64_t offset = nt * 8 + r % 2;
-    return ModIndex(ir.minS(ir.add(base32, ir.c32(offset)), lastColumn32),
-                    base32, offset);
+    return indices->column(nt, r);
   };
   if (mods && mods->hasScoreMod())
     for (int64_t mt = 0; mt < mTiles; ++mt)
@@ -111,7 +188,8 @@ void FragmentSoftmax::mask(MutableArrayRef<Value> s, Value n0, int64_t blockN,
             valid = arith::AndIOp::create(
                 b, loc, valid,
                 mods->keep(rules.batch, rules.head, modRow(mt, r / 2),
-                           modColumn(nt, r)));
+                           modColumn(nt, r), {}, rules.reads,
+                           mt * 2 + r / 2, nt * 2 + r % 2));
           out.push_back(arith::SelectOp::create(
               b, loc, valid, s[scoreAt(mt, nt) + r], ir.cF32(kNegInf)));
         }

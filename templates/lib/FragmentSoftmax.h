@@ -60,6 +60,16 @@ public:
             mlir::Value quadCol, const ScoreRules &rules,
             llvm::function_ref<mlir::Value(int64_t, int64_t)> rowOf);
 
+  /// Issues the mask_mod's captured-tensor reads of the tile at n0 for
+  /// the thread's rows and columns (ScoreMods::readMaskAhead), on a block
+  /// mask's tiles only where the mask_mod applies. A caller that does this
+  /// before it waits for the scores passes the result as rules.reads to
+  /// mask().
+  ModReads readMaskAhead(mlir::Value n0, mlir::Value quadCol,
+                         const ScoreRules &rules,
+                         llvm::function_ref<mlir::Value(int64_t, int64_t)>
+                             rowOf);
+
   struct Update {
     /// New max and running sum per row half, the factor alpha = 2^(old max
     /// - new max) (scaled) that the old sum and O take, and P in f32, in

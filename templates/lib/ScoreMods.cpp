@@ -161,24 +161,86 @@ Value ScoreMods::score(Value s, Value batch, Value head, ModIndex row,
 }
 
 Value ScoreMods::keep(Value batch, Value head, ModIndex row,
-                      ModIndex column, Value appliesHere) {
+                      ModIndex column, Value appliesHere,
+                      const ModReads *reads, int64_t rowSlot,
+                      int64_t columnSlot) {
   OpBuilder &b = ir.b;
   auto yes = [&] {
     return arith::ConstantOp::create(b, ir.loc, b.getBoolAttr(true));
   };
   if (!hasMaskMod())
     return yes();
-  Value kept =
-      inlineRegion(*mods.maskMod, {batch, head, row, column}).front();
+  Value kept = inlineRegion(*mods.maskMod, {batch, head, row, column}, {},
+                            reads, rowSlot, columnSlot)
+                   .front();
   if (!appliesHere)
     return kept;
   return arith::OrIOp::create(
       b, ir.loc, kept, arith::XOrIOp::create(b, ir.loc, appliesHere, yes()));
 }
 
+Value ModReads::lookup(Operation *read, int64_t rowSlot,
+                      int64_t columnSlot) const {
+  for (auto [key, value] : llvm::zip(keys, values))
+    if (key.read == read && (key.rowSlot < 0 || key.rowSlot == rowSlot) &&
+        (key.columnSlot < 0 || key.columnSlot == columnSlot))
+      return value;
+  return {};
+}
+
+ScoreMods::ReadDependence ScoreMods::dependenceOf(Operation *read) const {
+  // The mask_mod's arguments: batch, head, query index, key index, then
+  // the captures. A read depends on the indices its operands reach.
+  ReadDependence d;
+  SmallVector<Value> work(read->getOperands());
+  llvm::DenseSet<Value> seen;
+  while (!work.empty()) {
+    Value v = work.pop_back_val();
+    if (!seen.insert(v).second)
+      continue;
+    if (auto arg = dyn_cast<BlockArgument>(v)) {
+      d.row |= arg.getArgNumber() == 2;
+      d.column |= arg.getArgNumber() == 3;
+    } else if (Operation *def = v.getDefiningOp()) {
+      llvm::append_range(work, def->getOperands());
+    }
+  }
+  return d;
+}
+
+ModReads ScoreMods::readMaskAhead(Value batch, Value head,
+                                  ArrayRef<ModIndex> rows,
+                                  ArrayRef<ModIndex> columns) {
+  ModReads reads;
+  if (!hasMaskMod())
+    return reads;
+  // Each read is cloned with the region's other ops, which are dead here
+  // and go (the loads are invariant, free of side effects).
+  for (Operation &op : mods.maskMod->front()) {
+    if (!isa<tensor::ExtractOp>(op))
+      continue;
+    ReadDependence d = dependenceOf(&op);
+    const int64_t rowSlots = d.row ? rows.size() : 1;
+    const int64_t columnSlots = d.column ? columns.size() : 1;
+    for (int64_t r = 0; r < rowSlots; ++r)
+      for (int64_t c = 0; c < columnSlots; ++c) {
+        reads.keys.push_back(
+            {&op, d.row ? r : int64_t(-1), d.column ? c : int64_t(-1)});
+        reads.values.push_back(
+            inlineRegion(*mods.maskMod, {batch, head, rows[r], columns[c]},
+                         {op.getResult(0)})
+                .front());
+      }
+  }
+  return reads;
+}
+
 SmallVector<Value> ScoreMods::inlineRegion(Region &region,
                                           ArrayRef<ModIndex> fixed,
-                                          ArrayRef<Value> want) {
+                                          ArrayRef<Value> want,
+                                          const ModReads *reads,
+                                          int64_t rowSlot,
+                                          int64_t columnSlot) {
   OpBuilder &b = ir.b;
   Location loc = ir.loc;
   Block &block = region.front();
@@ -341,6 +403,11 @@ SmallVector<Value> ScoreMods::inlineRegion(Region &region,
       }
     }
     if (auto extract = dyn_cast<tensor::ExtractOp>(op)) {
+      if (Value early =
+              reads ? reads->lookup(&op, rowSlot, columnSlot) : Value()) {
+        map.map(extract.getResult(), early);
+        continue;
+      }
       // A captured tensor: its argument's position past the fixed ones.
       auto arg = cast<BlockArgument>(extract.getTensor());
       const size_t capture = arg.getArgNumber() - fixed.size();

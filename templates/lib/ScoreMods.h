@@ -36,16 +36,37 @@ struct ModIndex {
   int64_t offset = 0;
 };
 
+/// The mask_mod's reads of captured tensors for one tile, issued before the
+/// tile's scores land (ScoreMods::readMaskAhead), so that their latency
+/// hides behind the S product instead of following it (a document mask
+/// reads one id per key column of a partial tile). A read's value is kept
+/// per row slot and column slot of the thread's scores it depends on (-1:
+/// it does not depend on that index).
+struct ModReads {
+  struct Key {
+    mlir::Operation *read;
+    int64_t rowSlot, columnSlot;
+  };
+  llvm::SmallVector<Key> keys;
+  llvm::SmallVector<mlir::Value> values;
+  /// The value read ahead for `read` at the slots (those it does not
+  /// depend on are ignored), or null.
+  mlir::Value lookup(mlir::Operation *read, int64_t rowSlot,
+                     int64_t columnSlot) const;
+};
+
 /// What masks and modifies one tile's scores beyond their values: the
 /// sequences (i64), the diagonal offset of the causal mask and the window
 /// (KernelIR::diagonalOffset), the mods (null: none), the tile's batch
 /// and head (i64), and whether the mask_mod applies on this tile (i1, a
-/// block-sparse mask's partial block; null: on every tile).
+/// block-sparse mask's partial block; null: on every tile), and the
+/// mask_mod's reads where they were issued ahead (null: read in place).
 struct ScoreRules {
   mlir::Value seqlenQ, seqlenK, diagonal;
   ScoreMods *mods = nullptr;
   mlir::Value batch, head;
   mlir::Value maskModOn = {};
+  const ModReads *reads = nullptr;
 };
 
 class ScoreMods {
@@ -73,17 +94,38 @@ public:
   mlir::Value score(mlir::Value s, mlir::Value batch, mlir::Value head,
                     ModIndex row, ModIndex column);
   /// The mask_mod: i1, true where the score is kept. With `appliesHere`
-  /// (i1, ScoreRules::maskModOn), true too where it is false.
+  /// (i1, ScoreRules::maskModOn), true too where it is false. With
+  /// `reads`, the captured tensors are not read here: their values come
+  /// from readMaskAhead at the score's row and column slots.
   mlir::Value keep(mlir::Value batch, mlir::Value head, ModIndex row,
-                   ModIndex column, mlir::Value appliesHere = {});
+                   ModIndex column, mlir::Value appliesHere = {},
+                   const ModReads *reads = nullptr, int64_t rowSlot = -1,
+                   int64_t columnSlot = -1);
+  /// Issues every captured-tensor read of the mask_mod for the thread's
+  /// rows (one ModIndex per row slot) and columns (per column slot): each
+  /// read once per slot combination it depends on. The values of reads
+  /// that depend on neither are kept at slots -1.
+  ModReads readMaskAhead(mlir::Value batch, mlir::Value head,
+                         llvm::ArrayRef<ModIndex> rows,
+                         llvm::ArrayRef<ModIndex> columns);
 
 private:
   /// Clones `region`'s ops with its leading block arguments bound to
   /// `fixed` (index arguments given as i32 or i64) and returns the clones
   /// of `want` (values of the region; none: the yielded one).
+  /// `reads`: values of the region's captured-tensor reads issued ahead,
+  /// at `rowSlot` and `columnSlot`.
   llvm::SmallVector<mlir::Value>
   inlineRegion(mlir::Region &region, llvm::ArrayRef<ModIndex> fixed,
-               llvm::ArrayRef<mlir::Value> want = {});
+               llvm::ArrayRef<mlir::Value> want = {},
+               const ModReads *reads = nullptr, int64_t rowSlot = -1,
+               int64_t columnSlot = -1);
+  /// Which of the query and key indices a captured-tensor read of the
+  /// mask_mod depends on.
+  struct ReadDependence {
+    bool row = false, column = false;
+  };
+  ReadDependence dependenceOf(mlir::Operation *read) const;
 
   KernelIR &ir;
   ModRegions mods;

@@ -358,16 +358,26 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
     // online softmax. Its key tile is looked up where the loop body
     // starts (`Visit`), so that a block-sparse list's load is under way
     // while the products run.
+    // The mask_mod's reads of captured tensors are issued once the
+    // products are (`readAhead`), before the scores are waited for.
     struct Visit {
       Value tile, maskMod;
+      ModReads reads;
     };
     auto visit = [&](Value j) {
-      return Visit{kvTile(range, j), maskModApplies(range, j)};
+      return Visit{kvTile(range, j), maskModApplies(range, j), {}};
+    };
+    auto rulesOf = [&](const Visit &v) {
+      return ScoreRules{p.seqlenQ, p.seqlenK, diagonal,
+                        spec.hasMods() ? &scoreMods : nullptr, at.batch,
+                        at.head, v.maskMod, &v.reads};
+    };
+    auto readAhead = [&](Visit &v) {
+      v.reads = softmax.readMaskAhead(mul(v.tile, c64(cfg.blockN)), quadCol,
+                                      rulesOf(v), myRow);
     };
     auto maskTile = [&](SmallVector<Value> &s, const Visit &v) {
-      ScoreRules rules{p.seqlenQ, p.seqlenK, diagonal,
-                       spec.hasMods() ? &scoreMods : nullptr, at.batch,
-                       at.head, v.maskMod};
+      ScoreRules rules = rulesOf(v);
       softmax.mask(s, mul(v.tile, c64(cfg.blockN)), cfg.blockN,
                    consumerRow0,
                    add(consumerRow0,
@@ -432,6 +442,7 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
     beginProducts();
     SmallVector<Value> s0 = issueScores(qDesc, kDesc(slot0));
     endProducts(Value());
+    readAhead(visit0);
     s0 = waitGroups(0, s0);
     release(kEmpty(slot0));
     FragmentSoftmax::Update first =
@@ -460,6 +471,7 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
               state.slice(oAt, outs),
               SmallVector<Value>(state.slice(pAt, pCount)), vDesc(prevSlot));
           endProducts(Value());
+          readAhead(visitJ);
           scores = waitGroups(1, scores);
           FragmentSoftmax::Update u = boundedStep(
               scores, visitJ, slot, state.slice(0, 2), state.slice(2, 2));
