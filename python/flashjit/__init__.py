@@ -15,7 +15,7 @@ call that needs it (see flashjit._library for where it is looked for).
 from .errors import (CompileError, DriverError, FlashjitError, GraphCaptureError,
                      InternalError, InvalidArgumentError, LaunchError, LibraryNotFoundError,
                      NoDeviceError, UnsupportedError)
-from .runtime import Context, Kernel, Version, library_path, version
+from .runtime import Backward, Context, Kernel, Version, library_path, version
 from .spec import AttentionSpec, Capture, softcap_score_mod
 from ._dlpack import dltensor
 
@@ -23,10 +23,10 @@ __version__ = "0.4.0"
 
 # Names served by flashjit._torch, which imports torch.
 _TORCH_NAMES = ("attention", "sdpa", "attention_forward", "attention_backward", "context",
-                "get_kernel", "clear_cache", "NO_BACKWARD")
+                "get_kernel", "get_backward", "clear_cache")
 
 __all__ = [
-    "AttentionSpec", "Capture", "CompileError", "Context", "DriverError", "FlashjitError",
+    "AttentionSpec", "Backward", "Capture", "CompileError", "Context", "DriverError", "FlashjitError",
     "GraphCaptureError",
     "InternalError", "InvalidArgumentError", "Kernel", "LaunchError", "LibraryNotFoundError",
     "NoDeviceError", "UnsupportedError", "Version", "dltensor", "library_path",

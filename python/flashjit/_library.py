@@ -73,6 +73,15 @@ _SIGNATURES = {
     "flashjit_kernel_forward_block_sparse": (_c_status, [_c_handle] + [_p_dltensor] * 5
                                              + [ctypes.c_double, _p_dltensor, ctypes.c_int32]
                                              + [_p_dltensor] * 4 + [ctypes.c_void_p]),
+    "flashjit_backward_compile_with_options": (_c_status, [_c_handle, ctypes.c_void_p,
+                                                           ctypes.c_void_p,
+                                                           ctypes.POINTER(_c_handle)]),
+    "flashjit_backward_release": (_c_status, [_c_handle]),
+    "flashjit_backward_workspace_size": (_c_status, [_c_handle, ctypes.c_int64, ctypes.c_int64,
+                                                     ctypes.POINTER(ctypes.c_uint64)]),
+    "flashjit_backward_run": (_c_status, [_c_handle] + [_p_dltensor] * 9
+                              + [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_double,
+                                 ctypes.c_void_p]),
 }
 
 

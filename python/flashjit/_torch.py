@@ -9,10 +9,10 @@ picks the kernel from a cache keyed by the spec and the device (one Context
 per device), and launches on the caller's current CUDA stream.
 
 Its autograd formula calls a second op, flashjit::attention_backward, which
-raises NotImplementedError until flashjit has a backward kernel: forward
-works on tensors that require grad (and compiles, since the fake backward
-has shapes), and only running backward fails. A backward kernel replaces
-that op's body and nothing else.
+runs flashjit's backward kernels (dQ, dK, dV from the saved inputs, O and
+LSE; docs/backward.md), so training works eagerly and under torch.compile
+(the op's fake implementation gives the gradients' shapes). Gradients flow
+through O; the LSE output is not differentiable.
 
 CUDA graphs: compiling a kernel (module load) and the first launch of a
 persistent kernel on a stream (the library allocates and zeroes that
@@ -40,12 +40,9 @@ import torch
 
 from . import _dlpack
 from .errors import GraphCaptureError, InvalidArgumentError, UnsupportedError
-from .runtime import Context, Kernel
+from .runtime import Backward, Context, Kernel
 from .spec import AttentionSpec, Capture, softcap_score_mod
 
-NO_BACKWARD = ("flashjit has no backward pass yet: flashjit.attention computes the forward "
-               "only. Run it under torch.no_grad() (or detach q, k, v), or use "
-               "torch.nn.functional.scaled_dot_product_attention where gradients are needed")
 
 _DTYPES = {torch.float16: "f16", torch.bfloat16: "bf16"}
 _CAPTURE_DTYPES = {torch.float32: "f32", torch.int32: "i32"}
@@ -60,6 +57,7 @@ _ALIGN_NAMES = {0: "top_left", 1: "bottom_right"}
 _lock = threading.RLock()
 _contexts: Dict[int, Context] = {}
 _kernels: Dict[tuple, Kernel] = {}
+_backwards: Dict[tuple, Backward] = {}
 # (kernel handle, stream) pairs a persistent kernel has launched on.
 _primed: set = set()
 
@@ -96,6 +94,9 @@ def clear_cache() -> None:
         for kernel in _kernels.values():
             kernel.release()
         _kernels.clear()
+        for backward in _backwards.values():
+            backward.release()
+        _backwards.clear()
         _primed.clear()
         for ctx in _contexts.values():
             ctx.close()
@@ -334,6 +335,31 @@ def _attention_forward_fake(q, k, v, scale, causal, causal_align, window_left, w
     return o, lse
 
 
+def get_backward(spec: AttentionSpec, device=None, *, deterministic: bool = False) -> Backward:
+    """The cached backward kernels for `spec` on `device` (compiled on
+    first use)."""
+    index = _device_index(device)
+    key = (spec, index, bool(deterministic))
+    backward = _backwards.get(key)
+    if backward is None:
+        with _lock:
+            backward = _backwards.get(key)
+            if backward is None:
+                backward = context(index).compile_backward(spec, deterministic=deterministic)
+                _backwards[key] = backward
+    return backward
+
+
+def _gradient_input(name: str, t: torch.Tensor) -> Tuple[torch.Tensor, Optional[List[int]]]:
+    """dO as the kernel takes it: its own layout where that one works (an
+    expanded gradient, stride 0, is read as it is), else a contiguous copy."""
+    try:
+        return t, _kernel_strides(name, t)
+    except InvalidArgumentError:
+        t = t.contiguous()
+        return t, _kernel_strides(name, t)
+
+
 @torch.library.custom_op("flashjit::attention_backward", mutates_args=())
 def attention_backward(
         grad_o: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -343,8 +369,38 @@ def attention_backward(
         capture_dims: List[int], sparse_block_m: int, sparse_block_n: int,
         block_mask: List[torch.Tensor], config: Optional[str],
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """dQ, dK, dV of attention_forward: the place for a backward kernel."""
-    raise NotImplementedError(NO_BACKWARD)
+    """dQ, dK, dV of attention_forward from its inputs, its O and LSE, and
+    dO (docs/backward.md): flashjit's backward kernels on the current CUDA
+    stream, deterministic when torch.use_deterministic_algorithms(True) is
+    on. A forward the backward does not support (windows, mods, block
+    masks, head dim 256) raises UnsupportedError naming what."""
+    device = _check_devices(q, k, v, captures, block_mask)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    if dq.numel() == 0 or dk.numel() == 0:  # no query or no key: no gradient flows
+        return dq.zero_(), dk.zero_(), dv.zero_()
+    spec = _spec_of(q, k, causal, causal_align, window_left, window_right, softcap, score_mod,
+                    mask_mod, captures, capture_dims, sparse_block_m, sparse_block_n)
+    with torch.cuda.device(device):
+        backward = _backwards.get((spec, device, torch.are_deterministic_algorithms_enabled()))
+        if backward is None:
+            if torch.cuda.is_current_stream_capturing():
+                raise GraphCaptureError(
+                    "flashjit compiles the backward kernels on their first call, and CUDA "
+                    "graph capture cannot record that: run the same backward once (same "
+                    "shapes, dtype and options) before capturing")
+            backward = get_backward(spec, device,
+                                    deterministic=torch.are_deterministic_algorithms_enabled())
+        workspace = torch.empty(backward.workspace_bytes(q.shape[0], q.shape[2]),
+                                dtype=torch.uint8, device=q.device)
+        grad_o, grad_strides = _gradient_input("grad_o", grad_o)
+        borrowed = [_dlpack.borrow(t, strides=_kernel_strides(n, t))
+                    for n, t in (("q", q), ("k", k), ("v", v), ("o", o))]
+        gradients = [_dlpack.borrow(t, strides=_kernel_strides(n, t))
+                     for n, t in (("dq", dq), ("dk", dk), ("dv", dv))]
+        backward.backward(*borrowed, lse, _dlpack.borrow(grad_o, strides=grad_strides),
+                          *gradients, workspace=workspace, scale=scale,
+                          stream=torch.cuda.current_stream(device).cuda_stream)
+    return dq, dk, dv
 
 
 @attention_backward.register_fake
@@ -357,6 +413,8 @@ def _setup_context(ctx, inputs, output):
     o, lse = output
     ctx.options = inputs[3:]
     ctx.save_for_backward(q, k, v, o, lse)
+    # Gradients flow through O only: the backward kernels take no dLSE.
+    ctx.mark_non_differentiable(lse)
 
 
 def _backward(ctx, grad_o, grad_lse):
@@ -609,7 +667,7 @@ def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None,
               capture_dims: Optional[Sequence[Sequence[int]]] = None,
               block_mask=None, sparse_block: Optional[Tuple[int, int]] = None,
               config: Optional[str] = None, layout: str = "bhsd"):
-    """softmax(scale * q k^T [+ mods]) v on CUDA tensors, forward only.
+    """softmax(scale * q k^T [+ mods]) v on CUDA tensors, differentiable.
 
     q: [batch, heads, seqlen_q, head_dim]; k, v: [batch, kv_heads, seqlen_k,
     head_dim] (layout="bhsd", PyTorch SDPA's; layout="bshd" takes and
@@ -631,6 +689,12 @@ def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None,
 
     Returns O shaped like q, or (O, LSE) with return_lse, LSE float32
     [batch, heads, seqlen_q] (natural log). Runs on the current CUDA stream.
+
+    Gradients: O.backward() runs flashjit's backward kernels for dense and
+    causal attention (either alignment, GQA/MQA, head dims 64, 96, 128),
+    bitwise reproducible under torch.use_deterministic_algorithms(True).
+    Windows, mods, soft-capping and block masks have no backward yet (an
+    UnsupportedError when backward runs). LSE is not differentiable.
     """
     # The eager path where the op's dispatcher has nothing to add: no
     # tracing, no dispatch or function mode, no functorch transform here;

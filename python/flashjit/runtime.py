@@ -142,6 +142,26 @@ class Context:
         self._lib.check(status)
         return Kernel(self._lib, out, spec, self.device)
 
+    def compile_backward(self, spec: AttentionSpec, *, config: Optional[str] = None,
+                         deterministic: bool = False) -> "Backward":
+        """The backward kernels of `spec` (dQ, dK, dV; docs/backward.md),
+        compiled or taken from the cache. config: None for the default, or
+        a tile config of family mma_sync_bwd. deterministic: dq, dk and dv
+        bitwise equal run to run, at a measured cost in time. A spec the
+        backward does not support (windows, mods, block masks, head dim
+        256) raises UnsupportedError saying which part."""
+        if not isinstance(spec, AttentionSpec):
+            raise TypeError(f"spec must be a flashjit.AttentionSpec, got {type(spec).__name__}")
+        if config is not None and not isinstance(config, str):
+            raise TypeError(f"config must be a str or None, got {type(config).__name__}")
+        c_spec = spec.to_c()
+        options = _BackwardOptions(ctypes.sizeof(_BackwardOptions),
+                                   config.encode() if config else None, int(bool(deterministic)))
+        out = ctypes.c_void_p()
+        self._lib.check(self._lib.fn("flashjit_backward_compile_with_options")(
+            self._live(), ctypes.byref(c_spec), ctypes.byref(options), ctypes.byref(out)))
+        return Backward(self._lib, out, spec, self.device, bool(deterministic))
+
     def close(self) -> None:
         """Destroys the context; kernels it compiled stay usable."""
         handle, self._handle = self._handle, None
@@ -255,3 +275,75 @@ class Kernel:
 
     def __repr__(self) -> str:
         return f"flashjit.Kernel({self.name!r}, config={self.config!r}, device={self.device})"
+
+
+class _BackwardOptions(ctypes.Structure):
+    """flashjit_backward_options_t (C API version 7)."""
+    _fields_ = [("struct_size", ctypes.c_size_t), ("config", ctypes.c_char_p),
+                ("deterministic", ctypes.c_int32)]
+
+
+class Backward:
+    """The backward kernels of one AttentionSpec on one device: dQ, dK, dV
+    from q, k, v, the forward's o and lse, and dO."""
+
+    def __init__(self, lib, handle: ctypes.c_void_p, spec: AttentionSpec, device: int,
+                 deterministic: bool):
+        self._lib = lib
+        self._handle = handle
+        self.spec = spec
+        self.device = device
+        self.deterministic = deterministic
+
+    def _live(self) -> ctypes.c_void_p:
+        if self._handle is None:
+            raise InvalidArgumentError("this Backward was released")
+        return self._handle
+
+    def workspace_bytes(self, batch: int, seqlen_q: int) -> int:
+        """The bytes of device workspace a call on `batch` sequences of
+        `seqlen_q` query rows needs (256-byte aligned, reusable by every
+        call on one stream)."""
+        out = ctypes.c_uint64()
+        self._lib.check(self._lib.fn("flashjit_backward_workspace_size")(
+            self._live(), int(batch), int(seqlen_q), ctypes.byref(out)))
+        return out.value
+
+    def backward(self, q, k, v, o, lse, dout, dq, dk, dv, *, workspace,
+                 scale: Optional[float] = None, stream: Any = None) -> None:
+        """Writes dq, dk, dv (shaped as q, k, v) on `stream`. Tensors are
+        DLPack tensors as Kernel.forward takes them, dout shaped as o.
+        workspace: a DLPack tensor of at least workspace_bytes() bytes on
+        the same device (its contents are overwritten). scale: the
+        forward's (None: 1/sqrt(head_dim)). Nothing is launched unless
+        every check passes."""
+        stream_handle = _stream_handle(stream)
+        tensors = [_dlpack.borrow(t, stream=stream_handle)
+                   for t in (q, k, v, o, lse, dout, dq, dk, dv)]
+        space = _dlpack.borrow(workspace, stream=stream_handle)
+        c = space.tensor
+        count = 1
+        for n in space.shape:
+            count *= n
+        size = count * ((c.dtype.bits * c.dtype.lanes + 7) // 8)
+        address = (c.data or 0) + c.byte_offset
+        self._lib.check(self._lib.fn("flashjit_backward_run")(
+            self._live(), *[t.pointer for t in tensors], ctypes.c_void_p(address or None), size,
+            math.nan if scale is None else float(scale), ctypes.c_void_p(stream_handle)))
+
+    def release(self) -> None:
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            self._lib.fn("flashjit_backward_release")(handle)
+
+    close = release
+
+    def __del__(self):
+        try:
+            self.release()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        mode = ", deterministic" if self.deterministic else ""
+        return f"flashjit.Backward(device={self.device}{mode})"

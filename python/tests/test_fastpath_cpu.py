@@ -121,7 +121,7 @@ def test_hands_back_what_it_does_not_handle(torch, glue):
     unhashable = OPTIONS[:2] + ([1, 2],) + OPTIONS[3:]
     assert _forward(glue, plans, q, k, v, options=unhashable) is None
     assert glue._native.key(q[0], k, v, OPTIONS) is None  # not 4-d: the Python key
-    # An autograd graph to record: the op's path (its backward says there is none).
+    # An autograd graph to record: the op's path.
     with_grad = q.detach().clone().requires_grad_()
     assert _forward(glue, plans, with_grad, k, v) is None
     with torch.no_grad(), pytest.raises(flashjit.NoDeviceError):

@@ -320,12 +320,125 @@ def test_opcheck(cuda):
                           test_utils=("test_schema", "test_faketensor"))
 
 
-def test_forward_with_grad_and_no_backward(cuda):
+def reference_gradients(q, k, v, grad_o, *, causal, align="top_left"):
+    """dQ, dK, dV in float64 from the same rounded inputs (autograd through
+    softmax(q k^T / sqrt(d)) v; rows that see no key get none)."""
+    import torch
+    qd, kd, vd = (t.detach().double().requires_grad_() for t in (q, k, v))
+    group, sq, sk = q.shape[1] // k.shape[1], q.shape[2], k.shape[2]
+    s = qd @ kd.repeat_interleave(group, dim=1).transpose(-1, -2) / math.sqrt(q.shape[3])
+    i = torch.arange(sq, device=q.device)[:, None]
+    j = torch.arange(sk, device=q.device)[None, :]
+    mask = j <= i + (sk - sq if align == "bottom_right" else 0) if causal else j >= 0
+    has_key = mask.any(dim=-1, keepdim=True)
+    s = torch.where(has_key, s.masked_fill(~mask, -math.inf), 0.0)
+    p = torch.softmax(s, dim=-1) * has_key
+    (p @ vd.repeat_interleave(group, dim=1)).backward(grad_o.double())
+    return qd.grad, kd.grad, vd.grad
+
+
+def relative_error(got, ref) -> float:
+    """||got - ref|| / ||ref|| in float64; inf where got has a NaN or inf."""
+    import torch
+    if not bool(torch.isfinite(got).all()):
+        return math.inf
+    return ((got.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def poison_allocator(torch, *tensors):
+    """Leaves blocks of the tensors' sizes filled with NaN in PyTorch's
+    caching allocator, where the next allocations of those sizes land: a
+    gradient the kernel does not write stays NaN."""
+    filled = [torch.full_like(t, math.nan) for t in tensors]
+    del filled
+
+
+@pytest.mark.parametrize("shape,causal,align,dtype_name", [
+    ((1, 4, 4, 17, 17, 64), False, "top_left", "bfloat16"),
+    ((2, 8, 2, 1000, 1000, 128), True, "top_left", "bfloat16"),
+    ((1, 8, 1, 33, 100, 96), True, "bottom_right", "float16"),
+    ((1, 2, 2, 100, 33, 128), True, "bottom_right", "bfloat16"),
+    ((1, 4, 2, 1, 257, 64), False, "top_left", "float16"),
+])
+def test_gradients_against_float64(cuda, shape, causal, align, dtype_name):
     torch = cuda
-    q = rand(torch, 1, 2, 40, 64, dtype=torch.bfloat16).requires_grad_()
-    o = flashjit.attention(q, q, q, causal=True)
-    assert o.requires_grad
-    with pytest.raises(NotImplementedError, match="no backward pass yet"):
+    b, h, hkv, sq, sk, d = shape
+    dtype = getattr(torch, dtype_name)
+    q = rand(torch, b, h, sq, d, dtype=dtype).requires_grad_()
+    k = rand(torch, b, hkv, sk, d, dtype=dtype).requires_grad_()
+    v = rand(torch, b, hkv, sk, d, dtype=dtype).requires_grad_()
+    grad_o = rand(torch, b, h, sq, d, dtype=dtype)
+    o = flashjit.attention(q, k, v, causal=causal, causal_align=align)
+    poison_allocator(torch, q, k, v)
+    o.backward(grad_o)
+    refs = reference_gradients(q, k, v, grad_o, causal=causal, align=align)
+    # PyTorch's math backend in the same dtype, against the same reference.
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    qm, km, vm = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    with sdpa_kernel(SDPBackend.MATH):
+        mask = None
+        if causal:
+            i = torch.arange(sq, device="cuda")[:, None]
+            j = torch.arange(sk, device="cuda")[None, :]
+            mask = j <= i + (sk - sq if align == "bottom_right" else 0)
+        torch.nn.functional.scaled_dot_product_attention(
+            qm, km, vm, attn_mask=mask, enable_gqa=h != hkv).backward(grad_o)
+    for name, got, math_got, ref in zip("qkv", (q.grad, k.grad, v.grad),
+                                        (qm.grad, km.grad, vm.grad), refs):
+        err = relative_error(got, ref)
+        # Rows with no key are NaN in SDPA's math backend: compare where finite.
+        finite = torch.isfinite(math_got)
+        math_err = relative_error(math_got[finite], ref[finite]) if finite.any() else math.nan
+        print(f"d{name} {shape} causal={causal} {align} {dtype_name}: flashjit {err:.2e}, "
+              f"math backend {math_err:.2e}")
+        assert err < 2e-2, f"d{name}: relative error {err:.3g} (math backend {math_err:.3g})"
+
+
+def test_deterministic_gradients_are_bitwise_equal(cuda):
+    torch = cuda
+    q = rand(torch, 1, 8, 2048, 128, dtype=torch.bfloat16).requires_grad_()
+    k = rand(torch, 1, 2, 2048, 128, dtype=torch.bfloat16).requires_grad_()
+    v = rand(torch, 1, 2, 2048, 128, dtype=torch.bfloat16).requires_grad_()
+    grad_o = rand(torch, 1, 8, 2048, 128, dtype=torch.bfloat16)
+    runs = []
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        for _ in range(3):
+            for t in (q, k, v):
+                t.grad = None
+            flashjit.attention(q, k, v, causal=True).backward(grad_o)
+            runs.append([t.grad.clone() for t in (q, k, v)])
+    finally:
+        torch.use_deterministic_algorithms(previous)
+    for later in runs[1:]:
+        for a, b in zip(runs[0], later):
+            assert torch.equal(a, b)
+    refs = reference_gradients(q, k, v, grad_o, causal=True)
+    for got, ref in zip(runs[0], refs):
+        assert relative_error(got, ref) < 2e-2
+
+
+def test_backward_in_a_compiled_training_step(cuda):
+    torch = cuda
+    q = rand(torch, 2, 4, 300, 64, dtype=torch.bfloat16).requires_grad_()
+    k = rand(torch, 2, 4, 300, 64, dtype=torch.bfloat16).requires_grad_()
+    v = rand(torch, 2, 4, 300, 64, dtype=torch.bfloat16).requires_grad_()
+    torch._dynamo.reset()
+    step = torch.compile(lambda q, k, v: flashjit.attention(q, k, v, causal=True).float().sum(),
+                         fullgraph=True)
+    step(q, k, v).backward()
+    grad_o = torch.ones(2, 4, 300, 64, device="cuda", dtype=torch.bfloat16)
+    for got, ref in zip((q.grad, k.grad, v.grad),
+                        reference_gradients(q, k, v, grad_o, causal=True)):
+        assert relative_error(got, ref) < 2e-2
+
+
+def test_backward_of_a_window_is_unsupported(cuda):
+    torch = cuda
+    q = rand(torch, 1, 2, 64, 64, dtype=torch.bfloat16).requires_grad_()
+    o = flashjit.attention(q, q, q, causal=True, window=(16, 0))
+    with pytest.raises(flashjit.UnsupportedError, match="window"):
         o.float().sum().backward()
 
 

@@ -274,3 +274,37 @@ def test_errors_are_per_thread(ctx):
     for t in threads:
         t.join()
     assert all(f"head dim {d}" in messages[d] for d in (40, 48, 72))
+
+
+def test_backward_compiles_and_its_checks_reach_python(ctx, has_gpu):
+    spec = AttentionSpec(num_heads=4, num_kv_heads=2, causal=True)
+    backward = ctx.compile_backward(spec)
+    assert backward.workspace_bytes(1, 16) >= 4 * 4 * 16 * 129  # D and the f32 dQ
+    assert ctx.compile_backward(spec, deterministic=True).deterministic
+    dev = FakeDevice()
+    q, k, v, o, lse = dev.problem()
+    dout, dq = dev.tensor((1, 4, 16, 128)), dev.tensor((1, 4, 16, 128))
+    dk, dv = dev.tensor((1, 2, 16, 128)), dev.tensor((1, 2, 16, 128))
+    words = backward.workspace_bytes(1, 16) // 4
+    workspace = dev.tensor((words,), "f32")
+    cases = [
+        ((q, k, v, o, lse, dout, dq, dk, dev.tensor((1, 2, 15, 128))), workspace, "dv"),
+        ((q, k, v, o, lse, dout, dq, dk, dv), dev.tensor((words // 2,), "f32"), "workspace"),
+        ((q, k, v, o, lse, dout, q, dk, dv), workspace, "overlap"),
+    ]
+    for args, space, name in cases:
+        with pytest.raises(flashjit.InvalidArgumentError) as info:
+            backward.backward(*args, workspace=space)
+        assert name in info.value.message, info.value.message
+    if not has_gpu:
+        with pytest.raises(flashjit.NoDeviceError):
+            backward.backward(q, k, v, o, lse, dout, dq, dk, dv, workspace=workspace)
+    backward.release()
+    with pytest.raises(flashjit.InvalidArgumentError, match="released"):
+        backward.workspace_bytes(1, 16)
+
+
+def test_backward_of_an_unsupported_spec_says_what(ctx):
+    with pytest.raises(flashjit.UnsupportedError) as info:
+        ctx.compile_backward(AttentionSpec(window=(64, 0), causal=True))
+    assert "window" in info.value.message, info.value.message

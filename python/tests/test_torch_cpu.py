@@ -124,10 +124,10 @@ def test_sdpa_refuses_what_it_cannot_do(fake):
     assert flashjit.sdpa(q, kv, kv, enable_gqa=True).shape == q.shape
 
 
-def test_backward_op_says_there_is_no_backward(torch):
+def test_backward_op_refuses_cpu_tensors(torch):
     import flashjit._torch  # noqa: F401
     x = torch.zeros(1, 1, 1, 64, dtype=torch.bfloat16)
-    with pytest.raises(NotImplementedError, match="no backward pass yet"):
+    with pytest.raises(flashjit.InvalidArgumentError, match="on cpu"):
         torch.ops.flashjit.attention_backward(x, x, x, x, x, x[..., 0].float(), None, False, 0,
                                               -1, -1, None, None, None, [], [], 0, 0, [], None)
 
@@ -153,7 +153,7 @@ def test_torch_compile_traces_one_graph(torch):
 
 def test_compile_with_grad_traces_backward_lazily(torch):
     # Inputs that require grad: AOTAutograd traces the joint graph through
-    # the fake backward; the runtime error is the CPU refusal, not "no backward".
+    # the fake backward; the runtime error is the CPU refusal.
     from torch._dynamo.backends.common import aot_autograd
     backend = aot_autograd(fw_compiler=lambda gm, ex: gm, bw_compiler=lambda gm, ex: gm)
     q = torch.randn(1, 4, 33, 64, dtype=torch.bfloat16, requires_grad=True)
