@@ -1,0 +1,235 @@
+#!/usr/bin/env python3
+"""Forward+backward (training) sweep: flashjit against SDPA flash, cuDNN and
+FlexAttention, same inputs, same run; and peak memory against the math
+backend.
+
+Why: the backward's criteria (issue "Backward pass") are stated against
+peers measured side by side: bf16, batch x seqlen = 16k tokens, hidden 2048,
+head dims 64 and 128, causal and not. Every backend runs through PyTorch
+autograd (torch.autograd.grad of the attention's output), so each pays the
+same framework cost; flashjit through its package (flashjit.attention, the
+flashjit::attention_backward op). FLOPs by the FlashAttention convention:
+forward 4 b h s^2 d (half when causal), backward 2.5x the forward.
+
+Times: CUDA events around back-to-back calls after warm-up, median of
+--repeats windows (bench/attention_bench.py's time_cuda). Before timing,
+each point checks flashjit's dQ, dK, dV against the first SDPA backend
+that ran (relative error of the norm).
+
+  python3 bench/training_bench.py --json out.json --out-md out.md
+  python3 bench/training_bench.py --memory-only --memory-seqlens 8192,32768,131072
+"""
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from attention_bench import flex_factory, int_list, reason, time_cuda  # noqa: E402
+
+TOL_REL = 2e-2  # dQ/dK/dV against a peer's, norm-relative (both bf16)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--head-dims", type=int_list, default=[64, 128])
+    p.add_argument("--seqlens", type=int_list, default=[1024, 2048, 4096, 8192, 16384])
+    p.add_argument("--causal", choices=["both", "yes", "no"], default="both")
+    p.add_argument("--total-tokens", type=int, default=16384)
+    p.add_argument("--hidden", type=int, default=2048)
+    p.add_argument("--peers", default="sdpa-flash,sdpa-cudnn,flex")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--target-ms", type=float, default=40.0)
+    p.add_argument("--memory-seqlens", type=int_list, default=[8192, 32768, 131072])
+    p.add_argument("--memory-only", action="store_true")
+    p.add_argument("--no-memory", action="store_true")
+    p.add_argument("--json", help="write the results here")
+    p.add_argument("--out-md", help="write a markdown table here")
+    args = p.parse_args(argv)
+    args.causal = {"both": [False, True], "yes": [True], "no": [False]}[args.causal]
+    args.peers = [x for x in args.peers.split(",") if x]
+    return args
+
+
+def attention_fns(torch, peers):
+    """name -> f(q, k, v, causal) returning O [B, H, S, D], differentiable."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    import flashjit
+
+    fns = {"flashjit": lambda q, k, v, causal: flashjit.attention(q, k, v, causal=causal)}
+    backends = {"sdpa-flash": SDPBackend.FLASH_ATTENTION, "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
+                "sdpa-math": SDPBackend.MATH}
+    for name in peers:
+        if name in backends:
+            def sdpa(q, k, v, causal, backend=backends[name]):
+                with sdpa_kernel([backend]):
+                    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            fns[name] = sdpa
+    if "flex" in peers:
+        flex = flex_factory(torch)
+        masks = {}
+
+        def flex_fn(q, k, v, causal):
+            compiled, create_block_mask = flex()
+            mask = None
+            if causal:
+                key = (q.shape[2], k.shape[2])
+                if key not in masks:
+                    masks[key] = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None,
+                                                   key[0], key[1], device=q.device)
+                mask = masks[key]
+            return compiled(q, k, v, block_mask=mask)
+        fns["flex"] = flex_fn
+    return fns
+
+
+def run_point(torch, args, fns, d, causal, s):
+    b, h = args.total_tokens // s, args.hidden // d
+    fwd_flops = 4 * b * h * s * s * d // (2 if causal else 1)
+    point = {"head_dim": d, "causal": causal, "seqlen": s, "batch": b, "heads": h,
+             "fwd_flops": fwd_flops, "results": {}}
+    gen = torch.Generator(device="cuda").manual_seed(s * 131 + d)
+
+    def make():
+        return torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    q, k, v = (make().requires_grad_() for _ in range(3))
+    grad_o = make()
+    timing = dict(warmup=args.warmup, repeats=args.repeats, target_ms=args.target_ms)
+    reference = None
+    for name, fn in fns.items():
+        try:
+            out = fn(q, k, v, causal)
+            grads = torch.autograd.grad(out, (q, k, v), grad_o, retain_graph=True)
+            torch.cuda.synchronize()
+            if name == "flashjit":
+                mine = grads
+            elif reference is None:
+                reference = (name, grads)
+
+            def fwd_bwd():
+                torch.autograd.grad(fn(q, k, v, causal), (q, k, v), grad_o)
+
+            def bwd():
+                torch.autograd.grad(out, (q, k, v), grad_o, retain_graph=True)
+            both, back = time_cuda(torch, fwd_bwd, **timing), time_cuda(torch, bwd, **timing)
+            point["results"][name] = {
+                "fwd_bwd_ms": both["ms"], "bwd_ms": back["ms"],
+                "fwd_bwd_tflops": 3.5 * fwd_flops / both["ms"] / 1e9,
+                "bwd_tflops": 2.5 * fwd_flops / back["ms"] / 1e9}
+            del out
+        except Exception as e:
+            point["results"][name] = {"error": reason(e)}
+    if "flashjit" in point["results"] and "error" not in point["results"]["flashjit"] \
+            and reference is not None:
+        errs = [float((a.float() - r.float()).norm() / r.float().norm().clamp_min(1e-30))
+                for a, r in zip(mine, reference[1])]
+        finite = all(bool(torch.isfinite(a).all()) for a in mine)
+        point["check"] = {"reference": reference[0], "rel_err_dq_dk_dv": errs,
+                          "ok": finite and max(errs) <= TOL_REL}
+    return point
+
+
+def peak_memory(torch, fns, s, d=128, h=16):
+    """Peak device memory (bytes) of one forward+backward at batch 1 beyond
+    q, k, v and dO, per backend; an error string where it does not fit."""
+    out = {}
+    for name, fn in fns.items():
+        torch.cuda.empty_cache()
+        try:
+            q, k, v = (torch.randn(1, h, s, d, device="cuda", dtype=torch.bfloat16)
+                       .requires_grad_() for _ in range(3))
+            grad_o = torch.randn(1, h, s, d, device="cuda", dtype=torch.bfloat16)
+            torch.cuda.synchronize()
+            base = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            grads = torch.autograd.grad(fn(q, k, v, True), (q, k, v), grad_o)
+            torch.cuda.synchronize()
+            out[name] = torch.cuda.max_memory_allocated() - base
+            del grads
+        except torch.cuda.OutOfMemoryError:
+            out[name] = "out of memory"
+        except Exception as e:
+            out[name] = reason(e)
+        finally:
+            q = k = v = grad_o = None
+    return out
+
+
+def markdown(results):
+    lines = []
+    names = [n for n in ["flashjit", "sdpa-flash", "sdpa-cudnn", "flex"]
+             if any(n in p["results"] for p in results["points"])]
+    if results["points"]:
+        head = ["head dim", "mask", "batch x seqlen"]
+        head += [f"{n} fwd+bwd TFLOP/s" for n in names] + ["flashjit bwd TFLOP/s"]
+        head += [f"vs {n}" for n in names[1:]] + ["check"]
+        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for p in results["points"]:
+            r = p["results"]
+
+            def rate(n, key="fwd_bwd_tflops"):
+                x = r.get(n, {})
+                return f"{x[key]:.1f}" if key in x else "-"
+            row = [str(p["head_dim"]), "causal" if p["causal"] else "dense",
+                   f"{p['batch']} x {p['seqlen']}"]
+            row += [rate(n) for n in names] + [rate("flashjit", "bwd_tflops")]
+            for n in names[1:]:
+                a, b = r.get("flashjit", {}), r.get(n, {})
+                row.append(f"{b['fwd_bwd_ms'] / a['fwd_bwd_ms']:.2f}"
+                           if "fwd_bwd_ms" in a and "fwd_bwd_ms" in b else "-")
+            c = p.get("check", {})
+            row.append(("ok" if c.get("ok") else "FAILED") + f" ({max(c['rel_err_dq_dk_dv']):.1e})"
+                       if c else "-")
+            lines.append("| " + " | ".join(row) + " |")
+    if results.get("memory"):
+        lines += ["", "Peak memory of one forward+backward beyond q, k, v and dO (16 heads, "
+                  "head dim 128, causal, batch 1):", ""]
+        mem_names = sorted({n for m in results["memory"].values() for n in m})
+        lines += ["| seqlen | " + " | ".join(mem_names) + " |",
+                  "|---|" + "---|" * len(mem_names)]
+        for s, m in results["memory"].items():
+            cells = [f"{m[n] / 2**20:.0f} MiB" if isinstance(m.get(n), int) else str(m.get(n, "-"))
+                     for n in mem_names]
+            lines.append(f"| {s} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    import torch
+    results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+               "points": [], "memory": {}}
+    fns = attention_fns(torch, args.peers)
+    if not args.memory_only:
+        points = [(d, c, s) for d in args.head_dims for c in args.causal for s in args.seqlens]
+        for i, (d, c, s) in enumerate(points):
+            p = run_point(torch, args, fns, d, c, s)
+            r = p["results"].get("flashjit", {})
+            print(f"[{i + 1}/{len(points)}] d{d} {'causal' if c else 'dense'} s{s}: "
+                  + ", ".join(f"{n} {x.get('fwd_bwd_tflops', 0):.0f}" if "error" not in x
+                              else f"{n} error" for n, x in p["results"].items())
+                  + f" | flashjit bwd {r.get('bwd_tflops', 0):.0f} | check {p.get('check')}",
+                  flush=True)
+            results["points"].append(p)
+    if not args.no_memory:
+        mem_fns = {n: f for n, f in attention_fns(torch, ["sdpa-flash", "sdpa-cudnn", "sdpa-math"])
+                   .items()}
+        for s in args.memory_seqlens:
+            results["memory"][s] = peak_memory(torch, mem_fns, s)
+            print(f"memory s{s}: {results['memory'][s]}", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    text = markdown(results)
+    if args.out_md:
+        with open(args.out_md, "w") as f:
+            f.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
