@@ -383,14 +383,28 @@ def test_gradients_against_float64(cuda, shape, causal, align, dtype_name):
             mask = j <= i + (sk - sq if align == "bottom_right" else 0)
         torch.nn.functional.scaled_dot_product_attention(
             qm, km, vm, attn_mask=mask, enable_gqa=h != hkv).backward(grad_o)
-    for name, got, math_got, ref in zip("qkv", (q.grad, k.grad, v.grad),
-                                        (qm.grad, km.grad, vm.grad), refs):
+    # SDPA's flash backend (FlashAttention-2: P and dS rounded to the
+    # dtype, as flashjit's) where it takes the shape.
+    flash_grads = (None,) * 3
+    if h == hkv and (not causal or sq == sk):
+        qf, kf, vf = (t.detach().clone().requires_grad_() for t in (q, k, v))
+        try:
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                torch.nn.functional.scaled_dot_product_attention(
+                    qf, kf, vf, is_causal=causal).backward(grad_o)
+            flash_grads = (qf.grad, kf.grad, vf.grad)
+        except RuntimeError:
+            pass
+    for name, got, math_got, flash_got, ref in zip("qkv", (q.grad, k.grad, v.grad),
+                                                   (qm.grad, km.grad, vm.grad), flash_grads,
+                                                   refs):
         err = relative_error(got, ref)
         # Rows with no key are NaN in SDPA's math backend: compare where finite.
         finite = torch.isfinite(math_got)
         math_err = relative_error(math_got[finite], ref[finite]) if finite.any() else math.nan
+        flash_err = relative_error(flash_got, ref) if flash_got is not None else math.nan
         print(f"d{name} {shape} causal={causal} {align} {dtype_name}: flashjit {err:.2e}, "
-              f"math backend {math_err:.2e}")
+              f"math backend {math_err:.2e}, flash backend {flash_err:.2e}")
         assert err < 2e-2, f"d{name}: relative error {err:.3g} (math backend {math_err:.3g})"
 
 

@@ -160,9 +160,20 @@ void FragmentSoftmax::mask(MutableArrayRef<Value> s, Value n0, int64_t blockN,
     // half: then one compare with a constant per score and bound, no
     // 64-bit column arithmetic.
     Value lastByLength = ir.sub(ir.sub(rules.seqlenK, ir.c64(1)), base);
+    // The clamped bound goes through a mov that LLVM cannot see through:
+    // knowing it clamped, LLVM would otherwise compare each score's column
+    // with the unclamped 64-bit bound, two instructions a score, not one.
     auto clamp32 = [&](Value bound) {
-      return ir.toI32(
-          ir.maxS(ir.minS(bound, ir.c64(blockN)), ir.c64(-1)));
+      Value clamped =
+          ir.toI32(ir.maxS(ir.minS(bound, ir.c64(blockN)), ir.c64(-1)));
+      return LLVM::InlineAsmOp::create(
+                 b, loc, ir.i32, clamped, "mov.b32 $0, $1;", "=r,r",
+                 /*has_side_effects=*/false, /*is_align_stack=*/false,
+                 LLVM::tailcallkind::TailCallKind::None,
+                 LLVM::AsmDialectAttr::get(b.getContext(),
+                                           LLVM::AsmDialect::AD_ATT),
+                 /*operand_attrs=*/ArrayAttr())
+          .getResult(0);
     };
     SmallVector<Value> out;
     for (int64_t mt = 0; mt < mTiles; ++mt) {
