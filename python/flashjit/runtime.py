@@ -185,8 +185,36 @@ class Context:
         return f"flashjit.Context(device={self.device}, {state})"
 
 
-class Kernel:
+class _Handle:
+    """A library handle released once: by release()/close() or when
+    collected. Subclasses name their C release function."""
+
+    _RELEASE = ""
+
+    def _live(self) -> ctypes.c_void_p:
+        if self._handle is None:
+            raise InvalidArgumentError(f"this {type(self).__name__} was released")
+        return self._handle
+
+    def release(self) -> None:
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            self._lib.fn(self._RELEASE)(handle)
+
+    def close(self) -> None:
+        self.release()
+
+    def __del__(self):
+        try:
+            self.release()
+        except Exception:  # interpreter shutdown: nothing useful to do
+            pass
+
+
+class Kernel(_Handle):
     """A compiled kernel for one AttentionSpec on one device."""
+
+    _RELEASE = "flashjit_kernel_release"
 
     def __init__(self, lib, handle: ctypes.c_void_p, spec: AttentionSpec, device: int):
         self._lib = lib
@@ -216,11 +244,6 @@ class Kernel:
         the library allocates on the kernel's first launch on a stream (the
         persistent families); that first launch cannot be graph-captured."""
         return self.family in TILE_COUNTER_FAMILIES
-
-    def _live(self) -> ctypes.c_void_p:
-        if self._handle is None:
-            raise InvalidArgumentError("this Kernel was released")
-        return self._handle
 
     def forward(self, q, k, v, o, lse, *, scale: Optional[float] = None, stream: Any = None,
                 captures: Sequence[Any] = (), block_mask: Optional[Sequence[Any]] = None) -> None:
@@ -260,19 +283,6 @@ class Kernel:
             status = lib.fn("flashjit_kernel_forward")(handle, *pointers, c_scale, c_stream)
         lib.check(status)
 
-    def release(self) -> None:
-        handle, self._handle = self._handle, None
-        if handle is not None:
-            self._lib.fn("flashjit_kernel_release")(handle)
-
-    close = release
-
-    def __del__(self):
-        try:
-            self.release()
-        except Exception:
-            pass
-
     def __repr__(self) -> str:
         return f"flashjit.Kernel({self.name!r}, config={self.config!r}, device={self.device})"
 
@@ -283,9 +293,11 @@ class _BackwardOptions(ctypes.Structure):
                 ("deterministic", ctypes.c_int32)]
 
 
-class Backward:
+class Backward(_Handle):
     """The backward kernels of one AttentionSpec on one device: dQ, dK, dV
     from q, k, v, the forward's o and lse, and dO."""
+
+    _RELEASE = "flashjit_backward_release"
 
     def __init__(self, lib, handle: ctypes.c_void_p, spec: AttentionSpec, device: int,
                  deterministic: bool):
@@ -294,11 +306,6 @@ class Backward:
         self.spec = spec
         self.device = device
         self.deterministic = deterministic
-
-    def _live(self) -> ctypes.c_void_p:
-        if self._handle is None:
-            raise InvalidArgumentError("this Backward was released")
-        return self._handle
 
     def workspace_bytes(self, batch: int, seqlen_q: int) -> int:
         """The bytes of device workspace a call on `batch` sequences of
@@ -330,19 +337,6 @@ class Backward:
         self._lib.check(self._lib.fn("flashjit_backward_run")(
             self._live(), *[t.pointer for t in tensors], ctypes.c_void_p(address or None), size,
             math.nan if scale is None else float(scale), ctypes.c_void_p(stream_handle)))
-
-    def release(self) -> None:
-        handle, self._handle = self._handle, None
-        if handle is not None:
-            self._lib.fn("flashjit_backward_release")(handle)
-
-    close = release
-
-    def __del__(self):
-        try:
-            self.release()
-        except Exception:
-            pass
 
     def __repr__(self) -> str:
         mode = ", deterministic" if self.deterministic else ""
