@@ -23,6 +23,7 @@ set(FLASHJIT_PUBLIC_HEADERS
   templates/include/flashjit/Templates/KernelABI.h
   templates/include/flashjit/Templates/Target.h
   templates/include/flashjit/Templates/TileConfig.h
+  autotune/include/flashjit/Autotune/DecodeTuning.h
   autotune/include/flashjit/Autotune/ShapeBuckets.h
   autotune/include/flashjit/Autotune/TuningDatabase.h
 )

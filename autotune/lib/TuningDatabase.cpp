@@ -221,13 +221,31 @@ json TuningDatabase::toJson() const {
       item["heuristic_tflops"] = *entry.heuristicTflops;
     list.push_back(std::move(item));
   }
-  return {{"format", kFormat},
-          {"flashjit_version", flashjitVersion},
-          {"gpu",
-           {{"name", gpu.name},
-            {"cc", llvm::formatv("{0}.{1}", gpu.ccMajor, gpu.ccMinor).str()},
-            {"driver", gpu.driver}}},
-          {"entries", list}};
+  json out = {{"format", kFormat},
+              {"flashjit_version", flashjitVersion},
+              {"gpu",
+               {{"name", gpu.name},
+                {"cc",
+                 llvm::formatv("{0}.{1}", gpu.ccMajor, gpu.ccMinor).str()},
+                {"driver", gpu.driver}}},
+              {"entries", list}};
+  if (!decodeEntries.empty()) {
+    json decode = json::array();
+    for (const DecodeTuningEntry &entry : decodeEntries)
+      decode.push_back(decodeEntryToJson(entry));
+    out["decode_entries"] = std::move(decode);
+  }
+  return out;
+}
+
+size_t TuningDatabase::replaceDecode(DecodeTuningEntry entry) {
+  size_t before = decodeEntries.size();
+  llvm::erase_if(decodeEntries, [&](const DecodeTuningEntry &e) {
+    return e.bucket.overlaps(entry.bucket);
+  });
+  size_t removed = before - decodeEntries.size();
+  decodeEntries.push_back(std::move(entry));
+  return removed;
 }
 
 llvm::Expected<TuningDatabase> TuningDatabase::fromJson(const json &in) {
@@ -273,6 +291,22 @@ llvm::Expected<TuningDatabase> TuningDatabase::fromJson(const json &in) {
   if (!buckets.empty())
     if (auto err = checkBuckets(buckets))
       return fieldError("entries", toString(std::move(err)));
+  if (auto it = in.find("decode_entries"); it != in.end()) {
+    if (!it->is_array())
+      return fieldError("decode_entries",
+                        "expected an array, got " + describeJson(*it));
+    for (size_t i = 0; i < it->size(); ++i) {
+      std::string at = llvm::formatv("decode_entries[{0}]", i).str();
+      auto entry = decodeEntryFromJson((*it)[i], at);
+      if (!entry)
+        return entry.takeError();
+      for (const DecodeTuningEntry &other : db.decodeEntries)
+        if (other.bucket.overlaps(entry->bucket))
+          return fieldError(at, "its bucket " + entry->bucket.describe() +
+                                    " overlaps " + other.bucket.describe());
+      db.decodeEntries.push_back(std::move(*entry));
+    }
+  }
   return db;
 }
 

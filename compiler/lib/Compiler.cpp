@@ -283,7 +283,8 @@ compileDecodeKernel(const DecodeSpec &spec, const CompileOptions &options) {
   b.setInsertionPointToEnd(module->getBody());
   auto kernels = gpu::GPUModuleOp::create(b, loc, "flashjit_kernels");
   b.setInsertionPointToEnd(kernels.getBody());
-  if (auto err = buildDecodeKernels(b, loc, spec, target->ptxVersion()))
+  if (auto err = buildDecodeKernels(b, loc, spec, target->ptxVersion(),
+                                        target->computeCapability))
     return std::move(err);
   if (failed(verify(*module)))
     return llvm::createStringError(

@@ -12,6 +12,8 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
+#include <atomic>
+#include <functional>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -52,13 +54,39 @@ llvm::Error poison(const CudaDriver &drv, DeviceBuffer &buffer, size_t bytes) {
 
 llvm::Expected<DecodeCheckReport>
 runDecodeAndCheck(const DecodeKernel &kernel, const DecodeCheckOptions &opt) {
+  const DecodeKernel *one = &kernel;
+  auto reports = runDecodeVariants({one}, opt);
+  if (!reports)
+    return reports.takeError();
+  return std::move(reports->front());
+}
+
+llvm::Expected<std::vector<DecodeCheckReport>>
+runDecodeVariants(llvm::ArrayRef<const DecodeKernel *> kernels,
+                  const DecodeCheckOptions &opt,
+                  llvm::ArrayRef<int64_t> splitsPerKernel) {
   auto drvOr = CudaDriver::get();
   if (!drvOr)
     return drvOr.takeError();
   const CudaDriver &drv = *drvOr;
+  if (kernels.empty())
+    return llvm::createStringError("no decode kernel to run");
+  if (!splitsPerKernel.empty() && splitsPerKernel.size() != kernels.size())
+    return llvm::createStringError("give one split count per kernel, or none");
+  for (const DecodeKernel *k : kernels) {
+    const DecodeSpec &a = k->spec(), &z = kernels.front()->spec();
+    if (a.headDim != z.headDim || a.dtype != z.dtype ||
+        a.numHeads != z.numHeads || a.numKVHeads != z.numKVHeads ||
+        a.qLen != z.qLen || a.causal != z.causal || a.pageSize != z.pageSize)
+      return llvm::createStringError(
+          "the decode kernels of one run compute the same problem; " +
+          a.canonical() + " differs from " + z.canonical() +
+          " beyond its tile");
+  }
+  const DecodeKernel &firstKernel = *kernels.front();
   if (auto ctx = drv.ensureContext(); !ctx)
     return ctx.takeError();
-  const DecodeSpec &s = kernel.spec();
+  const DecodeSpec &s = firstKernel.spec();
   const int64_t B = opt.batch, d = s.headDim;
   if (B < 1 || opt.kvLens.empty() ||
       (opt.kvLens.size() != 1 && int64_t(opt.kvLens.size()) != B))
@@ -83,13 +111,38 @@ runDecodeAndCheck(const DecodeKernel &kernel, const DecodeCheckOptions &opt) {
   std::vector<uint16_t> samples(1 << 16);
   for (uint16_t &x : samples)
     x = floatToBits(s.dtype, normal(rng));
-  uint64_t state = rng();
-  auto randomBits = [&]() {
-    state += 0x9E3779B97F4A7C15ull; // splitmix64
-    uint64_t z = state;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return samples[(z ^ (z >> 31)) & 0xFFFF];
+  const uint64_t base = rng();
+  // One splitmix64 stream per filled row block, so that threads fill the
+  // cache in parallel and the values depend on the seed alone.
+  struct Stream {
+    const std::vector<uint16_t> &samples;
+    uint64_t state;
+    uint16_t operator()() {
+      state += 0x9E3779B97F4A7C15ull;
+      uint64_t z = state;
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      return samples[(z ^ (z >> 31)) & 0xFFFF];
+    }
+  };
+  auto streamOf = [&](uint64_t item) {
+    return Stream{samples, base ^ (item * 0xD1B54A32D192ED03ull)};
+  };
+  Stream qStream = streamOf(~0ull);
+  auto randomBits = [&]() { return qStream(); };
+  const unsigned fillThreads =
+      std::clamp(std::thread::hardware_concurrency(), 1u, 16u);
+  // fn(item) for items [0, n) over fillThreads threads.
+  auto parallelFor = [&](int64_t n, const std::function<void(int64_t)> &fn) {
+    std::vector<std::thread> pool;
+    std::atomic<int64_t> next{0};
+    for (unsigned t = 0; t < fillThreads; ++t)
+      pool.emplace_back([&] {
+        for (int64_t i = next++; i < n; i = next++)
+          fn(i);
+      });
+    for (std::thread &th : pool)
+      th.join();
   };
 
   // Q; the cache with every row past a sequence's length NaN.
@@ -113,36 +166,44 @@ runDecodeAndCheck(const DecodeKernel &kernel, const DecodeCheckOptions &opt) {
     p.k.assign(p.pages * s.pageSize * rowElems, kNanBits);
     p.v.assign(p.k.size(), kNanBits);
     int64_t next = 0;
+    std::vector<std::pair<int64_t, int64_t>> owned; // (sequence, page slot)
     for (int64_t i = 0; i < B; ++i)
       for (int64_t j = 0; j < used[i]; ++j) {
-        int32_t page = order[next++];
-        p.blockTable[i * p.maxPages + j] = page;
-        for (int64_t r = 0; r < s.pageSize; ++r) {
-          if (j * s.pageSize + r >= p.kvLens[i])
-            break;
-          int64_t at = (page * s.pageSize + r) * rowElems;
-          for (int64_t e = 0; e < rowElems; ++e) {
-            p.k[at + e] = randomBits();
-            p.v[at + e] = randomBits();
-          }
+        p.blockTable[i * p.maxPages + j] = order[next++];
+        owned.push_back({i, j});
+      }
+    parallelFor(int64_t(owned.size()), [&](int64_t item) {
+      auto [i, j] = owned[item];
+      const int64_t page = p.blockTable[i * p.maxPages + j];
+      Stream bits = streamOf(item);
+      for (int64_t r = 0; r < s.pageSize; ++r) {
+        if (j * s.pageSize + r >= p.kvLens[i])
+          break;
+        int64_t at = (page * s.pageSize + r) * rowElems;
+        for (int64_t e = 0; e < rowElems; ++e) {
+          p.k[at + e] = bits();
+          p.v[at + e] = bits();
         }
       }
+    });
   } else {
     p.capacity = std::max<int64_t>((longest + 63) / 64 * 64, 64);
     p.headMajor = opt.kvHeadMajor;
     p.k.assign(B * p.capacity * rowElems, kNanBits);
     p.v.assign(p.k.size(), kNanBits);
-    for (int64_t i = 0; i < B; ++i)
-      for (int64_t h = 0; h < s.numKVHeads; ++h)
-        for (int64_t r = 0; r < p.kvLens[i]; ++r) {
-          int64_t at = p.headMajor
-                           ? ((i * s.numKVHeads + h) * p.capacity + r) * d
-                           : ((i * p.capacity + r) * s.numKVHeads + h) * d;
-          for (int64_t e = 0; e < d; ++e) {
-            p.k[at + e] = randomBits();
-            p.v[at + e] = randomBits();
-          }
+    parallelFor(B * s.numKVHeads, [&](int64_t item) {
+      const int64_t i = item / s.numKVHeads, h = item % s.numKVHeads;
+      Stream bits = streamOf(item);
+      for (int64_t r = 0; r < p.kvLens[i]; ++r) {
+        int64_t at = p.headMajor
+                         ? ((i * s.numKVHeads + h) * p.capacity + r) * d
+                         : ((i * p.capacity + r) * s.numKVHeads + h) * d;
+        for (int64_t e = 0; e < d; ++e) {
+          p.k[at + e] = bits();
+          p.v[at + e] = bits();
         }
+      }
+    });
   }
 
   DeviceBuffer q(drv), k(drv), v(drv), o(drv), lse(drv), lens(drv), table(drv),
@@ -187,6 +248,31 @@ runDecodeAndCheck(const DecodeKernel &kernel, const DecodeCheckOptions &opt) {
   args.maxKvLen = opt.maxKvLenHint ? std::max<int64_t>(longest, 1) : 0;
   args.numSplits = opt.numSplits;
   args.scale = p.scale;
+  unsigned threads = opt.referenceThreads
+                         ? opt.referenceThreads
+                         : std::max(1u, std::thread::hardware_concurrency());
+  const int64_t allRows = B * s.numHeads * s.qLen;
+  std::vector<int64_t> rows;
+  if (opt.maxCheckedRows > 0 && opt.maxCheckedRows < allRows) {
+    std::uniform_int_distribution<int64_t> pick(0, allRows - 1);
+    for (int64_t i = 0; i < opt.maxCheckedRows; ++i)
+      rows.push_back(pick(rng));
+  } else {
+    for (int64_t i = 0; i < allRows; ++i)
+      rows.push_back(i);
+  }
+  std::vector<DecodeReferenceRow> ref = decodeReference(p, rows, threads);
+
+  std::vector<DecodeCheckReport> reports;
+  for (size_t variant = 0; variant < kernels.size(); ++variant) {
+  const DecodeKernel &kernel = *kernels[variant];
+  args.numSplits =
+      splitsPerKernel.empty() ? opt.numSplits : splitsPerKernel[variant];
+  // Fresh poison for every kernel: nothing a previous one wrote passes.
+  if (auto err = FLASHJIT_CU(drv, cuMemsetD8, o.ptr(), 0xFF, outElems * 2))
+    return std::move(err);
+  if (auto err = FLASHJIT_CU(drv, cuMemsetD8, lse.ptr(), 0xFF, lseElems * 4))
+    return std::move(err);
   DecodeCheckReport report;
   report.numSplits = kernel.splitsFor(args);
   if (opt.callerWorkspace) {
@@ -209,9 +295,6 @@ runDecodeAndCheck(const DecodeKernel &kernel, const DecodeCheckOptions &opt) {
                              gotLse.size() * 4))
     return std::move(err);
 
-  unsigned threads = opt.referenceThreads
-                         ? opt.referenceThreads
-                         : std::max(1u, std::thread::hardware_concurrency());
   // Every output is scanned for NaN; all rows, or a sample, are compared.
   for (uint16_t bits : gotO)
     if (!std::isfinite(bitsToFloat(s.dtype, bits)))
@@ -219,17 +302,6 @@ runDecodeAndCheck(const DecodeKernel &kernel, const DecodeCheckOptions &opt) {
   for (float l : gotLse)
     if (std::isnan(l) || l == INFINITY)
       ++report.nonFinite;
-  const int64_t allRows = B * s.numHeads * s.qLen;
-  std::vector<int64_t> rows;
-  if (opt.maxCheckedRows > 0 && opt.maxCheckedRows < allRows) {
-    std::uniform_int_distribution<int64_t> pick(0, allRows - 1);
-    for (int64_t i = 0; i < opt.maxCheckedRows; ++i)
-      rows.push_back(pick(rng));
-  } else {
-    for (int64_t i = 0; i < allRows; ++i)
-      rows.push_back(i);
-  }
-  std::vector<DecodeReferenceRow> ref = decodeReference(p, rows, threads);
   double errSq = 0, refSq = 0, lseErrSq = 0, lseRefSq = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
     const int64_t t = rows[i] % s.qLen;
@@ -283,7 +355,9 @@ runDecodeAndCheck(const DecodeKernel &kernel, const DecodeCheckOptions &opt) {
     report.medianMs = measured->medianMs;
     report.gbPerSecond = report.kvBytes / (report.medianMs * 1e-3) / 1e9;
   }
-  return report;
+  reports.push_back(report);
+  }
+  return reports;
 }
 
 } // namespace flashjit

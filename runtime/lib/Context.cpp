@@ -825,7 +825,13 @@ Context::decodeKernel(const DecodeSpec &spec) {
   DecodeSpec fitted = spec;
   if (Device && spec.stages == 0) {
     const int64_t limit = Device->sharedMemoryPerBlockOptin;
-    for (int64_t stages = decodeTiling(spec).stages;
+    // The default 128-key tiles that do not fit take 64 keys, then fewer
+    // stages.
+    if (spec.headDim == 128 && spec.blockN == 0 &&
+        decodeTiling(spec).blockN == 128 &&
+        decodeTiling(spec).sharedBytes(spec) > limit)
+      fitted.blockN = 64;
+    for (int64_t stages = decodeTiling(fitted).stages;
          stages > 2 && decodeTiling(fitted).sharedBytes(fitted) > limit;)
       fitted.stages = --stages;
   }
@@ -847,9 +853,35 @@ Context::decodeKernel(const DecodeSpec &spec) {
                             });
   if (!loaded)
     return loaded.takeError();
-  auto decoder = std::make_shared<const DecodeKernel>(
+  auto decoder = std::make_shared<DecodeKernel>(
       fitted, loaded->entry->info, loaded->entry->ptx, std::move(loaded->module),
       DeviceError);
+  // A spec without tile knobs takes the tuning database's decode entries
+  // (per batch and KV length bucket); one that cannot be built is skipped
+  // with a warning.
+  const bool knobs = spec.blockN || spec.stages || spec.l2Prefetch ||
+                     spec.copyMode || spec.evictFirst;
+  if (!knobs)
+    for (const autotune::DecodeTuningEntry &e : Tuned.decodeEntriesFor(spec)) {
+      DecodeKernel::TunedVariant v;
+      v.batchMin = e.bucket.batchMin;
+      v.batchMax = e.bucket.batchMax.value_or(0);
+      v.kvMin = e.bucket.kvMin;
+      v.kvMax = e.bucket.kvMax.value_or(0);
+      v.splitWaves = e.config.splitWaves;
+      DecodeSpec tuned = e.config.applied(spec);
+      if (tuned.canonical() != spec.canonical()) {
+        auto kernel = decodeKernel(tuned);
+        if (!kernel) {
+          warn("the tuned decode config " + e.config.describe() + " (" +
+               e.bucket.describe() + ") failed to build: " +
+               llvm::toString(kernel.takeError()) + "; using the default");
+          continue;
+        }
+        v.kernel = *kernel;
+      }
+      decoder->addTunedVariant(std::move(v));
+    }
   std::lock_guard<std::mutex> lock(Kernels->mutex);
   return Kernels->decoders.try_emplace(key, decoder).first->second;
 }

@@ -193,26 +193,64 @@ llvm::Error DecodeKernel::check(const DecodeArgs &args) const {
   return llvm::Error::success();
 }
 
-int64_t DecodeKernel::splitsFor(const DecodeArgs &args) const {
-  if (args.numSplits > 0)
-    return args.numSplits;
+void DecodeKernel::addTunedVariant(TunedVariant variant) {
+  Tuned.push_back(std::move(variant));
+}
+
+int64_t DecodeKernel::longest(const DecodeArgs &args) const {
   const int64_t cap = capacity(args);
-  int64_t longest = args.maxKvLen > 0 ? std::min(args.maxKvLen, cap) : cap;
+  return args.maxKvLen > 0 ? std::min(args.maxKvLen, cap) : cap;
+}
+
+const DecodeKernel::TunedVariant *
+DecodeKernel::variantFor(const DecodeArgs &args) const {
+  const int64_t batch = args.q.shape[0], kvLen = longest(args);
+  for (const TunedVariant &v : Tuned)
+    if (batch >= v.batchMin && (v.batchMax == 0 || batch < v.batchMax) &&
+        kvLen >= v.kvMin && (v.kvMax == 0 || kvLen < v.kvMax))
+      return &v;
+  return nullptr;
+}
+
+int64_t DecodeKernel::ruleSplits(int64_t batch, int64_t longest,
+                                 int64_t splitWaves) const {
   // Without a GPU the rule reasons with an H100's two blocks on 132 SMs.
   int64_t resident = Module ? Module->residentBlocks() : 2 * 132;
-  return chooseDecodeSplits(Spec, std::max<int64_t>(args.q.shape[0], 1),
-                            longest, resident);
+  return chooseDecodeSplits(Spec, std::max<int64_t>(batch, 1), longest,
+                            resident, splitWaves);
+}
+
+int64_t DecodeKernel::splitsWith(const DecodeArgs &args,
+                                 int64_t splitWaves) const {
+  if (args.numSplits > 0)
+    return args.numSplits;
+  return ruleSplits(args.q.shape[0], longest(args), splitWaves);
+}
+
+int64_t DecodeKernel::splitsFor(const DecodeArgs &args) const {
+  if (const TunedVariant *v = variantFor(args))
+    return v->kernel ? v->kernel->splitsWith(args, v->splitWaves)
+                     : splitsWith(args, v->splitWaves);
+  return splitsWith(args, 1);
 }
 
 llvm::Error DecodeKernel::decode(const DecodeArgs &args) const {
   if (auto err = check(args))
     return err;
+  if (const TunedVariant *v = variantFor(args))
+    return v->kernel ? v->kernel->launchWith(args, v->splitWaves)
+                     : launchWith(args, v->splitWaves);
+  return launchWith(args, 1);
+}
+
+llvm::Error DecodeKernel::launchWith(const DecodeArgs &args,
+                                     int64_t splitWaves) const {
   if (!Module)
     return makeError(ErrorCode::NoDevice, "cannot launch " + Info.name +
                                               ": no GPU is available (" +
                                               DeviceError + ")");
   const int64_t batch = args.q.shape[0];
-  const int64_t splits = splitsFor(args);
+  const int64_t splits = splitsWith(args, splitWaves);
   const double scale = args.scale.value_or(Spec.defaultScale());
 
   DecodeKernelArgs k;

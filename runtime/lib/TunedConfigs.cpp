@@ -38,6 +38,7 @@ TunedConfigs TunedConfigs::open(const DatabaseLocation &location,
   }
   table.Path = location.path;
   table.Entries = std::move(db->entries);
+  table.DecodeEntries = std::move(db->decodeEntries);
   return table;
 }
 
@@ -47,6 +48,15 @@ std::optional<size_t> TunedConfigs::find(const AttentionSpec &spec,
     if (Entries[i].bucket.contains(spec, seqlen))
       return i;
   return std::nullopt;
+}
+
+std::vector<autotune::DecodeTuningEntry>
+TunedConfigs::decodeEntriesFor(const DecodeSpec &spec) const {
+  std::vector<autotune::DecodeTuningEntry> out;
+  for (const autotune::DecodeTuningEntry &e : DecodeEntries)
+    if (e.bucket.contains(spec, e.bucket.batchMin, e.bucket.kvMin))
+      out.push_back(e);
+  return out;
 }
 
 } // namespace flashjit

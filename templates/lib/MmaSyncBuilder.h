@@ -103,6 +103,9 @@ protected:
 
   /// L2 prefetch size of the tile copies; 0: none.
   int64_t l2PrefetchBytes = 0;
+  /// An L2 cache policy (createpolicy's i64) for the tile copies; null:
+  /// none (PTX .L2::cache_hint).
+  Value l2Policy;
 
   const TileConfig &cfg;
   const bool withSoftmax;

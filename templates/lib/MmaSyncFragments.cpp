@@ -83,19 +83,33 @@ void Builder::copyTileClamped(Value base, ValueRange strides, Value batch,
 }
 
 void Builder::cpAsync16(Value dst, Value src, Value bytes) {
-  if (l2PrefetchBytes == 0) {
+  if (l2PrefetchBytes == 0 && !l2Policy) {
     NVVM::CpAsyncOp::create(b, loc, sharedAddress(dst), src, /*size=*/16,
                             NVVM::LoadCacheModifierKind::CG, bytes);
     return;
   }
-  std::string text = "cp.async.cg.shared.global.L2::" +
-                     std::to_string(l2PrefetchBytes) + "B [$0], [$1], 16" +
-                     (bytes ? ", $2;" : ";");
+  std::string text = "cp.async.cg.shared.global";
+  if (l2Policy)
+    text += ".L2::cache_hint";
+  if (l2PrefetchBytes)
+    text += ".L2::" + std::to_string(l2PrefetchBytes) + "B";
   SmallVector<Value> operands = {sharedAddress(dst), src};
-  if (bytes)
-    operands.push_back(bytes);
+  std::string constraints = "l,l";
+  if (l2Policy) {
+    // The policy operand follows src-size, which is then always given.
+    text += " [$0], [$1], 16, $2, $3;";
+    operands.push_back(bytes ? bytes : c32(16));
+    operands.push_back(l2Policy);
+    constraints += ",r,l";
+  } else {
+    text += std::string(" [$0], [$1], 16") + (bytes ? ", $2;" : ";");
+    if (bytes) {
+      operands.push_back(bytes);
+      constraints += ",r";
+    }
+  }
   LLVM::InlineAsmOp::create(
-      b, loc, Type(), operands, text, bytes ? "l,l,r" : "l,l",
+      b, loc, Type(), operands, text, constraints,
       /*has_side_effects=*/true, /*is_align_stack=*/false,
       LLVM::tailcallkind::TailCallKind::None,
       LLVM::AsmDialectAttr::get(b.getContext(), LLVM::AsmDialect::AD_ATT),

@@ -129,6 +129,49 @@ TEST_CASE("decode: a long cache, 100k keys") {
   checkDecode(makeSpec(128, DType::BF16, 32, 8, 2, 64), 1, {100003});
 }
 
+TEST_CASE("decode: each copy path and L2 hint (tile knobs) is exact") {
+  // copyMode 1: per-thread cp.async; 2: bulk copies on mbarriers (sm_90),
+  // with evict_first or not; tiles of 32 to 128 keys, 2 to 6 stages (the
+  // former default, 64 keys in 3 stages, among them).
+  const bool hopper = gpuContext().target().computeCapability >= 90;
+  struct Knobs {
+    int64_t blockN, stages, copyMode, evictFirst;
+  };
+  for (Knobs k : {Knobs{0, 0, 1, -1}, Knobs{64, 3, 1, 0}, Knobs{0, 0, 2, -1},
+                  Knobs{0, 0, 2, 1},
+                  Knobs{64, 2, 2, 0}, Knobs{32, 6, 2, 0},
+                  Knobs{128, 2, 2, 1}}) {
+    if (k.copyMode == 2 && !hopper)
+      continue;
+    // A tile the spec's warps cannot split (32 keys over 4 warps) is
+    // skipped: validate() refuses it, as the unit tests check.
+    auto check = [&](DecodeSpec s, int64_t batch, std::vector<int64_t> lens,
+                     int64_t splits = 0) {
+      s.blockN = k.blockN;
+      s.stages = k.stages;
+      s.copyMode = k.copyMode;
+      s.evictFirst = k.evictFirst;
+      if (llvm::Error err = s.validate()) {
+        llvm::consumeError(std::move(err));
+        return;
+      }
+      checkDecode(s, batch, std::move(lens), splits);
+    };
+    check(makeSpec(128, DType::BF16, 32, 8, 1), 3, {1, 1000, 4097});
+    check(makeSpec(128, DType::BF16, 32, 8, 7), 7,
+          {0, 1, 17, 1000, 4097, 9000, 3}, 5);
+    check(makeSpec(128, DType::F16, 8, 1, 16, 16), 3, {2000, 31, 16});
+    check(makeSpec(128, DType::BF16, 32, 8, 2, 64), 2, {100003, 65});
+    check(makeSpec(64, DType::BF16, 32, 8, 1, 256), 5, {1, 17, 1000, 4097, 0});
+  }
+  if (hopper)
+    for (int64_t d : {64, 256}) {
+      DecodeSpec s = makeSpec(d, DType::BF16, 32, 8, 2);
+      s.copyMode = 2;
+      checkDecode(s, 3, {17, 1000, 4097});
+    }
+}
+
 TEST_CASE("decode: bad arguments launch nothing") {
   auto kernel = gpuContext().decodeKernel(makeSpec(128, DType::BF16, 8, 2, 1));
   REQUIRE(bool(kernel));

@@ -6,6 +6,7 @@
 // database that cannot be read, an empty bucket list, no GPU) is an error
 // that says what to change; a candidate that fails to compile or run is
 // only recorded.
+#include "AutotuneDecode.h"
 #include "AutotuneOutput.h"
 #include "Commands.h"
 
@@ -213,7 +214,11 @@ llvm::Expected<autotune::DeviceModel> chooseDevice(const Context &ctx,
 int runAutotune() {
   if (auto err = checkNumbers())
     return reportError("autotune", std::move(err));
-  auto buckets = selectBuckets();
+  // --decode has its own buckets (AutotuneDecode.cpp).
+  auto buckets = decodeAutotuneRequested()
+                     ? llvm::Expected<std::vector<autotune::ShapeBucket>>(
+                           std::vector<autotune::ShapeBucket>{})
+                     : selectBuckets();
   if (!buckets)
     return reportError("autotune", buckets.takeError());
 
@@ -247,6 +252,21 @@ int runAutotune() {
     return reportError("autotune", existing.takeError());
   if (*existing)
     summary.existingEntries = (*existing)->entries.size();
+  if (decodeAutotuneRequested()) {
+    DecodeAutotuneSettings settings;
+    settings.headDims.assign(headDims.begin(), headDims.end());
+    settings.dtypes.assign(dtypes.begin(), dtypes.end());
+    settings.bucketFilter.assign(bucketFilter.begin(), bucketFilter.end());
+    settings.timeBudget = timeBudget;
+    settings.minGain = minGain;
+    settings.warmup = warmup;
+    settings.iterations = iterations;
+    settings.dryRun = dryRun;
+    settings.json = json;
+    settings.seed = seed ? uint64_t(seed) : uint64_t(std::random_device()());
+    return runDecodeAutotune(**ctx, location.path, std::move(*existing),
+                             summary.gpu, settings);
+  }
 
   autotune::PlanOptions planOptions;
   planOptions.maxCandidates = maxCandidates;

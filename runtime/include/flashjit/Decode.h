@@ -92,9 +92,29 @@ public:
   llvm::Error check(const DecodeArgs &args) const;
   /// The splits decode() uses for `args` (the rule when numSplits is 0).
   int64_t splitsFor(const DecodeArgs &args) const;
+  /// The rule's splits of this kernel (tuned variants aside) for `batch`
+  /// sequences of at most `longest` keys, filling `splitWaves` waves.
+  int64_t ruleSplits(int64_t batch, int64_t longest,
+                     int64_t splitWaves = 1) const;
   /// Bytes of workspace a launch of `batch` sequences in `numSplits`
   /// splits needs (0 for one split).
   size_t workspaceBytes(int64_t batch, int64_t numSplits) const;
+
+  /// A tuned choice for a class of launches (the tuning database's decode
+  /// entries, `flashjit autotune --decode`): launches whose batch and
+  /// longest KV length fall in the ranges ([min, max), max 0: unbounded)
+  /// run `kernel` (null: this one) with the split rule filling
+  /// `splitWaves` waves.
+  struct TunedVariant {
+    int64_t batchMin = 1, batchMax = 0, kvMin = 1, kvMax = 0;
+    std::shared_ptr<const DecodeKernel> kernel;
+    int64_t splitWaves = 1;
+  };
+  /// Context::decodeKernel adds the tuned variants before sharing the
+  /// kernel; a launch that none matches runs this kernel as built.
+  void addTunedVariant(TunedVariant variant);
+  /// The tuned variants (empty: no tuning database entry applied).
+  const std::vector<TunedVariant> &tunedVariants() const { return Tuned; }
 
   DecodeKernel(DecodeSpec spec, KernelInfo info, std::string ptx,
                std::unique_ptr<LoadedModule> module, std::string deviceError);
@@ -103,6 +123,12 @@ public:
 private:
   /// Tokens each sequence of `args` can hold.
   int64_t capacity(const DecodeArgs &args) const;
+  /// The longest length the split rule plans for.
+  int64_t longest(const DecodeArgs &args) const;
+  /// The tuned variant of `args`'s launch, if one matches.
+  const TunedVariant *variantFor(const DecodeArgs &args) const;
+  int64_t splitsWith(const DecodeArgs &args, int64_t splitWaves) const;
+  llvm::Error launchWith(const DecodeArgs &args, int64_t splitWaves) const;
 
   DecodeSpec Spec;
   KernelInfo Info;
@@ -112,6 +138,7 @@ private:
   std::string DeviceError;
   struct Workspaces;
   std::unique_ptr<Workspaces> Scratch;
+  std::vector<TunedVariant> Tuned;
 };
 
 } // namespace flashjit

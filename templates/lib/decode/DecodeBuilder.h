@@ -57,6 +57,11 @@ public:
   void emitSplitKernel(StringRef name);
   void emitCombineKernel(StringRef name);
   using mma_sync::Builder::l2PrefetchBytes;
+  /// K/V tiles by bulk copies on per-stage mbarriers (sm_90 and newer)
+  /// instead of per-thread cp.async.
+  bool bulk = false;
+  /// The K/V loads carry an L2 evict_first policy (PTX ISA 7.4 and later).
+  bool evictFirst = false;
 
 private:
   DecodeParams beginSplitKernel(StringRef name);
@@ -84,6 +89,26 @@ private:
   void storeRows(const DecodeParams &p, const RowsState &rows, Value batch,
                  Value headBase, Value split, Value wm, Value quadRow,
                  Value quadCol);
+  // ---- bulk copies (DecodeBulkCopy.cpp) ----------------------------------
+  void asmVoid(StringRef text, StringRef constraints, ValueRange operands);
+  /// createpolicy's L2 evict_first policy (an i64 for .L2::cache_hint).
+  Value evictFirstPolicy();
+  /// The mbarrier of stage `slot` (i64) as a shared pointer.
+  Value stageBarrier(Value slot);
+  /// Thread 0 initializes the stages' mbarriers (32 arrivals: the lanes of
+  /// the copying warp) and fences the initialization; the caller's
+  /// barrier makes it visible to the block.
+  void initStageBarriers();
+  /// Waits until the copies of tile `j` (i64) have landed in its stage.
+  void waitStage(Value j);
+  /// Warp 0 only: keys [firstKey, firstKey + blockN) of K and V into stage
+  /// `slot` (i64), one bulk copy per key row completing on the stage's
+  /// mbarrier. Rows past kvLen copy the sequence's last key (finite, and
+  /// masked out of the scores); a paged row whose page id is outside the
+  /// pool is zero-filled by plain stores instead.
+  void bulkCopyTile(const DecodeParams &p, Value batch, Value kvHead,
+                    Value firstKey, Value kvLen, Value slot);
+
   Value loadF32(Value address);
   void storeF32(Value value, Value address);
   Value sharedF32Address(Value byteOffset);

@@ -143,15 +143,25 @@ void Builder::emitCombineKernel(StringRef name) {
 namespace flashjit {
 
 llvm::Error buildDecodeKernels(mlir::OpBuilder &builder, mlir::Location loc,
-                               const DecodeSpec &spec, int ptxVersion) {
+                               const DecodeSpec &spec, int ptxVersion,
+                               int computeCapability) {
   if (auto err = spec.validate())
     return err;
+  if (spec.copyMode == 2 && (computeCapability < 90 || ptxVersion < 80))
+    return llvm::createStringError(
+        "bulk K/V copies (copy mode 2) need sm_90 or newer and PTX ISA 8.0; "
+        "use copy mode 0 or 1 for sm_" +
+        std::to_string(computeCapability));
   const AttentionSpec attention = spec.attentionSpec();
   const DecodeTiling tiling = decodeTiling(spec);
   const TileConfig config = tiling.config(spec);
   decode::Builder kernels(builder, loc, spec, attention, config, tiling);
   if (ptxVersion < 74)
     kernels.l2PrefetchBytes = 0;
+  kernels.bulk = decodeUsesBulkCopy(spec, computeCapability) &&
+                 computeCapability >= 90 && ptxVersion >= 80;
+  kernels.evictFirst =
+      decodeUsesEvictFirst(spec, computeCapability) && ptxVersion >= 74;
   kernels.emitSplitKernel(spec.kernelName());
   kernels.emitCombineKernel(spec.kernelName() + "_combine");
   return llvm::Error::success();

@@ -54,6 +54,23 @@ llvm::Error DecodeSpec::validate() const {
                       "128 or 256 bytes, not {0}",
                       l2Prefetch)
             .str());
+  if (copyMode < 0 || copyMode > 2)
+    return llvm::createStringError(
+        llvm::formatv("the decode copy mode is 0 (the default), 1 (cp.async) "
+                      "or 2 (bulk copies, sm_90 and newer), not {0}",
+                      copyMode)
+            .str());
+  if (evictFirst < -1 || evictFirst > 1)
+    return llvm::createStringError(
+        llvm::formatv("evictFirst is 0 (the default), -1 (normal) or 1 "
+                      "(evict_first), not {0}",
+                      evictFirst)
+            .str());
+  if (evictFirst > 0 && copyMode != 2)
+    return llvm::createStringError(
+        "the L2 evict_first hint (evictFirst 1) goes with bulk copies (copy "
+        "mode 2) only: with per-thread cp.async at 2 stages it faulted on an "
+        "H100 (docs/inference.md)");
   DecodeTiling t = decodeTiling(*this);
   if (t.keysPerWarp % 16 != 0)
     return llvm::createStringError(
@@ -80,6 +97,8 @@ std::string DecodeSpec::canonical() const {
   if (blockN || stages || l2Prefetch)
     text +=
         llvm::formatv(";n={0};s={1};l2={2}", blockN, stages, l2Prefetch).str();
+  if (copyMode || evictFirst)
+    text += llvm::formatv(";copy={0};ef={1}", copyMode, evictFirst).str();
   return text;
 }
 
@@ -93,6 +112,8 @@ std::string DecodeSpec::kernelName() const {
     name += llvm::formatv("_n{0}_s{1}_l{2}", blockN, stages,
                           l2Prefetch < 0 ? 0 : l2Prefetch)
                 .str();
+  if (copyMode || evictFirst)
+    name += llvm::formatv("_c{0}_e{1}", copyMode, evictFirst + 1).str();
   return name;
 }
 
@@ -139,26 +160,59 @@ DecodeTiling decodeTiling(const DecodeSpec &spec) {
   // Keys per warp: 16 or 32 of a 64-key tile at head dim 128 (32 with two
   // m tiles per warp, where the accumulators take the registers), 32 or
   // 64 of a 128- or 64-key tile at head dim 64.
+  // Head dim 128 with one m16 tile of rows (4 warps over the keys): two
+  // buffers of 128-key tiles, one 140 KiB block per SM, which read the
+  // cache faster on an H100 than two blocks of three 64-key buffers
+  // (docs/inference.md); a GPU with less shared memory per block gets the
+  // 64-key tiles (Context::decodeKernel).
+  const bool wideTiles = spec.headDim == 128 && t.warpsN == 4;
   if (spec.headDim == 64)
     t.blockN = t.warpsN == 4 ? 128 : 64;
   else if (spec.headDim == 128)
-    t.blockN = t.mTilesPerWarp == 2 ? 32 : 64;
+    t.blockN = wideTiles ? 128 : t.mTilesPerWarp == 2 ? 32 : 64;
   else
     t.blockN = t.warpsN == 1 ? 32 : 64;
   if (spec.blockN > 0)
     t.blockN = spec.blockN;
   t.keysPerWarp = t.blockN / t.warpsN;
   // Head dim 256: two buffers of 64-key tiles (three would pass 227 KiB).
-  t.stages = spec.stages > 0                         ? spec.stages
-             : spec.headDim == 256 && t.blockN == 64 ? 2
-                                                     : 3;
+  t.stages = spec.stages > 0 ? spec.stages
+             : (spec.headDim == 256 && t.blockN == 64) ||
+                     (wideTiles && t.blockN == 128)
+                 ? 2
+                 : 3;
   return t;
 }
 
-unsigned DecodeTiling::sharedBytes(const DecodeSpec &spec) const {
+int64_t DecodeTiling::barrierOffset(const DecodeSpec &spec) const {
   const int64_t rowBytes = rowElems(spec.headDim) * dtypeBytes(spec.dtype);
-  return static_cast<unsigned>(rowsPadded * rowBytes +
-                               stages * 2 * blockN * rowBytes);
+  return rowsPadded * rowBytes + stages * 2 * blockN * rowBytes;
+}
+
+unsigned DecodeTiling::sharedBytes(const DecodeSpec &spec) const {
+  return static_cast<unsigned>(barrierOffset(spec) + 8 * stages);
+}
+
+namespace {
+/// Bulk K/V copies by default on sm_90 and newer.
+constexpr bool kBulkCopyOnHopper = false;
+/// The L2 evict_first hint by default (sm_80 and newer).
+constexpr bool kEvictFirst = false;
+} // namespace
+
+bool decodeBulkCopyDefault(int computeCapability) {
+  return computeCapability >= 90 && kBulkCopyOnHopper;
+}
+
+bool decodeUsesEvictFirst(const DecodeSpec &spec, int computeCapability) {
+  if (spec.evictFirst != 0)
+    return spec.evictFirst > 0;
+  return computeCapability >= 80 && kEvictFirst;
+}
+
+bool decodeUsesBulkCopy(const DecodeSpec &spec, int computeCapability) {
+  return spec.copyMode == 2 ||
+         (spec.copyMode == 0 && decodeBulkCopyDefault(computeCapability));
 }
 
 TileConfig DecodeTiling::config(const DecodeSpec &spec) const {
@@ -234,7 +288,8 @@ LaunchGeometry decodeCombineGeometry(const DecodeSpec &spec, int64_t batch) {
 }
 
 int64_t chooseDecodeSplits(const DecodeSpec &spec, int64_t batch,
-                           int64_t maxKvLen, int64_t residentBlocks) {
+                           int64_t maxKvLen, int64_t residentBlocks,
+                           int64_t splitWaves) {
   DecodeTiling t = decodeTiling(spec);
   const int64_t work = batch * spec.numKVHeads * t.headChunks;
   const int64_t tiles =
@@ -246,7 +301,8 @@ int64_t chooseDecodeSplits(const DecodeSpec &spec, int64_t batch,
   // others, then the fewest that give the same tiles per split (no split
   // left empty). A decode reads memory: a wave that holds every block
   // keeps the most bytes in flight, with no tail of a second wave.
-  int64_t splits = std::clamp<int64_t>(residentBlocks / work, 1,
+  int64_t splits = std::clamp<int64_t>(
+      std::max<int64_t>(splitWaves, 1) * residentBlocks / work, 1,
                                        std::min(kMaxDecodeSplits, tiles));
   const int64_t perSplit = (tiles + splits - 1) / splits;
   return (tiles + perSplit - 1) / perSplit;

@@ -11,7 +11,9 @@
 // The warps split the rows (warpsM) and each tile's keys (warpsN); per warp
 // S = Q K^T and O += P V are mma.sync m16n8k16 with the online softmax of
 // FragmentSoftmax between them (masks only on tiles that cross the end or
-// the causal diagonal). At the end the warps of a row group merge their
+// the causal diagonal). On sm_90 the K/V tiles may instead arrive by bulk
+// copies that one warp issues (DecodeBulkCopy.cpp), each stage completing
+// on its own mbarrier. At the end the warps of a row group merge their
 // (max, sum, O) through shared memory, and the block writes O and LSE (one
 // split) or its partial O and base-2 LSE for the combine kernel.
 #include "DecodeBuilder.h"
@@ -220,15 +222,36 @@ void Builder::emitSplitKernel(StringRef name) {
     b.setInsertionPoint(more.thenBlock()->getTerminator());
     copyTileJ(j, slotOffset);
   };
+  // Bulk copies: warp 0 issues tile j into stage j % stages.
+  Value copyWarp = cmp(Pred::eq, warp, c64(0));
+  auto bulkIfTile = [&](Value j) {
+    OpBuilder::InsertionGuard g(b);
+    auto more = scf::IfOp::create(
+        b, loc,
+        arith::AndIOp::create(b, loc, copyWarp, cmp(Pred::slt, j, numTiles)),
+        /*withElse=*/false);
+    b.setInsertionPoint(more.thenBlock()->getTerminator());
+    bulkCopyTile(p, batch, kvHead, keyOf(j), kvLen, remU(j, t.stages));
+  };
 
   // ---- prologue: Q, then tiles 0 .. stages-2, one group each ------------
   copyQueries(p, batch, headBase);
   NVVM::CpAsyncCommitGroupOp::create(b, loc);
-  for (int64_t s = 0; s + 1 < t.stages; ++s) {
-    copyIfTile(c64(s), c64(s * stageBytes));
-    NVVM::CpAsyncCommitGroupOp::create(b, loc);
+  if (evictFirst && !bulk)
+    l2Policy = evictFirstPolicy();
+  if (bulk) {
+    initStageBarriers();
+    gpu::BarrierOp::create(b, loc);
+    for (int64_t s = 0; s + 1 < t.stages; ++s)
+      bulkIfTile(c64(s));
+    NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
+  } else {
+    for (int64_t s = 0; s + 1 < t.stages; ++s) {
+      copyIfTile(c64(s), c64(s * stageBytes));
+      NVVM::CpAsyncCommitGroupOp::create(b, loc);
+    }
+    NVVM::CpAsyncWaitGroupOp::create(b, loc, t.stages - 1);
   }
-  NVVM::CpAsyncWaitGroupOp::create(b, loc, t.stages - 1);
   gpu::BarrierOp::create(b, loc);
 
   // ldmatrix lane addresses, as the mma_sync forward kernel's; the warp's
@@ -276,13 +299,21 @@ void Builder::emitSplitKernel(StringRef name) {
       b, loc, cIdx(0), toIndex(numTiles), cIdx(1), init,
       [&](OpBuilder &, Location, Value tileIndex, ValueRange state) {
         Value j = toI64(tileIndex);
-        // Tile j has landed and every warp is done with tile j - 1, whose
-        // buffer now receives tile j + stages - 1.
-        NVVM::CpAsyncWaitGroupOp::create(b, loc, t.stages - 2);
-        gpu::BarrierOp::create(b, loc);
         Value next = add(j, c64(t.stages - 1));
-        copyIfTile(next, mul(remU(next, t.stages), c64(stageBytes)));
-        NVVM::CpAsyncCommitGroupOp::create(b, loc);
+        if (bulk) {
+          // Every warp is done with tile j - 1, whose stage now receives
+          // tile j + stages - 1; then wait for tile j.
+          gpu::BarrierOp::create(b, loc);
+          bulkIfTile(next);
+          waitStage(j);
+        } else {
+          // Tile j has landed and every warp is done with tile j - 1,
+          // whose buffer now receives tile j + stages - 1.
+          NVVM::CpAsyncWaitGroupOp::create(b, loc, t.stages - 2);
+          gpu::BarrierOp::create(b, loc);
+          copyIfTile(next, mul(remU(next, t.stages), c64(stageBytes)));
+          NVVM::CpAsyncCommitGroupOp::create(b, loc);
+        }
         Value slot = mul(remU(j, t.stages), c64(stageBytes));
         Value kTile = add(kLane, slot), vTile = add(vLane, slot);
 

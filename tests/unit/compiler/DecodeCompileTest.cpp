@@ -158,10 +158,11 @@ TEST_CASE("decode: the split rule fills the GPU and stops at full waves") {
   // Batch 1: the 8 KV heads are split until a wave is full.
   CHECK(chooseDecodeSplits(spec, 1, 65536, resident) == 32);
   CHECK(chooseDecodeSplits(spec, 2, 65536, resident) == 16);
-  // 2k keys are 32 tiles: 32 splits of one tile.
-  CHECK(chooseDecodeSplits(spec, 1, 2048, resident) == 32);
+  // 2k keys are 16 tiles of 128 keys: 16 splits of one tile.
+  CHECK(decodeTiling(spec).blockN == 128);
+  CHECK(chooseDecodeSplits(spec, 1, 2048, resident) == 16);
   // 40 tiles in at most 33 splits: 2 tiles each, so 20 splits.
-  CHECK(chooseDecodeSplits(spec, 1, 40 * 64, resident) == 20);
+  CHECK(chooseDecodeSplits(spec, 1, 40 * 128, resident) == 20);
   // Never more splits than tiles of keys.
   CHECK(chooseDecodeSplits(spec, 1, 64, resident) == 1);
   CHECK(chooseDecodeSplits(spec, 1, 200, resident) <= 4);
@@ -180,4 +181,77 @@ TEST_CASE("decode: grids") {
   LaunchGeometry c = decodeCombineGeometry(spec, 3);
   CHECK(c.gridX == (3 * 32 * 16 + 3) / 4);
   CHECK(c.blockX == kDecodeCombineThreads);
+}
+
+TEST_CASE("decode: the copy path and L2 hint knobs") {
+  DecodeSpec spec = decodeSpec(128, DType::BF16, 32, 8, 1);
+  DecodeSpec bulk = spec;
+  bulk.copyMode = 2;
+  DecodeSpec hinted = spec;
+  hinted.evictFirst = 1;
+  // Each knob is part of the kernel's name and cache key.
+  CHECK(bulk.canonical() != spec.canonical());
+  CHECK(hinted.canonical() != spec.canonical());
+  CHECK(bulk.kernelName() != spec.kernelName());
+  CHECK(hinted.kernelName() != bulk.kernelName());
+  // Bulk copies: one bulk copy per key row on the stage's mbarrier, Q
+  // still by cp.async; paged and at every head dim.
+  for (int64_t d : {64, 128, 256})
+    for (int64_t page : {0, 16}) {
+      DecodeSpec s = decodeSpec(d, DType::BF16, 32, 8, 2, page);
+      s.copyMode = 2;
+      for (int64_t ef : {-1, 1}) {
+        s.evictFirst = ef;
+        INFO(s.canonical());
+        auto kernel = compileDecodeKernel(s, forChip("sm_90a"));
+        REQUIRE_MESSAGE(bool(kernel), llvm::toString(kernel.takeError()));
+        const std::string &ptx = kernel->text;
+        CHECK(count(ptx, "cp.async.bulk.shared::cluster.global.mbarrier::"
+                         "complete_tx::bytes") >= 2);
+        CHECK(ptx.find("mbarrier.try_wait.parity") != std::string::npos);
+        CHECK(ptx.find("mbarrier.arrive.expect_tx") != std::string::npos);
+        CHECK(ptx.find("cp.async.cg.shared.global") != std::string::npos);
+        CHECK((ptx.find("createpolicy.fractional.L2::evict_first") !=
+               std::string::npos) == (ef > 0));
+        CHECK(ptx.find(".local") == std::string::npos);
+        CHECK(kernel->info.sharedMemoryBytes ==
+              decodeTiling(s).sharedBytes(s));
+      }
+    }
+  // Before sm_90 there is no bulk copy: an error that says so.
+  auto old = compileDecodeKernel(bulk, forChip("sm_80"));
+  REQUIRE_FALSE(bool(old));
+  CHECK(llvm::toString(old.takeError()).find("sm_90") != std::string::npos);
+  // evict_first goes with bulk copies only (it faulted with cp.async).
+  DecodeSpec cpAsyncHint = hinted;
+  cpAsyncHint.copyMode = 1;
+  CHECK(llvm::toString(cpAsyncHint.validate()).find("bulk copies") !=
+        std::string::npos);
+  hinted.copyMode = 0;
+  CHECK(llvm::toString(hinted.validate()).find("evict_first") !=
+        std::string::npos);
+  // The mbarriers sit after the stages, 8 bytes each.
+  DecodeTiling t = decodeTiling(spec);
+  CHECK(t.sharedBytes(spec) == t.barrierOffset(spec) + 8 * t.stages);
+  // Bad knob values are errors naming the knob.
+  DecodeSpec bad = spec;
+  bad.copyMode = 3;
+  CHECK(llvm::toString(bad.validate()).find("copy mode") != std::string::npos);
+  bad = spec;
+  bad.evictFirst = 2;
+  CHECK(llvm::toString(bad.validate()).find("evictFirst") !=
+        std::string::npos);
+}
+
+TEST_CASE("decode: more split waves give more splits, never fewer") {
+  DecodeSpec spec = decodeSpec(128, DType::BF16, 32, 8, 1);
+  const int64_t resident = 2 * 132;
+  CHECK(chooseDecodeSplits(spec, 1, 65536, resident, 1) == 32);
+  CHECK(chooseDecodeSplits(spec, 1, 65536, resident, 2) == 64);
+  for (int64_t batch : {1, 2, 8, 32, 128})
+    for (int64_t len : {64, 2048, 16384, 131072})
+      CHECK(chooseDecodeSplits(spec, batch, len, resident, 2) >=
+            chooseDecodeSplits(spec, batch, len, resident, 1));
+  // A full GPU stays unsplit whatever the waves.
+  CHECK(chooseDecodeSplits(spec, 128, 2048, resident, 2) == 1);
 }

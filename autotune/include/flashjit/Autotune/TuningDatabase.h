@@ -9,6 +9,7 @@
 #ifndef FLASHJIT_AUTOTUNE_TUNINGDATABASE_H
 #define FLASHJIT_AUTOTUNE_TUNINGDATABASE_H
 
+#include "flashjit/Autotune/DecodeTuning.h"
 #include "flashjit/Autotune/ShapeBuckets.h"
 #include "flashjit/Templates/TileConfig.h"
 
@@ -60,6 +61,8 @@ struct TuningDatabase {
   GpuIdentity gpu;
   std::string flashjitVersion;
   std::vector<TuningEntry> entries;
+  /// Decode kernels' winners (`flashjit autotune --decode`), by bucket.
+  std::vector<DecodeTuningEntry> decodeEntries;
 
   /// Adds the entry, replacing one with the same bucket; an entry overlapping
   /// another bucket is an error.
@@ -68,6 +71,9 @@ struct TuningDatabase {
   /// new measurement supersedes the old ones, whatever their ranges);
   /// returns how many were removed.
   size_t replace(TuningEntry entry);
+  /// Adds a decode entry after removing those whose bucket overlaps it;
+  /// returns how many were removed.
+  size_t replaceDecode(DecodeTuningEntry entry);
   /// The tuned config of the bucket holding (spec, seqlen), if any.
   std::optional<TileConfig> lookup(const AttentionSpec &spec,
                                    int64_t seqlen) const;
@@ -78,7 +84,8 @@ struct TuningDatabase {
 
   /// {"format": 1, "flashjit_version", "gpu": {"name", "cc", "driver"},
   ///  "entries": [{"bucket", "config", "tflops", "heuristic_tflops",
-  ///  "failed": [{"config", "error"}]}]}.
+  ///  "failed": [{"config", "error"}]}]}, and "decode_entries" (read when
+  ///  present, written when not empty: decodeEntryToJson's form).
   nlohmann::json toJson() const;
   /// Reads toJson()'s form; errors name the field ("entries[2].config.block_m:
   /// expected an integer ...").

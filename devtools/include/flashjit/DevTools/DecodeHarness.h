@@ -66,6 +66,16 @@ llvm::Expected<DecodeCheckReport>
 runDecodeAndCheck(const DecodeKernel &kernel,
                   const DecodeCheckOptions &options);
 
+/// runDecodeAndCheck for several kernels of one problem (the same spec
+/// but for its tile knobs) on the same inputs, built and checked against
+/// the reference once: each kernel runs on freshly poisoned outputs, is
+/// compared and timed. `splitsPerKernel`: one split count per kernel (0:
+/// the rule), or empty for options.numSplits.
+llvm::Expected<std::vector<DecodeCheckReport>>
+runDecodeVariants(llvm::ArrayRef<const DecodeKernel *> kernels,
+                  const DecodeCheckOptions &options,
+                  llvm::ArrayRef<int64_t> splitsPerKernel = {});
+
 } // namespace flashjit
 
 #endif

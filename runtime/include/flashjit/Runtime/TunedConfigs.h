@@ -42,10 +42,14 @@ public:
   size_t size() const { return Entries.size(); }
   /// The file the entries came from; empty when none is in use.
   const std::string &path() const { return Path; }
+  /// The decode entries whose problem is `spec`'s (tile knobs aside).
+  std::vector<autotune::DecodeTuningEntry>
+  decodeEntriesFor(const DecodeSpec &spec) const;
 
 private:
   std::string Path;
   std::vector<autotune::TuningEntry> Entries;
+  std::vector<autotune::DecodeTuningEntry> DecodeEntries;
 };
 
 } // namespace flashjit

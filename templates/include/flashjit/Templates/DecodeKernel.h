@@ -56,6 +56,15 @@ struct DecodeSpec {
   /// none for older targets): 0 the default (kDecodeL2Prefetch), -1 none,
   /// or 64, 128, 256 bytes.
   int64_t l2Prefetch = 0;
+  /// How K/V tiles reach shared memory: 0 the target's default
+  /// (decodeBulkCopyDefault), 1 per-thread 16-byte cp.async, 2 one bulk
+  /// copy (cp.async.bulk, completing on an mbarrier) per key row, issued
+  /// by one warp (sm_90 and newer).
+  int64_t copyMode = 0;
+  /// L2 eviction priority of the streamed K/V: 0 the default
+  /// (decodeUsesEvictFirst), -1 normal, 1 evict_first (each byte is read
+  /// once; keeping it out of the way of the partials and of other work).
+  int64_t evictFirst = 0;
 
   /// Head dim 64, 128 or 256, heads positive and a multiple of KV heads, qLen
   /// in [1, 16], page size 0 or in [16, 256], overrides that tile; the
@@ -99,8 +108,11 @@ struct DecodeTiling {
   /// Elements per shared row (head dim + 8 of padding, as mma_sync).
   int64_t rowElems(int64_t headDim) const { return headDim + 8; }
   /// Bytes of dynamic shared memory: the Q tile, then `stages` buffers of
-  /// a K tile and a V tile (the warps' merge reuses the buffers).
+  /// a K tile and a V tile (the warps' merge reuses the buffers), then one
+  /// 8-byte mbarrier per stage (used by bulk copies).
   unsigned sharedBytes(const DecodeSpec &spec) const;
+  /// Byte offset of the first stage's mbarrier.
+  int64_t barrierOffset(const DecodeSpec &spec) const;
   /// family "decode" (or "decode_paged"), block_m rowsPadded, block_n,
   /// stages, warps.
   TileConfig config(const DecodeSpec &spec) const;
@@ -156,6 +168,16 @@ struct DecodeCombineArgs {
 /// until a measurement on each GPU says which size to default to).
 constexpr int64_t kDecodeL2Prefetch = 0;
 
+/// Whether a copyMode-0 kernel for compute capability `cc` copies its K/V
+/// tiles in bulk (cp.async.bulk needs sm_90; the choice, measured, is in
+/// DecodeConfig.cpp and docs/inference.md).
+bool decodeBulkCopyDefault(int computeCapability);
+/// Whether the K/V copies of `spec` for `cc` are bulk copies.
+bool decodeUsesBulkCopy(const DecodeSpec &spec, int computeCapability);
+/// Whether the K/V loads of `spec` carry the L2 evict_first hint
+/// (DecodeSpec::evictFirst, or the measured default when it is 0).
+bool decodeUsesEvictFirst(const DecodeSpec &spec, int computeCapability);
+
 /// Threads of a combine block; each warp merges one (batch, head, token).
 constexpr unsigned kDecodeCombineThreads = 128;
 /// Splits the kernels accept at most.
@@ -174,9 +196,11 @@ LaunchGeometry decodeCombineGeometry(const DecodeSpec &spec, int64_t batch);
 /// (the blocks the GPU holds at once), 1. Otherwise s = residentBlocks /
 /// work (rounded down; one wave holds every block), at most
 /// kMaxDecodeSplits and the tiles of the longest sequence, then lowered
-/// to the fewest splits with the same tiles per split.
+/// to the fewest splits with the same tiles per split. `splitWaves` > 1
+/// (a tuning knob) aims at that many waves instead of one.
 int64_t chooseDecodeSplits(const DecodeSpec &spec, int64_t batch,
-                           int64_t maxKvLen, int64_t residentBlocks);
+                           int64_t maxKvLen, int64_t residentBlocks,
+                           int64_t splitWaves = 1);
 
 /// f32 elements of the partial O and LSE for `numSplits` (0 when 1).
 int64_t decodeWorkspaceFloats(const DecodeSpec &spec, int64_t batch,
@@ -188,10 +212,13 @@ KernelInfo decodeKernelInfo(const DecodeSpec &spec);
 
 /// Emits the split kernel and the combine kernel of `spec` at the
 /// builder's insertion point (inside a gpu.module), for PTX ISA
-/// `ptxVersion` (e.g. 80; the L2 prefetch hint needs 74 or later and is
-/// left out below). Errors: a spec that fails validate().
+/// `ptxVersion` (e.g. 80; the L2 prefetch and cache hints need 74 or later
+/// and are left out below) and compute capability `computeCapability`
+/// (e.g. 90). Errors: a spec that fails validate(), bulk copies asked of
+/// a target before sm_90.
 llvm::Error buildDecodeKernels(mlir::OpBuilder &builder, mlir::Location loc,
-                               const DecodeSpec &spec, int ptxVersion);
+                               const DecodeSpec &spec, int ptxVersion,
+                               int computeCapability);
 
 } // namespace flashjit
 
