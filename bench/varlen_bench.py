@@ -55,6 +55,8 @@ def main():
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--iters", type=int, default=30)
     p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--points", help="comma list of point indices (0-2) to run")
+    p.add_argument("--causal", choices=["both", "yes", "no"], default="both")
     p.add_argument("--out-md")
     p.add_argument("--out-json")
     opt = p.parse_args()
@@ -65,9 +67,12 @@ def main():
               ("8192 x 34 (dense: padded to 64)", 8192, 34, 64, 4, 4)]
     if opt.quick:
         points = points[:1]
+    if opt.points:
+        points = [points[int(i)] for i in opt.points.split(",")]
+    flags = {"both": (False, True), "yes": (True,), "no": (False,)}[opt.causal]
     rows = []
     for name, batch, seqlen, padded, heads, kv_heads in points:
-        for causal in (False, True):
+        for causal in flags:
             common = shape_args(heads, kv_heads, 128, causal, opt.iters, opt.warmup)
             check = ["--check-rows", "4" if batch > 64 else "8"]
             lengths = ",".join([str(seqlen)] * batch)
@@ -79,6 +84,10 @@ def main():
                 "varlen wgmma": ["--varlen", lengths, "--config", "wgmma"] + check,
                 "varlen mma_sync": ["--varlen", lengths, "--config", "mma_sync"] + check,
             }
+            # Many sequences: the heuristic's dense kernel is the reference
+            # (generating the padded inputs twice would take most of a run).
+            if batch > 64:
+                del runs["dense wgmma"]
             times = {k: [] for k in runs}
             meta = {}
             # The many-sequence point generates its inputs for a while: one

@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <numeric>
 #include <random>
 #include <thread>
 
@@ -48,26 +47,6 @@ std::vector<float> sequenceOf(const std::vector<float> &packed, int64_t first,
       std::memcpy(&out[(h * length + s) * d],
                   &packed[((first + s) * heads + h) * d], d * sizeof(float));
   return out;
-}
-
-/// Rows of one (sequence, head) to compare, as Harness.cpp picks them.
-std::vector<int64_t> rowsToCheck(int64_t length, int64_t wanted,
-                                 std::mt19937_64 &rng) {
-  std::vector<int64_t> rows;
-  if (length <= wanted) {
-    rows.resize(length);
-    std::iota(rows.begin(), rows.end(), 0);
-    return rows;
-  }
-  const int64_t edge = std::min<int64_t>(4, wanted / 4);
-  for (int64_t i = 0; i < edge; ++i) {
-    rows.push_back(i);
-    rows.push_back(length - 1 - i);
-  }
-  std::uniform_int_distribution<int64_t> pick(0, length - 1);
-  while (static_cast<int64_t>(rows.size()) < wanted)
-    rows.push_back(pick(rng));
-  return rows;
 }
 
 /// Whether query row `row` of a sequence of `lq` x `lk` keeps no key.
