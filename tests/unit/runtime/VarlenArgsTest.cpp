@@ -83,10 +83,20 @@ TEST_CASE("varlen: a context builds varlen kernels in wgmma and mma_sync only") 
     CHECK((*kernel)->info().name == spec.kernelName());
     CHECK((*kernel)->ptx().find(spec.kernelName()) != std::string::npos);
   }
-  // The heuristic never picks a family without varlen kernels.
+  // The heuristic never picks a family without varlen kernels; short
+  // sequences (up to HeuristicOptions::shortVarlenSeqlen) go to mma_sync,
+  // whose loads stop at each sequence's end, longer ones to wgmma.
   auto chosen = (*ctx)->heuristicConfig(spec, 16384);
   REQUIRE(static_cast<bool>(chosen));
-  CHECK((chosen->family == "wgmma" || chosen->family == "mma_sync"));
+  CHECK(chosen->family == "wgmma");
+  auto chosenShort = (*ctx)->heuristicConfig(spec, 34);
+  REQUIRE(static_cast<bool>(chosenShort));
+  CHECK(chosenShort->family == "mma_sync");
+  AttentionSpec denseSpec = spec;
+  denseSpec.varlen = false;
+  auto denseShort = (*ctx)->heuristicConfig(denseSpec, 34);
+  REQUIRE(static_cast<bool>(denseShort));
+  CHECK(denseShort->family != "mma_sync");
   for (const char *family : {"wgmma_persistent", "wgmma_cluster", "cuda_core"}) {
     KernelOptions ko;
     ko.family = family;
