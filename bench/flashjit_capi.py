@@ -27,7 +27,7 @@ STATUS_NAMES = {
     7: "internal error",
 }
 OK, INVALID_ARGUMENT, UNSUPPORTED, NO_DEVICE = 0, 1, 2, 3
-C_API_VERSION = 7
+C_API_VERSION = 8
 
 DTYPE_CODES = {"f16": 1, "bf16": 2}  # flashjit_dtype_t
 CAPTURE_DTYPES = {"f32": 1, "i32": 2}  # flashjit_capture_dtype_t
@@ -65,7 +65,7 @@ SPEC_V2_SIZE = 400
 SPEC_OFFSETS = {"num_kv_heads": 32, "causal_align": 40, "num_captures": 44,
                 "window_left": 48, "window_right": 56, "score_mod": 64, "mask_mod": 72,
                 "capture_dtype": 80, "capture_rank": 112, "capture_shape": 144,
-                "sparse_block_m": 400, "sparse_block_n": 408}
+                "sparse_block_m": 400, "sparse_block_n": 408, "varlen": 416}
 
 
 class TensorArg:
@@ -301,7 +301,7 @@ def make_variant_spec(head_dim, dtype, causal, num_heads, num_kv_heads=None,
                      num_kv_heads if num_kv_heads is not None else num_heads)
     spec.struct_size = SPEC_V2_SIZE
     if sparse_block is not None:
-        spec.struct_size = ctypes.sizeof(AttentionSpec)
+        spec.struct_size = AttentionSpec.varlen.offset  # a version-3 spec
         spec.sparse_block_m, spec.sparse_block_n = (int(n) for n in sparse_block)
     spec.causal_align, spec.num_captures = causal_align, len(captures)
     spec.window_left, spec.window_right = window_left, window_right
@@ -475,8 +475,8 @@ def self_test(path=None, out=print):
 
     check("sizeof(DLTensor) is 48 bytes", ctypes.sizeof(DLTensor) == 48,
           str(ctypes.sizeof(DLTensor)))
-    check("sizeof(flashjit_attention_spec_t) is 416 bytes",
-          ctypes.sizeof(AttentionSpec) == 416, str(ctypes.sizeof(AttentionSpec)))
+    check("sizeof(flashjit_attention_spec_t) is 424 bytes",
+          ctypes.sizeof(AttentionSpec) == 424, str(ctypes.sizeof(AttentionSpec)))
     offsets = {name: getattr(AttentionSpec, name).offset for name in SPEC_OFFSETS}
     check("the spec's fields sit at flashjit.h's offsets", offsets == SPEC_OFFSETS, str(offsets))
     lib = Library(path)

@@ -229,6 +229,8 @@ evaluateConfig(const KernelTemplate &tmpl, const AttentionSpec &spec,
   report.persistent = tmpl.persistent();
   report.clusterSize = tmpl.clusterSize();
   report.unmaskedSmallHead = !spec.hasStructuralMask() && spec.headDim < 128;
+  report.varlenBoxLoads =
+      spec.varlen && tmpl.tensorMapBoxes(config).has_value();
   report.rightBound = spec.hasRightBound();
   report.computedWork = computedScores(spec, config, shape.seqlen);
   report.diagonalAligned =

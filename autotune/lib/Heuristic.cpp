@@ -47,8 +47,11 @@ template <typename T> int higherIsBetter(T a, T b) {
 /// The LengthGrid rule's order. Short: a persistent template taking tiles
 /// one block at a time, then one taking them in lockstep clusters (a pair
 /// waits for its slower block on every short tile), then the rest. Longer,
-/// unmasked, head dim below 128: the non-persistent templates first.
+/// unmasked, head dim below 128: the non-persistent templates first. Short
+/// varlen sequences: the templates that load with TMA last.
 int lengthGridRank(const CandidateReport &c, const HeuristicOptions &options) {
+  if (c.varlenBoxLoads && options.shape.seqlen <= options.shortVarlenSeqlen)
+    return -1;
   if (options.shape.seqlen > options.shortSeqlen)
     return c.unmaskedSmallHead && !c.persistent ? 1 : 0;
   if (!c.persistent)
@@ -177,8 +180,9 @@ std::string describeRule(RankingRule rule, const HeuristicOptions &options) {
         "the grid for the length: up to {0}, a persistent template, "
         "clusters last (a short key loop leaves a tile's loads and epilogue "
         "exposed unless the next tile's overlap them); longer, unmasked and "
-        "head dim below 128, a non-persistent one",
-        options.shortSeqlen);
+        "head dim below 128, a non-persistent one; varlen sequences up to "
+        "{1}, a template without TMA box loads",
+        options.shortSeqlen, options.shortVarlenSeqlen);
   case RankingRule::TemplateOrder:
     return "template preference (a more capable kernel family)";
   case RankingRule::ComputedWork:

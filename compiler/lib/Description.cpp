@@ -125,7 +125,8 @@ buildDescription(MLIRContext &ctx, const AttentionSpec &spec,
       spec.isBlockSparse()
           ? b.getDenseI64ArrayAttr({spec.sparseBlockM, spec.sparseBlockN})
           : DenseI64ArrayAttr(),
-      config ? toAttr(&ctx, *config) : attn::TileConfigAttr());
+      config ? toAttr(&ctx, *config) : attn::TileConfigAttr(),
+      spec.varlen ? b.getUnitAttr() : UnitAttr());
   Type idx = b.getIndexType(), f32 = b.getF32Type();
   if (!spec.scoreMod.empty()) {
     SmallVector<Type> types = {f32, idx, idx, idx, idx};

@@ -33,26 +33,6 @@ TensorRef tensorRef(Layout layout, void *data, DType dtype, int64_t b,
                                 : TensorRef::bshd(data, dtype, b, h, s, d);
 }
 
-/// Rows of one head to compare: all, or the first and last few and a
-/// random sample between.
-std::vector<int64_t> rowsToCheck(int64_t seqlen, int64_t wanted,
-                                 std::mt19937_64 &rng) {
-  std::vector<int64_t> rows;
-  if (seqlen <= wanted) {
-    for (int64_t i = 0; i < seqlen; ++i)
-      rows.push_back(i);
-    return rows;
-  }
-  int64_t edge = std::min<int64_t>(8, wanted / 4);
-  for (int64_t i = 0; i < edge; ++i) {
-    rows.push_back(i);
-    rows.push_back(seqlen - 1 - i);
-  }
-  std::uniform_int_distribution<int64_t> pick(0, seqlen - 1);
-  while (static_cast<int64_t>(rows.size()) < wanted)
-    rows.push_back(pick(rng));
-  return rows;
-}
 
 /// 4-byte words in device buffers that live as long as this.
 class DeviceWords {
@@ -120,6 +100,25 @@ std::vector<uint16_t> makeRandomInput(std::vector<float> &host, DType dtype,
           device[offsetOf(layout, b, h, s, H, S, D) + d] = bits;
         }
   return device;
+}
+
+std::vector<int64_t> rowsToCheck(int64_t seqlen, int64_t wanted,
+                                 std::mt19937_64 &rng) {
+  std::vector<int64_t> rows;
+  if (seqlen <= wanted) {
+    for (int64_t i = 0; i < seqlen; ++i)
+      rows.push_back(i);
+    return rows;
+  }
+  int64_t edge = std::min<int64_t>(8, wanted / 4);
+  for (int64_t i = 0; i < edge; ++i) {
+    rows.push_back(i);
+    rows.push_back(seqlen - 1 - i);
+  }
+  std::uniform_int_distribution<int64_t> pick(0, seqlen - 1);
+  while (static_cast<int64_t>(rows.size()) < wanted)
+    rows.push_back(pick(rng));
+  return rows;
 }
 
 double checkTolerance(DType dtype) {

@@ -73,13 +73,13 @@ int64_t AttentionSpec::rightExtent() const {
 bool AttentionSpec::mayEmptyRows() const {
   return !maskMod.empty() || windowLeft >= 0 || windowRight >= 0 ||
          (causal && causalAlign == CausalAlign::BottomRight) ||
-         isBlockSparse();
+         isBlockSparse() || varlen;
 }
 
 bool AttentionSpec::isPlain() const {
   return causalAlign == CausalAlign::TopLeft && windowLeft < 0 &&
          windowRight < 0 && !hasMods() && captures.empty() &&
-         !isBlockSparse();
+         !isBlockSparse() && !varlen;
 }
 
 llvm::Error AttentionSpec::validate() const {
@@ -140,6 +140,10 @@ llvm::Error AttentionSpec::validate() const {
                           c.name, d)
                 .str());
   }
+  if (varlen && (hasMods() || isBlockSparse()))
+    return llvm::createStringError(
+        "varlen attention takes no score_mod, mask_mod or block mask yet: "
+        "use the dense (padded) form for those variants");
   return llvm::Error::success();
 }
 
@@ -162,6 +166,8 @@ std::string variantText(const AttentionSpec &s) {
     text += ";score_mod=" + s.scoreMod;
   if (!s.maskMod.empty())
     text += ";mask_mod=" + s.maskMod;
+  if (s.varlen)
+    text += ";varlen";
   return text;
 }
 } // namespace
@@ -179,9 +185,9 @@ std::string AttentionSpec::kernelName() const {
       variant.empty()
           ? ""
           : "_v" + llvm::utohexstr(llvm::xxh3_64bits(variant), /*LowerCase=*/true);
-  return llvm::formatv("flashjit_fwd_d{0}_{1}{2}_h{3}_kv{4}{5}", headDim,
+  return llvm::formatv("flashjit_fwd_d{0}_{1}{2}_h{3}_kv{4}{5}{6}", headDim,
                        dtypeName(dtype), causal ? "_causal" : "", numHeads,
-                       numKVHeads, suffix)
+                       numKVHeads, varlen ? "_varlen" : "", suffix)
       .str();
 }
 

@@ -50,6 +50,7 @@ flashjit::AttentionSpec AttentionOp::getSpec() {
   spec.numKVHeads = getNumKVHeads();
   spec.causalAlign = getBottomRight() ? flashjit::CausalAlign::BottomRight
                                       : flashjit::CausalAlign::TopLeft;
+  spec.varlen = getVarlen();
   if (auto left = getWindowLeftAttr())
     spec.windowLeft = left.getInt();
   if (auto right = getWindowRightAttr())

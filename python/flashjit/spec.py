@@ -39,7 +39,7 @@ _INT32 = (-(1 << 31), (1 << 31) - 1)
 
 
 class CSpec(ctypes.Structure):
-    """flashjit_attention_spec_t of C API version 3 (416 bytes on LP64)."""
+    """flashjit_attention_spec_t of C API version 8 (424 bytes on LP64)."""
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
         ("head_dim", ctypes.c_int64),
@@ -60,6 +60,8 @@ class CSpec(ctypes.Structure):
         # C API version 3
         ("sparse_block_m", ctypes.c_int64),
         ("sparse_block_n", ctypes.c_int64),
+        # C API version 8 (varlen kernels; not set from Python yet)
+        ("varlen", ctypes.c_int32),
     ]
 
 
@@ -67,7 +69,8 @@ class CSpec(ctypes.Structure):
 SPEC_SIZES = {
     1: CSpec.num_kv_heads.offset + ctypes.sizeof(ctypes.c_int64),
     2: CSpec.capture_shape.offset + CSpec.capture_shape.size,
-    3: ctypes.sizeof(CSpec),
+    3: CSpec.varlen.offset,
+    8: ctypes.sizeof(CSpec),
 }
 
 

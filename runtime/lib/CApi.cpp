@@ -22,12 +22,6 @@
 #include <exception>
 #include <new>
 
-struct flashjit_kernel {
-  std::shared_ptr<const flashjit::Kernel> kernel;
-  int device = 0;
-  std::string config;
-};
-
 struct flashjit_backward {
   std::shared_ptr<const flashjit::BackwardKernel> kernel;
   int device = 0;
@@ -91,6 +85,10 @@ readSpec(const flashjit_attention_spec_t *given) {
     spec.scoreMod = s.score_mod;
   if (s.mask_mod)
     spec.maskMod = s.mask_mod;
+  if (s.varlen != 0 && s.varlen != 1)
+    return invalid(
+        llvm::formatv("spec varlen is {0}: expected 0 or 1", s.varlen));
+  spec.varlen = s.varlen == 1;
   if (s.num_captures < 0 || s.num_captures > 8)
     return invalid(llvm::formatv("spec num_captures is {0}: expected 0 to 8",
                                  s.num_captures));

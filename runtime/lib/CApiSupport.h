@@ -24,6 +24,12 @@ struct flashjit_context {
   int device = 0;
 };
 
+struct flashjit_kernel {
+  std::shared_ptr<const flashjit::Kernel> kernel;
+  int device = 0;
+  std::string config;
+};
+
 namespace flashjit::capi {
 
 /// The message of the last failed call on this thread.

@@ -218,6 +218,8 @@ Kernel::Kernel(AttentionSpec spec, KernelInfo info, std::string ptx,
 Kernel::~Kernel() = default;
 
 llvm::Error Kernel::check(const ForwardArgs &args) const {
+  if (Spec.varlen)
+    return varlenNeedsOffsets();
   return checkForward(Spec, Info, MapBoxes, Persistent, args).takeError();
 }
 
@@ -290,6 +292,8 @@ Kernel::kernelForLengths(int64_t seqlenQ, int64_t seqlenK) const {
 }
 
 llvm::Error Kernel::forward(const ForwardArgs &args) const {
+  if (Spec.varlen)
+    return varlenNeedsOffsets();
   if (Lengths) {
     // Two compares on the common path; another class's kernel otherwise.
     int64_t length = callLength(args.q.shape[2], args.k.shape[2]);

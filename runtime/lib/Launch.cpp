@@ -41,6 +41,9 @@ unsigned VariantLaunchParams::appendPointers(void **p, unsigned i) {
   if (hasBlockMask)
     for (Capture &c : blockMask)
       add(c);
+  if (varlen)
+    for (const void *&offsets : cuSeqlens)
+      p[i++] = &offsets;
   return i;
 }
 

@@ -32,6 +32,8 @@ void KernelIR::appendVariantArgTypes(SmallVectorImpl<Type> &argTypes) {
       argTypes.push_back(globalPtr);
       argTypes.append(rank, i64);
     }
+  if (spec.varlen)
+    argTypes.append(2, globalPtr);
 }
 
 void KernelIR::bindVariantArgs(ValueRange args, unsigned at,
@@ -51,6 +53,10 @@ void KernelIR::bindVariantArgs(ValueRange args, unsigned at,
         list.strides.push_back(args[at++]);
       p.blockMask.push_back(list);
     }
+  if (spec.varlen) {
+    p.cuSeqlensQ = args[at++];
+    p.cuSeqlensK = args[at++];
+  }
 }
 
 gpu::GPUFuncOp KernelIR::beginKernel(StringRef name, ArrayRef<Type> argTypes,
@@ -132,6 +138,47 @@ BlockCoordinates KernelIR::blockCoordinates() {
   }
   c.kvHead = divU(c.head, spec.groupSize());
   return c;
+}
+
+scf::IfOp KernelIR::beginVarlenSequence(ForwardParams &p,
+                                        const BlockCoordinates &at,
+                                        int64_t blockM) {
+  // Rows [start, end) of sequence `at.batch`, within [0, total): offsets
+  // that are not monotone or run past the buffers give a shorter (or
+  // empty) sequence, never a row outside them.
+  auto rowsOf = [&](Value offsets, Value total) {
+    auto offset = [&](Value index) {
+      Value raw = LLVM::LoadOp::create(
+          b, loc, i32, globalAddress(offsets, i32, index), /*alignment=*/4);
+      return arith::ExtSIOp::create(b, loc, i64, raw).getResult();
+    };
+    Value start = minS(maxS(offset(at.batch), c64(0)), total);
+    Value end = minS(maxS(offset(add(at.batch, c64(1))), start), total);
+    return std::make_pair(start, sub(end, start));
+  };
+  auto [qStart, qLength] = rowsOf(p.cuSeqlensQ, p.seqlenQ);
+  auto [kStart, kLength] = rowsOf(p.cuSeqlensK, p.seqlenK);
+  p.qRowBase = qStart;
+  p.kRowBase = kStart;
+  p.seqlenQ = qLength;
+  p.seqlenK = kLength;
+  auto rebase = [&](Value &base, SmallVector<Value, 3> &strides, Type type,
+                    Value start) {
+    base = globalAddress(base, type, mul(start, strides[2]));
+    strides[0] = c64(0);
+  };
+  rebase(p.q, p.qStrides, elt, qStart);
+  rebase(p.o, p.oStrides, elt, qStart);
+  rebase(p.lse, p.lseStrides, f32, qStart);
+  rebase(p.k, p.kStrides, elt, kStart);
+  rebase(p.v, p.vStrides, elt, kStart);
+  auto guard = scf::IfOp::create(
+      b, loc,
+      cmp(arith::CmpIPredicate::slt, mul(at.queryBlock, c64(blockM)),
+          p.seqlenQ),
+      /*withElse=*/false);
+  b.setInsertionPoint(guard.thenBlock()->getTerminator());
+  return guard;
 }
 
 Value KernelIR::c64(int64_t v) {

@@ -10,6 +10,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/Builders.h"
 
 namespace flashjit {
@@ -39,6 +40,10 @@ struct ForwardParams {
   /// capture: kv_num_blocks [B, H, Mq], kv_indices [B, H, Mq, Nk], then the
   /// same two for the full blocks (a null pointer when there are none).
   llvm::SmallVector<Capture> blockMask;
+  /// A varlen kernel's cumulative offsets (i32 [batch + 1] in global
+  /// memory), and once KernelIR::beginVarlenSequence has run, the first row
+  /// of the block's sequence in the packed Q and O, and in K and V (i64).
+  mlir::Value cuSeqlensQ, cuSeqlensK, qRowBase, kRowBase;
 };
 
 /// The K/V tiles one query block visits, `count` of them (i64, at least
@@ -93,6 +98,17 @@ public:
   /// the captured tensors and the four lists, as the forward kernel's.
   ForwardParams beginBlockMaskKernel(llvm::StringRef name, int64_t threads);
   BlockCoordinates blockCoordinates();
+  /// A varlen kernel (launched with the packed lengths as seqlens and one
+  /// grid z per sequence) narrowed to the sequence of `at`: its rows
+  /// [start, end) of the packed tensors, each clamped to the packed
+  /// lengths (end at least start), become the seqlens, the row bases and
+  /// the tensors' bases (batch strides 0). Returns the scf.if that holds
+  /// the kernel's body: blocks past their sequence's last query block
+  /// (query block * `blockM` >= its length) do nothing. The insertion point
+  /// moves into it; the caller places the kernel's return after it.
+  mlir::scf::IfOp beginVarlenSequence(ForwardParams &p,
+                                      const BlockCoordinates &at,
+                                      int64_t blockM);
   /// The tile numbering of a persistent kernel with `blockM` query rows per
   /// tile (PersistentTiles.cpp).
   PersistentTiles persistentTiles(const ForwardParams &p, int64_t blockM);

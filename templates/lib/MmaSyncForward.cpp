@@ -56,6 +56,10 @@ void Builder::build(StringRef name, const ModRegions &mods) {
   smemBase = LLVM::AddressOfOp::create(b, loc, sharedPtr, smemName);
   tid = threadIdX();
   BlockCoordinates at = blockCoordinates();
+  // Varlen: the block's sequence, or nothing past its last query block.
+  scf::IfOp varlenGuard;
+  if (spec.varlen)
+    varlenGuard = beginVarlenSequence(p, at, cfg.blockM);
 
   const int64_t mTiles = cfg.blockM / (cfg.warps * 16); // m16 tiles per warp
   const int64_t nTiles = cfg.blockN / 8;   // n8 score tiles per row block
@@ -246,6 +250,8 @@ void Builder::build(StringRef name, const ModRegions &mods) {
   softmax.store(p, at, results.slice(0, rowsState),
                 results.slice(rowsState, rowsState),
                 results.drop_front(accBase), quadCol, myRow);
+  if (varlenGuard)
+    b.setInsertionPointAfter(varlenGuard);
   gpu::ReturnOp::create(b, loc);
 }
 

@@ -95,6 +95,12 @@ llvm::Error KernelTemplate::supports(const AttentionSpec &spec,
                       "sm_{1}a, not {2}",
                       family(), minComputeCapability(), target.chip)
             .str());
+  if (spec.varlen && !supportsVarlen())
+    return llvm::createStringError(
+        llvm::formatv("the {0} template does not build varlen kernels: use "
+                      "wgmma or mma_sync",
+                      family())
+            .str());
   return llvm::Error::success();
 }
 

@@ -34,6 +34,12 @@ void Builder::storeOutput(const ForwardParams &p, FragmentSoftmax &softmax,
   auto myRow = [&](int64_t, int64_t h) {
     return add(warpRow0, add(quadRow, c64(8 * h)));
   };
+  // Varlen: a TMA store would write past the sequence's end into the next
+  // sequence's rows, so each thread stores its own rows below the length.
+  if (spec.varlen) {
+    softmax.store(p, at, max, sum, o, quadCol, myRow);
+    return;
+  }
   SmallVector<Value> packed =
       softmax.finish(p, at, max, sum, o, quadCol, myRow);
   // Staged apart, the rows may still be read by the last tile's store: its

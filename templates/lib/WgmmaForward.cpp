@@ -38,6 +38,15 @@
 // one warpgroup's softmax and epilogue also run under the other's
 // products. Three consumers (head dim 64) have 160 registers each.
 //
+// Varlen (AttentionSpec::varlen, this grid only): the tensor maps span the
+// packed tensors (batch 1); a block reads its sequence's rows from the
+// sequence's first row (ForwardParams::qRowBase, kRowBase). Rows read past
+// the sequence's end are the next sequence's: K/V columns past its length
+// are masked like the zeros past a dense sequence, Q rows past it are
+// computed and dropped, and O goes out through bounded stores
+// (FragmentSoftmax::store), since a TMA store would write the next
+// sequence's rows.
+//
 // Epilogue (WgmmaEpilogue.cpp): each consumer writes O / l into its own
 // rows of the Q tile (its last product has read them) in the 128-byte
 // swizzled layout of a TMA box, and one of its threads stores them with TMA
@@ -115,6 +124,12 @@ void Builder::build(StringRef name, const ModRegions &modRegions) {
         b.getDenseI32ArrayAttr(
             {static_cast<int32_t>(WgmmaForward::kClusterSize), 1, 1}));
 
+  // Varlen: the block's sequence, or nothing past its last query block
+  // (every thread of the block alike, before any barrier).
+  scf::IfOp varlenGuard;
+  if (spec.varlen)
+    varlenGuard = beginVarlenSequence(p, blockCoordinates(), cfg.blockM);
+
   // The dynamic shared base, rounded up to 1024 bytes (resources() counts
   // the slack).
   Value base = LLVM::AddressOfOp::create(b, loc, sharedPtr, smemName);
@@ -182,6 +197,8 @@ void Builder::build(StringRef name, const ModRegions &modRegions) {
   // arrive on its barriers.
   if (multicast)
     clusterSync();
+  if (varlenGuard)
+    b.setInsertionPointAfter(varlenGuard);
   gpu::ReturnOp::create(b, loc);
 }
 

@@ -27,6 +27,15 @@ void Builder::emitProducer(const ForwardParams &p, Value tid) {
   b.setInsertionPoint(issuer.thenBlock()->getTerminator());
   Value qMap = p.tensorMaps[0], kMap = p.tensorMaps[1],
         vMap = p.tensorMaps[2];
+  // Box coordinates of a Q or K/V row and of the batch: a varlen kernel's
+  // maps span the packed tensors (batch 1) and its sequence starts at a
+  // row base.
+  auto boxRow = [&](Value row, Value rowBase) {
+    return rowBase ? add(row, rowBase) : row;
+  };
+  auto boxBatch = [&](const BlockCoordinates &at) {
+    return spec.varlen ? c64(0) : at.batch;
+  };
   // Each consumer's 64 rows of Q, one box per 64-column panel.
   auto forEachQBox = [&](const BlockCoordinates &at, Value consumer,
                          function_ref<void(Value dst, ValueRange coords)> f) {
@@ -34,8 +43,8 @@ void Builder::emitProducer(const ForwardParams &p, Value tid) {
                     toI64(mul(consumer, c32(WgmmaForward::kRowsPerWarpgroup))));
     for (int64_t panel = 0; panel < d / WgmmaForward::kPanelCols; ++panel)
       f(sharedAddress(consumerRows(consumer, panel)),
-        {c32(panel * WgmmaForward::kPanelCols), toI32(row), toI32(at.head),
-         toI32(at.batch)});
+        {c32(panel * WgmmaForward::kPanelCols), toI32(boxRow(row, p.qRowBase)),
+         toI32(at.head), toI32(boxBatch(at))});
   };
   const int64_t qRowBytes = qBytes / consumers;
   // Warps of the idle consumers of the tile being loaded (skipsIdleRows),
@@ -56,8 +65,8 @@ void Builder::emitProducer(const ForwardParams &p, Value tid) {
     barrierExpect(full, kvTileBytes);
     tmaLoadTile(isK ? kMap : vMap, isK ? layout.k : layout.v,
                 mul(s, c32(kvTileBytes)), full,
-                toI64(mul(j, c32(cfg.blockN))), at.kvHead, at.batch,
-                cfg.blockN);
+                boxRow(toI64(mul(j, c32(cfg.blockN))), p.kRowBase), at.kvHead,
+                boxBatch(at), cfg.blockN);
     // The slot's arrivals of the idle consumers, counted in the phase the
     // load fills: the producer waited for the previous one above.
     if (idle)

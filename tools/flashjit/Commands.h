@@ -58,6 +58,24 @@ struct DecodeRunSettings {
 /// `run --decode`: 0 when the check passed, 2 when it failed, 1 on errors.
 int runDecode(const DecodeRunSettings &settings);
 
+/// --varlen was given (VarlenCommand.cpp): the spec is varlen
+/// (AttentionSpec::varlen), and run checks a packed batch.
+bool varlenRequested();
+/// The settings `run --varlen` shares with `run`.
+struct VarlenRunSettings {
+  uint64_t seed = 1;
+  std::optional<double> scale;
+  int warmup = 0, iterations = 0;
+  bool json = false;
+  /// Rows per (sequence, head) compared with the reference.
+  int64_t checkRows = 16;
+  /// --config: a tile config or a family.
+  std::string config;
+};
+/// `run --varlen LENGTHS [--varlen-k LENGTHS]`: 0 when the check passed,
+/// 1 on errors or a failed check.
+int runVarlen(const AttentionSpec &spec, const VarlenRunSettings &settings);
+
 /// Prints "flashjit <command>: error: <message>" and returns 1.
 int reportError(llvm::StringRef command, llvm::Error err);
 

@@ -185,6 +185,12 @@ int runRun() {
   if (scale.getNumOccurrences() && !(std::isfinite(scale) && scale > 0))
     return reportError("run", llvm::createStringError(
                                   "--scale must be a positive finite number"));
+  if (spec->varlen)
+    return runVarlen(*spec, {seed ? uint64_t(seed) : std::random_device()(),
+                             scale.getNumOccurrences()
+                                 ? std::optional<double>(scale)
+                                 : std::nullopt,
+                             warmup, iterations, json, rows, configText});
   auto request = ConfigRequest::parse(configText);
   if (!request)
     return reportError("run", request.takeError());

@@ -186,6 +186,7 @@ llvm::Expected<AttentionSpec> specFromOptions() {
   spec.numKVHeads = kvHeads > 0 ? int64_t(kvHeads) : int64_t(heads);
   if (auto err = applyVariantOptions(spec))
     return std::move(err);
+  spec.varlen = varlenRequested();
   if (auto err = spec.validate())
     return std::move(err);
   return spec;

@@ -61,6 +61,10 @@ struct TensorRef {
   /// [B, H, S, D] viewed over memory laid out [B, S, H, D] (BSHD).
   static TensorRef bshd(void *data, DType dtype, int64_t b, int64_t h,
                         int64_t s, int64_t d);
+  /// A packed varlen tensor [tokens, heads, head_dim] (contiguous) as the
+  /// batch-1 view [1, heads, tokens, head_dim] (VarlenForwardArgs).
+  static TensorRef packed(void *data, DType dtype, int64_t tokens,
+                          int64_t heads, int64_t d);
 };
 
 /// The f32 log-sum-exp output [batch, heads, seqlen].
@@ -69,6 +73,9 @@ struct LseRef {
   std::array<int64_t, 3> shape{};
   std::array<int64_t, 3> strides{};
   static LseRef contiguous(float *data, int64_t b, int64_t h, int64_t s);
+  /// A varlen LSE [heads, tokens] (contiguous) as the view [1, heads,
+  /// tokens].
+  static LseRef packed(float *data, int64_t heads, int64_t tokens);
 };
 
 /// A captured tensor of the spec's mods (AttentionSpec::captures): device
@@ -134,6 +141,30 @@ struct ForwardArgs {
   /// instantiated from the same captured graph (they would share its tile
   /// counters): capture once per executable that runs concurrently.
   CUstream stream = nullptr;
+};
+
+/// A variable-length batch for a varlen kernel (AttentionSpec::varlen,
+/// docs/inference.md): the sequences' tokens packed one after another.
+/// `packed` holds batch-1 views of the packed tensors (TensorRef::packed,
+/// LseRef::packed): q and o [1, heads, total_q, head_dim], k and v [1,
+/// kv_heads, total_k, head_dim], lse [1, heads, total_q]; every rule of
+/// forward() applies to them. Sequence b's query rows are
+/// [cuSeqlensQ[b], cuSeqlensQ[b + 1]) and its keys [cuSeqlensK[b],
+/// cuSeqlensK[b + 1]); causal attention is aligned per sequence as the
+/// spec says (bottom-right for chunked prefill). The offsets stay on the
+/// GPU and are not checked there: the kernel clamps each sequence's rows
+/// to [0, total), so offsets that decrease or run past the buffers give
+/// shorter or empty sequences and nothing is written outside o and lse.
+struct VarlenForwardArgs {
+  ForwardArgs packed;
+  /// Device i32 [batch + 1] each, 4-byte aligned.
+  const int32_t *cuSeqlensQ = nullptr, *cuSeqlensK = nullptr;
+  /// Sequences (0: nothing is launched); at most 65535 (CUDA's grid z).
+  int64_t batch = 0;
+  /// The longest query length of the batch (as FlashAttention's
+  /// max_seqlen_q): it sizes the grid; query rows of a sequence past it
+  /// are not computed. At least 1.
+  int64_t maxSeqlenQ = 0;
 };
 
 /// Where a kernel's tile config came from.
@@ -208,6 +239,14 @@ public:
   /// args.stream in the primary context of the Context's device. A failed
   /// check returns an error and launches nothing.
   llvm::Error forward(const ForwardArgs &args) const;
+  /// A varlen kernel's launch (AttentionSpec::varlen): checks `args` as
+  /// forward() does, plus the offsets' pointers, batch and maxSeqlenQ,
+  /// then launches this kernel's own config (no per-length choice) on
+  /// args.packed.stream. forward() refuses a varlen kernel and this refuses
+  /// a dense one.
+  llvm::Error forwardVarlen(const VarlenForwardArgs &args) const;
+  /// The checks of forwardVarlen() alone (no device needed).
+  llvm::Error checkVarlen(const VarlenForwardArgs &args) const;
   /// The call goes to kernelForLengths(Sq, Sk); the checks and the launch
   /// below are that kernel's.
   /// The checks of forward() alone (no device needed).
@@ -229,6 +268,8 @@ private:
   struct LengthChoice;
   /// forward() on this kernel's own config.
   llvm::Error launchOwn(const ForwardArgs &args) const;
+  /// The error of forward() and check() on a varlen kernel.
+  llvm::Error varlenNeedsOffsets() const;
 
   AttentionSpec Spec;
   /// Null when the config is pinned.

@@ -40,7 +40,7 @@ extern "C" {
 
 /* Raised when a function or a field is added (flashjit_get_version's
  * api_version tells what the loaded library implements). */
-#define FLASHJIT_C_API_VERSION 7
+#define FLASHJIT_C_API_VERSION 8
 
 typedef enum flashjit_status {
   FLASHJIT_STATUS_OK = 0,
@@ -107,6 +107,10 @@ typedef struct flashjit_attention_spec {
    * flashjit_kernel_forward_block_sparse at each launch. */
   int64_t sparse_block_m;
   int64_t sparse_block_n;
+  /* ---- API version 8: variable-length batches */
+  /* 1: the varlen kernel, launched with flashjit_kernel_forward_varlen on
+   * packed sequences; 0 (default): dense. */
+  int32_t varlen;
 } flashjit_attention_spec_t;
 
 /* Element types of captured tensors. */
@@ -131,6 +135,7 @@ flashjit_attention_spec_init(flashjit_attention_spec_t *spec) {
   spec->mask_mod = 0;
   spec->sparse_block_m = 0;
   spec->sparse_block_n = 0;
+  spec->varlen = 0;
   for (int i = 0; i < 8; ++i) {
     spec->capture_dtype[i] = 0;
     spec->capture_rank[i] = 0;
@@ -252,6 +257,27 @@ FLASHJIT_API flashjit_status_t flashjit_kernel_describe(
 FLASHJIT_API flashjit_status_t flashjit_kernel_forward(
     flashjit_kernel_t kernel, const DLTensor *q, const DLTensor *k,
     const DLTensor *v, DLTensor *o, DLTensor *lse, double scale, void *stream);
+
+/* (API version 8) A varlen kernel's launch (spec varlen 1) on a batch of
+ * sequences packed one after another (docs/inference.md):
+ *   q, o:  [total_q, num_heads, head_dim]
+ *   k, v:  [total_k, num_kv_heads, head_dim]
+ *   lse:   [num_heads, total_q], kDLFloat 32 bits
+ *   cu_seqlens_q, cu_seqlens_k: kDLInt 32 bits [batch + 1] on the
+ *   context's device: sequence b's queries are rows [cu_seqlens_q[b],
+ *   cu_seqlens_q[b + 1]) of q, its keys rows [cu_seqlens_k[b],
+ *   cu_seqlens_k[b + 1]) of k and v (causal attention aligned per sequence
+ *   as the spec's causal_align says; bottom-right for chunked prefill).
+ *   max_seqlen_q: the longest query length (at least 1; it sizes the grid).
+ * The tensors follow flashjit_kernel_forward's rules (strides in elements or
+ * NULL); the offsets are read on the GPU only, where each sequence's rows
+ * are clamped to the tensors: offsets that decrease or run past them give
+ * shorter or empty sequences, and nothing is written outside o and lse. */
+FLASHJIT_API flashjit_status_t flashjit_kernel_forward_varlen(
+    flashjit_kernel_t kernel, const DLTensor *q, const DLTensor *k,
+    const DLTensor *v, DLTensor *o, DLTensor *lse,
+    const DLTensor *cu_seqlens_q, const DLTensor *cu_seqlens_k,
+    int64_t max_seqlen_q, double scale, void *stream);
 
 /* flashjit_kernel_forward with the spec's captured tensors: `captures`
  * holds num_captures DLTensors (kDLFloat 32 or kDLInt 32 bits as the spec

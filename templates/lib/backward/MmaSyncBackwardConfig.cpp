@@ -138,6 +138,10 @@ llvm::Error MmaSyncBackward::supports(const AttentionSpec &spec,
         "bottom-right) so far; windows, score_mod, mask_mod and block-sparse "
         "masks are not supported yet: " +
         spec.canonical());
+  if (spec.varlen)
+    return llvm::createStringError(
+        "the backward pass has no varlen form yet: run it on padded "
+        "[batch, heads, seqlen, head_dim] tensors");
   return llvm::Error::success();
 }
 

@@ -246,7 +246,8 @@ TEST_CASE("the launch's parameter array: kernel parameters, then the maps") {
   auto kernelParams = params.args.paramPointers();
   auto pointers = params.pointers();
   static_assert(pointers.size() == ForwardKernelArgs::kNumParams +
-                                       kNumTensorMaps + kMaxCaptures * 5 + 4 * 5);
+                                       kNumTensorMaps + kMaxCaptures * 5 + 4 * 5 +
+                                       2);
   for (unsigned i = 0; i < ForwardKernelArgs::kNumParams; ++i)
     CHECK(pointers[i] == kernelParams[i]);
   for (unsigned i = ForwardKernelArgs::kNumParams; i < pointers.size(); ++i)

@@ -52,6 +52,9 @@ struct CandidateReport {
   /// tiles are cheap, and from the short lengths on a persistent grid's
   /// per-tile bookkeeping does not pay for itself.
   bool unmaskedSmallHead = false;
+  /// A varlen spec in a template whose kernels load tiles with TMA boxes
+  /// (whole tiles of the packed tensors, past short sequences' ends).
+  bool varlenBoxLoads = false;
   /// Scores the kernel computes per batch and head at the hint shape's
   /// length: with a right bound (causal), every query tile's keys up to its
   /// diagonal in whole key tiles; without, the query rows times the keys

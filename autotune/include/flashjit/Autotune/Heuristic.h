@@ -27,6 +27,11 @@ struct HeuristicOptions {
   /// unmasked sequences of a head dim below 128 rank a non-persistent
   /// template first instead.
   int64_t shortSeqlen = 1024;
+  /// Varlen sequences up to this length rank the families that load with
+  /// TMA last: their boxes read whole tiles of the packed K and V (the next
+  /// sequences' rows) for a few keys each (bench/results/varlen-*.md:
+  /// 34-token sequences ran 1.8x faster in mma_sync than in wgmma).
+  int64_t shortVarlenSeqlen = 64;
   /// Between two persistent configs, the computed scores decide when one
   /// computes this fraction more than the other: keys padded to whole
   /// tiles without a right bound, tiles up to the diagonal with one.

@@ -72,6 +72,11 @@ int64_t rowsWithinBudget(const AttentionSpec &spec, int64_t batch,
                          int64_t seqlenQ, int64_t seqlenK, double budget,
                          int64_t minimum = 48);
 
+/// Rows of one head of `seqlen` rows to compare: all when `wanted` or more,
+/// else the first and last few and a random sample between.
+std::vector<int64_t> rowsToCheck(int64_t seqlen, int64_t wanted,
+                                 std::mt19937_64 &rng);
+
 /// Fills `host` ([B,H,S,D] floats) with normal samples rounded to `dtype`
 /// and returns the device image of the same values in `layout`.
 std::vector<uint16_t> makeRandomInput(std::vector<float> &host, DType dtype,

@@ -92,6 +92,11 @@ struct AttentionSpec {
   /// The kernel's tile divides the mask's block (the autotuner only picks
   /// such tiles); 128 x 128 is FlexAttention's default. 0: dense.
   int64_t sparseBlockM = 0, sparseBlockN = 0;
+  /// Variable-length batches (docs/inference.md): Q, K, V and O packed as
+  /// [total_tokens, heads, head_dim], each sequence's rows given by
+  /// cumulative offsets at launch (Kernel::forwardVarlen). Its own kernel
+  /// name and cache key; no mods or block mask (validate() says so).
+  bool varlen = false;
 
   /// Checks what every template needs: head dim a multiple of 8 in
   /// [8, 256], heads positive, heads a multiple of KV heads, window
@@ -115,8 +120,8 @@ struct AttentionSpec {
   }
   bool hasMods() const { return !scoreMod.empty() || !maskMod.empty(); }
   /// Whether some query row may keep no key at all (its O is then 0 and
-  /// its LSE -inf): a mask_mod, a window, a bottom-right diagonal, or a
-  /// block mask.
+  /// its LSE -inf): a mask_mod, a window, a bottom-right diagonal, a
+  /// block mask, or varlen (a sequence may have no keys).
   bool mayEmptyRows() const;
   /// Whether the spec is plain causal or dense attention (no variant).
   bool isPlain() const;

@@ -32,6 +32,10 @@ def Attn_AttentionOp : Attn_Op<"attention", [
     `sparse_block = [M, N]` makes the attention block-sparse: each launch
     lists, per batch, head and query block of M rows, the key blocks of N
     keys to visit (partial ones, where `mask_mod` applies, then full ones).
+    `varlen` packs the batch's sequences along the sequence dimension (batch
+    1, `[1, heads, total_tokens, head_dim]`): each launch gives every
+    sequence's rows by cumulative offsets, and each sequence is attended
+    alone (its own causal diagonal); no mods or block mask.
 
     The optional `score_mod` region rewrites each score: its block
     arguments are `(score: f32, b: index, h: index, q_idx: index,
@@ -81,7 +85,8 @@ def Attn_AttentionOp : Attn_Op<"attention", [
     OptionalAttr<I64Attr>:$window_left,
     OptionalAttr<I64Attr>:$window_right,
     OptionalAttr<DenseI64ArrayAttr>:$sparse_block,
-    OptionalAttr<Attn_TileConfigAttr>:$config);
+    OptionalAttr<Attn_TileConfigAttr>:$config,
+    UnitAttr:$varlen);
   let results = (outs AnyRankedTensor:$output, AnyRankedTensor:$lse);
   let regions = (region MaxSizedRegion<1>:$score_mod,
                         MaxSizedRegion<1>:$mask_mod);

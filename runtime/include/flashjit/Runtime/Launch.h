@@ -34,8 +34,11 @@ struct VariantLaunchParams {
   /// stride 0, absent full lists a null pointer.
   std::array<Capture, 4> blockMask{};
   bool hasBlockMask = false;
+  /// A varlen kernel's cumulative offsets of Q and K (the last parameters).
+  std::array<const void *, 2> cuSeqlens{};
+  bool varlen = false;
 
-  static constexpr unsigned kMaxParams = kMaxCaptures * 5 + 4 * 5;
+  static constexpr unsigned kMaxParams = kMaxCaptures * 5 + 4 * 5 + 2;
   /// Copies `captures` (at most kMaxCaptures, as checked before) and, when
   /// its kv_num_blocks is given, `mask`.
   void fill(llvm::ArrayRef<CapturedRef> captures, const BlockMaskRef &mask);

@@ -82,6 +82,10 @@ public:
   /// DiagonalTiles rule). Measured for wgmma; other templates keep their
   /// ranking.
   virtual bool prefersAlignedCausalTiles() const { return false; }
+  /// Whether it builds the varlen form (AttentionSpec::varlen: one block
+  /// per query block of each sequence, which a persistent tile order does
+  /// not have); supports() refuses varlen specs elsewhere.
+  virtual bool supportsVarlen() const { return false; }
   /// Head dims the template builds, ascending.
   virtual std::vector<int64_t> headDims() const = 0;
   /// Whether the template can build this problem for this target (a valid

@@ -26,6 +26,7 @@ public:
   llvm::StringRef family() const override { return "mma_sync"; }
   int minComputeCapability() const override { return 80; }
   std::vector<int64_t> headDims() const override { return {64, 96, 128, 256}; }
+  bool supportsVarlen() const override { return true; }
   llvm::Error checkConfig(const AttentionSpec &spec,
                           const TileConfig &config) const override;
   TemplateResources resources(const AttentionSpec &spec,

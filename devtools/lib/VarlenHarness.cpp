@@ -1,0 +1,306 @@
+//===- VarlenHarness.cpp - check a varlen kernel on fresh inputs ----------===//
+// Why: see VarlenHarness.h.
+#include "flashjit/DevTools/VarlenHarness.h"
+
+#include "flashjit/DevTools/DeviceBuffer.h"
+#include "flashjit/DevTools/EventTimer.h"
+#include "flashjit/DevTools/HostFloat.h"
+#include "flashjit/DevTools/Reference.h"
+#include "flashjit/Runtime/CudaDriver.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <thread>
+
+namespace flashjit {
+namespace {
+
+/// Poisoned rows after the end of O and LSE: a launch must leave them.
+constexpr int64_t kGuardRows = 256;
+
+/// Random packed [tokens, heads, d] bits of `dtype`, and their values.
+std::vector<uint16_t> randomPacked(std::vector<float> &values, DType dtype,
+                                   int64_t tokens, int64_t heads, int64_t d,
+                                   std::mt19937_64 &rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<uint16_t> bits(static_cast<size_t>(tokens * heads * d));
+  values.resize(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) {
+    bits[i] = floatToBits(dtype, normal(rng));
+    values[i] = bitsToFloat(dtype, bits[i]);
+  }
+  return bits;
+}
+
+/// Rows [first, first + length) of packed [tokens, heads, d] values as
+/// [1, heads, length, d].
+std::vector<float> sequenceOf(const std::vector<float> &packed, int64_t first,
+                              int64_t length, int64_t heads, int64_t d) {
+  std::vector<float> out(static_cast<size_t>(heads * length * d));
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t s = 0; s < length; ++s)
+      std::memcpy(&out[(h * length + s) * d],
+                  &packed[((first + s) * heads + h) * d], d * sizeof(float));
+  return out;
+}
+
+/// Whether query row `row` of a sequence of `lq` x `lk` keeps no key.
+bool emptyRow(const AttentionSpec &spec, int64_t row, int64_t lq,
+              int64_t lk) {
+  if (lk == 0)
+    return true;
+  if (!spec.causal)
+    return false;
+  const int64_t diagonal =
+      spec.causalAlign == CausalAlign::BottomRight ? lk - lq : 0;
+  return row + diagonal < 0;
+}
+
+} // namespace
+
+llvm::Expected<std::vector<int64_t>> parseVarlenLengths(llvm::StringRef text) {
+  llvm::SmallVector<llvm::StringRef> parts;
+  text.split(parts, ',');
+  std::vector<int64_t> lengths;
+  for (llvm::StringRef part : parts) {
+    int64_t n = 0;
+    if (part.trim().getAsInteger(10, n) || n < 0)
+      return llvm::createStringError(
+          llvm::formatv("bad sequence length '{0}' in '{1}': expected a "
+                        "comma list of lengths of 0 or more, e.g. 17,0,1000",
+                        part, text)
+              .str());
+    lengths.push_back(n);
+  }
+  return lengths;
+}
+
+double varlenFlops(const AttentionSpec &spec, llvm::ArrayRef<int64_t> lq,
+                   llvm::ArrayRef<int64_t> lk) {
+  AttentionSpec dense = spec;
+  dense.varlen = false;
+  double flops = 0;
+  for (size_t i = 0; i < lq.size(); ++i)
+    flops += dense.isPlain() ? forwardFlops(dense, 1, lq[i], lk[i])
+                             : 4.0 * dense.numHeads * dense.headDim *
+                                   visiblePairs(dense, lq[i], lk[i]);
+  return flops;
+}
+
+llvm::Expected<VarlenCheckReport>
+runAndCheckVarlen(const Kernel &kernel, const VarlenCheckOptions &opt) {
+  auto drvOr = CudaDriver::get();
+  if (!drvOr)
+    return drvOr.takeError();
+  const CudaDriver &drv = *drvOr;
+  if (auto ctx = drv.ensureContext(); !ctx)
+    return ctx.takeError();
+
+  const AttentionSpec &spec = kernel.spec();
+  const std::vector<int64_t> &lq = opt.lengthsQ;
+  const std::vector<int64_t> &lk = opt.lengthsK.empty() ? lq : opt.lengthsK;
+  if (lq.empty() || lk.size() != lq.size())
+    return llvm::createStringError(llvm::formatv(
+        "{0} query lengths and {1} key lengths: give one of each per "
+        "sequence, at least one sequence",
+        lq.size(), lk.size()).str());
+  const int64_t B = lq.size(), H = spec.numHeads, Hkv = spec.numKVHeads,
+                D = spec.headDim;
+  std::vector<int32_t> cuQ(B + 1, 0), cuK(B + 1, 0);
+  for (int64_t b = 0; b < B; ++b) {
+    cuQ[b + 1] = cuQ[b] + static_cast<int32_t>(lq[b]);
+    cuK[b + 1] = cuK[b] + static_cast<int32_t>(lk[b]);
+  }
+  VarlenCheckReport out;
+  out.sequences = B;
+  out.totalQ = cuQ[B];
+  out.totalK = cuK[B];
+  out.maxSeqlenQ = std::max<int64_t>(1, *std::max_element(lq.begin(), lq.end()));
+  const int64_t Tq = out.totalQ, Tk = out.totalK;
+
+  std::mt19937_64 rng(opt.seed);
+  std::vector<float> qHost, kHost, vHost;
+  auto qBits = randomPacked(qHost, spec.dtype, Tq, H, D, rng);
+  auto kBits = randomPacked(kHost, spec.dtype, Tk, Hkv, D, rng);
+  auto vBits = randomPacked(vHost, spec.dtype, Tk, Hkv, D, rng);
+  const size_t oWords = size_t((Tq + kGuardRows) * H * D);
+  const size_t lseWords = size_t(H * Tq + kGuardRows);
+
+  DeviceBuffer q(drv), k(drv), v(drv), o(drv), lse(drv), cuQDev(drv),
+      cuKDev(drv);
+  for (auto [buf, bytes] :
+       {std::pair{&q, qBits.size() * 2}, std::pair{&k, kBits.size() * 2},
+        std::pair{&v, vBits.size() * 2}, std::pair{&o, oWords * 2},
+        std::pair{&lse, lseWords * 4}, std::pair{&cuQDev, cuQ.size() * 4},
+        std::pair{&cuKDev, cuK.size() * 4}})
+    if (auto err = buf->allocate(bytes))
+      return std::move(err);
+  for (auto [buf, host] :
+       {std::pair{&q, (const void *)qBits.data()},
+        std::pair{&k, (const void *)kBits.data()},
+        std::pair{&v, (const void *)vBits.data()},
+        std::pair{&cuQDev, (const void *)cuQ.data()},
+        std::pair{&cuKDev, (const void *)cuK.data()}})
+    if (buf->bytes() > 0)
+      if (auto err =
+              FLASHJIT_CU(drv, cuMemcpyHtoD, buf->ptr(), host, buf->bytes()))
+        return std::move(err);
+  // Poison: 0xFFFF is NaN in f16 and bf16, 0xFFFFFFFF in f32.
+  if (auto err = FLASHJIT_CU(drv, cuMemsetD8, o.ptr(), 0xFF, o.bytes()))
+    return std::move(err);
+  if (auto err = FLASHJIT_CU(drv, cuMemsetD8, lse.ptr(), 0xFF, lse.bytes()))
+    return std::move(err);
+
+  VarlenForwardArgs args;
+  args.packed.q = TensorRef::packed(q.data(), spec.dtype, Tq, H, D);
+  args.packed.k = TensorRef::packed(k.data(), spec.dtype, Tk, Hkv, D);
+  args.packed.v = TensorRef::packed(v.data(), spec.dtype, Tk, Hkv, D);
+  args.packed.o = TensorRef::packed(o.data(), spec.dtype, Tq, H, D);
+  args.packed.lse = LseRef::packed(static_cast<float *>(lse.data()), H, Tq);
+  args.packed.scale = opt.scale.value_or(spec.defaultScale());
+  args.cuSeqlensQ = static_cast<const int32_t *>(cuQDev.data());
+  args.cuSeqlensK = static_cast<const int32_t *>(cuKDev.data());
+  args.batch = B;
+  args.maxSeqlenQ = out.maxSeqlenQ;
+  if (auto err = kernel.forwardVarlen(args))
+    return std::move(err);
+  if (auto err = FLASHJIT_CU(drv, cuCtxSynchronize))
+    return std::move(err);
+
+  std::vector<uint16_t> oBits(oWords);
+  std::vector<float> lseHost(lseWords);
+  if (auto err =
+          FLASHJIT_CU(drv, cuMemcpyDtoH, oBits.data(), o.ptr(), o.bytes()))
+    return std::move(err);
+  if (auto err = FLASHJIT_CU(drv, cuMemcpyDtoH, lseHost.data(), lse.ptr(),
+                             lse.bytes()))
+    return std::move(err);
+
+  CheckReport &report = out.check;
+  report.tolerance = checkTolerance(spec.dtype);
+  report.lseTolerance = checkLseTolerance(spec);
+  for (size_t i = size_t(Tq * H * D); i < oWords; ++i)
+    out.writtenOutside += oBits[i] != 0xFFFF;
+  for (size_t i = size_t(Tq * H); i < lseWords; ++i) {
+    uint32_t word;
+    std::memcpy(&word, &lseHost[i], 4);
+    out.writtenOutside += word != 0xFFFFFFFFu;
+  }
+  // Every packed row belongs to a sequence: all of O is written; an LSE of
+  // -inf only on a row that keeps no key.
+  for (size_t i = 0; i < size_t(Tq * H * D); ++i)
+    if (!std::isfinite(bitsToFloat(spec.dtype, oBits[i])))
+      ++report.nonFinite;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t r = 0; r < lq[b]; ++r) {
+        float x = lseHost[h * Tq + cuQ[b] + r];
+        if (!std::isfinite(x) &&
+            !(x == -INFINITY && emptyRow(spec, r, lq[b], lk[b])))
+          ++report.nonFinite;
+      }
+
+  // Each sequence against the reference, as a batch of one.
+  AttentionSpec dense = spec;
+  dense.varlen = false;
+  double errSq = 0, refSq = 0, lseErrSq = 0, lseRefSq = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    if (lq[b] == 0)
+      continue;
+    HostProblem host;
+    host.spec = dense;
+    host.batch = 1;
+    host.seqlenQ = lq[b];
+    host.seqlenK = lk[b];
+    host.scale = *args.packed.scale;
+    host.q = sequenceOf(qHost, cuQ[b], lq[b], H, D);
+    host.k = sequenceOf(kHost, cuK[b], lk[b], Hkv, D);
+    host.v = sequenceOf(vHost, cuK[b], lk[b], Hkv, D);
+    struct Task {
+      int64_t h, row;
+    };
+    std::vector<Task> tasks;
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t row : rowsToCheck(lq[b], opt.rowsPerSequence, rng))
+        tasks.push_back({h, row});
+    struct Partial {
+      double errSq = 0, refSq = 0, lseErrSq = 0, lseRefSq = 0, maxAbs = 0;
+      int64_t nonFinite = 0, rows = 0;
+    };
+    const unsigned workers = std::max(
+        1u, std::min<unsigned>(std::thread::hardware_concurrency(),
+                               static_cast<unsigned>(tasks.size() / 16 + 1)));
+    std::vector<Partial> partials(workers);
+    auto work = [&](unsigned w) {
+      Partial &p = partials[w];
+      for (size_t t = w; t < tasks.size(); t += workers) {
+        const auto [h, row] = tasks[t];
+        ReferenceRow ref = referenceRow(host, 0, h, row);
+        const size_t base = size_t(((cuQ[b] + row) * H + h) * D);
+        for (int64_t c = 0; c < D; ++c) {
+          double diff = bitsToFloat(spec.dtype, oBits[base + c]) - ref.out[c];
+          p.errSq += diff * diff;
+          p.refSq += ref.out[c] * ref.out[c];
+          p.maxAbs = std::isnan(diff) || std::isnan(p.maxAbs)
+                         ? NAN
+                         : std::max(p.maxAbs, std::fabs(diff));
+        }
+        ++p.rows;
+        float gotLse = lseHost[h * Tq + cuQ[b] + row];
+        if (ref.lse == -INFINITY) {
+          p.nonFinite += gotLse != -INFINITY;
+          continue;
+        }
+        p.nonFinite += gotLse == -INFINITY;
+        double lseDiff = gotLse - ref.lse;
+        p.lseErrSq += lseDiff * lseDiff;
+        p.lseRefSq += ref.lse * ref.lse;
+      }
+    };
+    std::vector<std::thread> threads;
+    for (unsigned w = 1; w < workers; ++w)
+      threads.emplace_back(work, w);
+    work(0);
+    for (std::thread &t : threads)
+      t.join();
+    for (const Partial &p : partials) {
+      errSq += p.errSq;
+      refSq += p.refSq;
+      lseErrSq += p.lseErrSq;
+      lseRefSq += p.lseRefSq;
+      report.nonFinite += p.nonFinite;
+      report.checkedRows += p.rows;
+      report.maxAbsError = std::isnan(p.maxAbs) || std::isnan(report.maxAbsError)
+                               ? NAN
+                               : std::max(report.maxAbsError, p.maxAbs);
+    }
+  }
+  report.relError = std::sqrt(errSq / std::max(refSq, 1e-300));
+  report.lseRelError = std::sqrt(lseErrSq / std::max(lseRefSq, 1e-300));
+  // NaN compares false, so a NaN anywhere fails these.
+  report.passed = report.nonFinite == 0 && out.writtenOutside == 0 &&
+                  report.checkedRows > 0 &&
+                  report.relError <= report.tolerance &&
+                  report.lseRelError <= report.lseTolerance;
+
+  if (opt.iterations > 0) {
+    TimingOptions timing;
+    timing.warmup = opt.warmup;
+    timing.iterations = opt.iterations;
+    auto measured =
+        timeLaunches(drv, [&] { return kernel.forwardVarlen(args); }, timing);
+    if (!measured)
+      return measured.takeError();
+    report.medianMs = measured->medianMs;
+    report.tflops =
+        varlenFlops(spec, lq, lk) / (report.medianMs * 1e-3) / 1e12;
+  }
+  return out;
+}
+
+} // namespace flashjit

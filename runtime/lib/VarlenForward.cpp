@@ -1,0 +1,117 @@
+//===- VarlenForward.cpp - launches of varlen kernels ---------------------===//
+// Why: a variable-length batch is a dense launch of batch 1 over the packed
+// tensors (every check of forward() applies to those views, and the tensor
+// maps span them) plus the cumulative offsets and a grid of one z per
+// sequence; this file adds what differs and checks it on the host where
+// that is cheap. The kernels' side is KernelIR::beginVarlenSequence.
+#include "flashjit/FlashJIT.h"
+#include "flashjit/Runtime/CudaDriver.h"
+#include "flashjit/Runtime/ErrorCode.h"
+#include "flashjit/Runtime/ForwardChecks.h"
+#include "flashjit/Runtime/Launch.h"
+#include "flashjit/Runtime/ModuleLoader.h"
+#include "flashjit/Runtime/ScopedContext.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <cstdint>
+#include <optional>
+
+namespace flashjit {
+
+TensorRef TensorRef::packed(void *data, DType dtype, int64_t tokens,
+                            int64_t heads, int64_t d) {
+  return bshd(data, dtype, 1, heads, tokens, d);
+}
+
+LseRef LseRef::packed(float *data, int64_t heads, int64_t tokens) {
+  return contiguous(data, 1, heads, tokens);
+}
+
+llvm::Error Kernel::varlenNeedsOffsets() const {
+  return makeError(ErrorCode::InvalidArgument,
+                   Info.name +
+                       " is a varlen kernel (AttentionSpec::varlen): launch "
+                       "it with forwardVarlen and the sequences' offsets, "
+                       "or compile the spec without varlen for dense "
+                       "[batch, heads, seqlen, head_dim] tensors");
+}
+
+llvm::Error Kernel::checkVarlen(const VarlenForwardArgs &args) const {
+  auto invalid = [](const llvm::Twine &message) {
+    return makeError(ErrorCode::InvalidArgument, message);
+  };
+  if (!Spec.varlen)
+    return invalid(Info.name +
+                   " is not a varlen kernel: compile the spec with "
+                   "AttentionSpec::varlen set to launch it on packed "
+                   "sequences");
+  if (args.batch < 0 || args.batch > kMaxGridYZ)
+    return invalid(llvm::formatv(
+        "varlen batch {0} is out of range: 0 to {1} sequences per call "
+        "(CUDA's grid z); split larger batches",
+        args.batch, kMaxGridYZ));
+  if (args.maxSeqlenQ < 1)
+    return invalid(llvm::formatv("max_seqlen_q must be at least 1, got {0}",
+                                 args.maxSeqlenQ));
+  for (auto [name, offsets] : {std::pair{"cu_seqlens_q", args.cuSeqlensQ},
+                               std::pair{"cu_seqlens_k", args.cuSeqlensK}}) {
+    if (!offsets)
+      return invalid(llvm::Twine(name) + " is a null pointer");
+    if (reinterpret_cast<uintptr_t>(offsets) % 4 != 0)
+      return invalid(llvm::Twine(name) + " is not 4-byte aligned");
+  }
+  const ForwardArgs &p = args.packed;
+  if (p.q.shape[0] != 1)
+    return invalid(llvm::formatv(
+        "varlen tensors are batch-1 views of the packed tokens ([1, heads, "
+        "total_tokens, head_dim], TensorRef::packed), but q has batch {0}",
+        p.q.shape[0]));
+  if (!p.captures.empty() || p.blockMask.kvNumBlocks.data)
+    return invalid("a varlen launch takes no captured tensors or block mask");
+  if (args.maxSeqlenQ > p.q.shape[2])
+    return invalid(llvm::formatv(
+        "max_seqlen_q {0} is longer than the packed query tokens ({1})",
+        args.maxSeqlenQ, p.q.shape[2]));
+  // The packed views, as forward() checks its tensors.
+  if (auto err = checkForwardArgs(Spec, p))
+    return withCode(ErrorCode::InvalidArgument, std::move(err));
+  return llvm::Error::success();
+}
+
+llvm::Error Kernel::forwardVarlen(const VarlenForwardArgs &args) const {
+  if (auto err = checkVarlen(args))
+    return err;
+  // The module's context is current from the tensor maps to the launch
+  // (ScopedContext.h).
+  std::optional<ScopedContext> scope;
+  const CudaDriver *drv = nullptr;
+  if (Module) {
+    auto driver = CudaDriver::get();
+    if (!driver)
+      return withCode(ErrorCode::LaunchError, driver.takeError());
+    drv = &*driver;
+    auto entered = ScopedContext::enter(*drv, Module->context());
+    if (!entered)
+      return withCode(ErrorCode::LaunchError, entered.takeError());
+    scope.emplace(std::move(*entered));
+  }
+  ForwardLaunchParams params;
+  if (auto err = prepareLaunch(args.packed, params))
+    return err;
+  if (args.batch == 0)
+    return llvm::Error::success();
+  // The kernel reads its sequence's rows from the offsets; the packed
+  // lengths in the seqlens bound them.
+  params.args.batch = static_cast<int32_t>(args.batch);
+  params.variant.cuSeqlens = {args.cuSeqlensQ, args.cuSeqlensK};
+  params.variant.varlen = true;
+  auto pointers = params.pointers();
+  LaunchGeometry geometry =
+      forwardGeometry(Info, args.batch, args.maxSeqlenQ, 0);
+  return withCode(ErrorCode::LaunchError,
+                  launchInCurrentContext(*drv, Module->function(), geometry,
+                                         pointers.data(), args.packed.stream));
+}
+
+} // namespace flashjit

@@ -1,0 +1,132 @@
+//===- VarlenGpuTest.cpp - varlen kernels against the float64 reference ---===//
+// Why: a packed batch must be exact for every mix of lengths it is used
+// with (empty sequences, one token, lengths no tile divides, up to 9000 in
+// one batch), chunked prefill (fewer queries than keys, causal from the
+// bottom right), GQA and MHA, every head dim and both dtypes, in both
+// families that build varlen kernels: outputs poisoned with NaN first,
+// poisoned rows past the ends of O and LSE left untouched, every sequence
+// compared (runAndCheckVarlen), NaN never passes.
+#include "GpuTestUtil.h"
+
+#include "flashjit/DevTools/VarlenHarness.h"
+
+#include <string>
+
+using namespace flashjit;
+using namespace flashjit::test;
+
+namespace {
+AttentionSpec makeSpec(int64_t d, DType dtype, int64_t heads, int64_t kvHeads,
+                       bool causal, bool bottomRight = false) {
+  AttentionSpec s;
+  s.headDim = d;
+  s.dtype = dtype;
+  s.numHeads = heads;
+  s.numKVHeads = kvHeads;
+  s.causal = causal;
+  s.causalAlign = bottomRight ? CausalAlign::BottomRight : CausalAlign::TopLeft;
+  s.varlen = true;
+  return s;
+}
+
+std::shared_ptr<const Kernel> varlenKernel(const AttentionSpec &spec,
+                                           const std::string &family) {
+  KernelOptions options;
+  options.family = family;
+  options.perLengthConfig = false;
+  auto kernel = gpuContext().compile(spec, options);
+  REQUIRE_MESSAGE(bool(kernel), llvm::toString(kernel.takeError()));
+  return *kernel;
+}
+
+void checkVarlen(const AttentionSpec &spec, const std::string &family,
+                 std::vector<int64_t> lengthsQ,
+                 std::vector<int64_t> lengthsK = {}, int64_t rows = 16) {
+  VarlenCheckOptions o;
+  o.lengthsQ = std::move(lengthsQ);
+  o.lengthsK = std::move(lengthsK);
+  o.seed = freshSeed();
+  o.rowsPerSequence = rows;
+  std::string lens;
+  for (size_t i = 0; i < o.lengthsQ.size(); ++i)
+    lens += std::to_string(o.lengthsQ[i]) +
+            (o.lengthsK.empty() ? "" : "x" + std::to_string(o.lengthsK[i])) +
+            " ";
+  auto kernel = varlenKernel(spec, family);
+  INFO(spec.canonical() << " " << kernel->info().config.canonical()
+                        << " lengths " << lens << "seed " << o.seed);
+  auto report = runAndCheckVarlen(*kernel, o);
+  REQUIRE_MESSAGE(bool(report), llvm::toString(report.takeError()));
+  INFO(report->check.summary());
+  CHECK(report->check.nonFinite == 0);
+  CHECK(report->writtenOutside == 0);
+  CHECK(report->check.relError <= report->check.tolerance);
+  CHECK(report->check.lseRelError <= report->check.lseTolerance);
+  CHECK(report->check.passed);
+}
+
+const char *const kFamilies[] = {"wgmma", "mma_sync"};
+} // namespace
+
+TEST_CASE("varlen: mixed lengths with empty ones, up to 9000, GQA 32/8 bf16") {
+  for (const char *family : kFamilies)
+    for (bool causal : {false, true})
+      checkVarlen(makeSpec(128, DType::BF16, 32, 8, causal), family,
+                  {0, 1, 17, 1000, 4097, 0, 9000, 3});
+}
+
+TEST_CASE("varlen: chunked prefill, queries appended to a cached prefix") {
+  for (const char *family : kFamilies)
+    for (int64_t d : {64, 128})
+      checkVarlen(makeSpec(d, DType::BF16, 32, 8, /*causal=*/true,
+                           /*bottomRight=*/true),
+                  family, {1, 17, 0, 1000, 300, 4097},
+                  {1, 1000, 5, 1017, 4096, 4097});
+}
+
+TEST_CASE("varlen: MHA and GQA, f16 and bf16, head dims 64, 128, 256") {
+  for (const char *family : kFamilies)
+    for (int64_t d : {64, 128, 256})
+      for (DType dtype : {DType::F16, DType::BF16})
+        for (auto [heads, kvHeads] :
+             {std::pair<int64_t, int64_t>{8, 8}, {32, 8}})
+          checkVarlen(makeSpec(d, dtype, heads, kvHeads, /*causal=*/d != 64),
+                      family, {17, 0, 1000, 1, 4097, 129});
+}
+
+TEST_CASE("varlen: many short sequences") {
+  std::vector<int64_t> lengths(700, 34);
+  for (size_t i = 0; i < lengths.size(); i += 7)
+    lengths[i] = static_cast<int64_t>(i % 97);
+  for (const char *family : kFamilies)
+    checkVarlen(makeSpec(128, DType::BF16, 16, 4, /*causal=*/true), family,
+                lengths, {}, 8);
+}
+
+TEST_CASE("varlen: launches that mix up dense and varlen kernels are refused") {
+  AttentionSpec dense = makeSpec(128, DType::BF16, 8, 8, true);
+  dense.varlen = false;
+  auto denseKernel = gpuContext().compile(dense);
+  REQUIRE(bool(denseKernel));
+  auto varlen = varlenKernel(makeSpec(128, DType::BF16, 8, 8, true), "wgmma");
+  VarlenForwardArgs args;
+  args.batch = 1;
+  args.maxSeqlenQ = 1;
+  llvm::Error onDense = (*denseKernel)->forwardVarlen(args);
+  CHECK(llvm::toString(std::move(onDense)).find("not a varlen kernel") !=
+        std::string::npos);
+  ForwardArgs plain;
+  llvm::Error onVarlen = varlen->forward(plain);
+  CHECK(llvm::toString(std::move(onVarlen)).find("forwardVarlen") !=
+        std::string::npos);
+  llvm::Error noOffsets = varlen->forwardVarlen(args);
+  CHECK(llvm::toString(std::move(noOffsets)).find("cu_seqlens_q") !=
+        std::string::npos);
+  KernelOptions persistent;
+  persistent.family = "wgmma_persistent";
+  auto refused =
+      gpuContext().compile(makeSpec(128, DType::BF16, 8, 8, true), persistent);
+  REQUIRE_FALSE(bool(refused));
+  CHECK(llvm::toString(refused.takeError()).find("varlen") !=
+        std::string::npos);
+}

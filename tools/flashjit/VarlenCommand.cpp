@@ -1,0 +1,146 @@
+//===- VarlenCommand.cpp - `flashjit compile|run --varlen` ----------------===//
+// Why: varlen kernels (AttentionSpec::varlen) from the command line:
+// `compile --varlen` prints their PTX, `run --varlen 17,0,1000` checks a
+// packed batch of those lengths against the float64 reference and times it.
+#include "Commands.h"
+
+#include "flashjit/DevTools/VarlenHarness.h"
+#include "flashjit/FlashJIT.h"
+#include "flashjit/Runtime/KernelCache.h"
+
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+
+namespace cl = llvm::cl;
+
+namespace flashjit::tools {
+
+static cl::opt<bool> varlenKernel(
+    "varlen",
+    cl::desc("The varlen kernel (packed sequences, AttentionSpec::varlen)"),
+    cl::sub(compileCommand), cl::cat(category));
+static cl::opt<std::string>
+    varlen("varlen",
+           cl::desc("Variable-length batch: the query length of each packed "
+                    "sequence (comma list, 0 allowed, e.g. 17,0,1000)"),
+           cl::sub(runCommand), cl::cat(category));
+static cl::opt<std::string>
+    varlenK("varlen-k",
+            cl::desc("With --varlen: the key length of each sequence "
+                     "(chunked prefill: at least its query length, causal "
+                     "from the bottom right); default: the query lengths"),
+            cl::sub(runCommand), cl::cat(category));
+
+bool varlenRequested() {
+  return varlenKernel || varlen.getNumOccurrences() > 0;
+}
+
+int runVarlen(const AttentionSpec &spec, const VarlenRunSettings &settings) {
+  auto lengthsQ = parseVarlenLengths(varlen);
+  if (!lengthsQ)
+    return reportError("run", lengthsQ.takeError());
+  std::vector<int64_t> lengthsK;
+  if (!varlenK.empty()) {
+    auto parsed = parseVarlenLengths(varlenK);
+    if (!parsed)
+      return reportError("run", parsed.takeError());
+    lengthsK = std::move(*parsed);
+    if (lengthsK.size() != lengthsQ->size())
+      return reportError(
+          "run", llvm::createStringError(llvm::formatv(
+                     "--varlen gives {0} sequences but --varlen-k {1}",
+                     lengthsQ->size(), lengthsK.size()).str()));
+  }
+  auto request = ConfigRequest::parse(settings.config);
+  if (!request)
+    return reportError("run", request.takeError());
+  auto ctx = Context::create();
+  if (!ctx)
+    return reportError("run", ctx.takeError());
+  if (!(*ctx)->device())
+    return reportError("run", llvm::createStringError(
+                                  "no GPU: " + (*ctx)->deviceError()));
+  auto start = std::chrono::steady_clock::now();
+  KernelOptions options;
+  // The longest sequence picks the tuning bucket and length class.
+  options.seqlen =
+      std::max<int64_t>(1, *std::max_element(lengthsQ->begin(), lengthsQ->end()));
+  options.config = request->config;
+  options.family = request->family;
+  options.perLengthConfig = false;
+  auto kernel = (*ctx)->compile(spec, options);
+  if (!kernel)
+    return reportError("run", kernel.takeError());
+  double compileMs = std::chrono::duration<double, std::milli>(
+                         std::chrono::steady_clock::now() - start)
+                         .count();
+
+  VarlenCheckOptions check;
+  check.lengthsQ = *lengthsQ;
+  check.lengthsK = lengthsK;
+  check.seed = settings.seed;
+  check.rowsPerSequence = settings.checkRows;
+  check.scale = settings.scale;
+  check.warmup = settings.warmup;
+  check.iterations = settings.iterations;
+  auto report = runAndCheckVarlen(**kernel, check);
+  if (!report)
+    return reportError("run", report.takeError());
+  const CheckReport &r = report->check;
+  const KernelInfo &info = (*kernel)->info();
+  if (settings.json) {
+    nlohmann::json j = {
+        {"kernel", info.name},
+        {"device", (*ctx)->device()->name},
+        {"config", info.config.canonical()},
+        {"config_source", configSourceName((*kernel)->configOrigin().source)},
+        {"sequences", report->sequences},
+        {"total_q", report->totalQ},
+        {"total_k", report->totalK},
+        {"max_seqlen_q", report->maxSeqlenQ},
+        {"heads", spec.numHeads},
+        {"kv_heads", spec.numKVHeads},
+        {"head_dim", spec.headDim},
+        {"dtype", dtypeName(spec.dtype)},
+        {"causal", spec.causal},
+        {"causal_align", causalAlignName(spec.causalAlign)},
+        {"seed", settings.seed},
+        {"compile_ms", compileMs},
+        {"rel_error", r.relError},
+        {"lse_rel_error", r.lseRelError},
+        {"max_abs_error", r.maxAbsError},
+        {"non_finite", r.nonFinite},
+        {"written_outside", report->writtenOutside},
+        {"checked_rows", r.checkedRows},
+        {"tolerance", r.tolerance},
+        {"passed", r.passed},
+        {"median_ms", r.medianMs},
+        {"tflops", r.tflops}};
+    llvm::outs() << j.dump(2) << "\n";
+  } else {
+    llvm::outs() << info.name << " on " << (*ctx)->device()->name << " ("
+                 << info.config.canonical() << ", "
+                 << configSourceName((*kernel)->configOrigin().source)
+                 << ")\n"
+                 << "  varlen: " << report->sequences << " sequences, "
+                 << report->totalQ << " query and " << report->totalK
+                 << " key tokens, longest query " << report->maxSeqlenQ
+                 << "\n"
+                 << "  kernel ready in " << llvm::format("%.2f", compileMs)
+                 << " ms\n"
+                 << "  check: " << r.summary() << ", "
+                 << report->writtenOutside
+                 << " words written past the outputs\n";
+    if (check.iterations > 0)
+      llvm::outs() << "  time: " << llvm::format("%.3f", r.medianMs)
+                   << " ms median of " << check.iterations << ", "
+                   << llvm::format("%.1f", r.tflops) << " TFLOP/s\n";
+  }
+  return r.passed ? 0 : 1;
+}
+
+} // namespace flashjit::tools
