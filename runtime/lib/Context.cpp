@@ -308,7 +308,8 @@ llvm::Error Kernel::forward(const ForwardArgs &args) const {
   return launchOwn(args);
 }
 
-llvm::Error Kernel::launchOwn(const ForwardArgs &args) const {
+llvm::Error Kernel::launchOwn(const ForwardArgs &args,
+                              const VarlenForwardArgs *varlen) const {
   // The module's context is current from the tensor maps to the launch,
   // whatever context the calling thread has (ScopedContext.h).
   std::optional<ScopedContext> scope;
@@ -326,10 +327,21 @@ llvm::Error Kernel::launchOwn(const ForwardArgs &args) const {
   ForwardLaunchParams params;
   if (auto err = prepareLaunch(args, params))
     return err;
+  LaunchGeometry geometry;
+  if (varlen) {
+    if (varlen->batch == 0)
+      return llvm::Error::success();
+    // The kernel reads its sequence's rows from the offsets; the packed
+    // lengths in the seqlens bound them. The grid covers the longest.
+    params.args.batch = static_cast<int32_t>(varlen->batch);
+    params.variant.cuSeqlens = {varlen->cuSeqlensQ, varlen->cuSeqlensK};
+    params.variant.varlen = true;
+    geometry = forwardGeometry(Info, varlen->batch, varlen->maxSeqlenQ, 0);
+  } else {
+    geometry = forwardGeometry(Info, args.q.shape[0], args.q.shape[2],
+                               Persistent ? Module->residentBlocks() : 0);
+  }
   auto pointers = params.pointers();
-  LaunchGeometry geometry =
-      forwardGeometry(Info, args.q.shape[0], args.q.shape[2],
-                      Persistent ? Module->residentBlocks() : 0);
   return withCode(ErrorCode::LaunchError,
                   launchInCurrentContext(*drv, Module->function(), geometry,
                                          pointers.data(), args.stream));

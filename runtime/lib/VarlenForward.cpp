@@ -5,17 +5,12 @@
 // sequence; this file adds what differs and checks it on the host where
 // that is cheap. The kernels' side is KernelIR::beginVarlenSequence.
 #include "flashjit/FlashJIT.h"
-#include "flashjit/Runtime/CudaDriver.h"
 #include "flashjit/Runtime/ErrorCode.h"
 #include "flashjit/Runtime/ForwardChecks.h"
-#include "flashjit/Runtime/Launch.h"
-#include "flashjit/Runtime/ModuleLoader.h"
-#include "flashjit/Runtime/ScopedContext.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
 #include <cstdint>
-#include <optional>
 
 namespace flashjit {
 
@@ -82,36 +77,7 @@ llvm::Error Kernel::checkVarlen(const VarlenForwardArgs &args) const {
 llvm::Error Kernel::forwardVarlen(const VarlenForwardArgs &args) const {
   if (auto err = checkVarlen(args))
     return err;
-  // The module's context is current from the tensor maps to the launch
-  // (ScopedContext.h).
-  std::optional<ScopedContext> scope;
-  const CudaDriver *drv = nullptr;
-  if (Module) {
-    auto driver = CudaDriver::get();
-    if (!driver)
-      return withCode(ErrorCode::LaunchError, driver.takeError());
-    drv = &*driver;
-    auto entered = ScopedContext::enter(*drv, Module->context());
-    if (!entered)
-      return withCode(ErrorCode::LaunchError, entered.takeError());
-    scope.emplace(std::move(*entered));
-  }
-  ForwardLaunchParams params;
-  if (auto err = prepareLaunch(args.packed, params))
-    return err;
-  if (args.batch == 0)
-    return llvm::Error::success();
-  // The kernel reads its sequence's rows from the offsets; the packed
-  // lengths in the seqlens bound them.
-  params.args.batch = static_cast<int32_t>(args.batch);
-  params.variant.cuSeqlens = {args.cuSeqlensQ, args.cuSeqlensK};
-  params.variant.varlen = true;
-  auto pointers = params.pointers();
-  LaunchGeometry geometry =
-      forwardGeometry(Info, args.batch, args.maxSeqlenQ, 0);
-  return withCode(ErrorCode::LaunchError,
-                  launchInCurrentContext(*drv, Module->function(), geometry,
-                                         pointers.data(), args.packed.stream));
+  return launchOwn(args.packed, &args);
 }
 
 } // namespace flashjit

@@ -266,8 +266,10 @@ private:
   friend class Context;
   /// The per-length kernels of one spec, shared by them (Context.cpp).
   struct LengthChoice;
-  /// forward() on this kernel's own config.
-  llvm::Error launchOwn(const ForwardArgs &args) const;
+  /// forward() on this kernel's own config; with `varlen`, the packed
+  /// batch of forwardVarlen() (args is its `packed`).
+  llvm::Error launchOwn(const ForwardArgs &args,
+                        const VarlenForwardArgs *varlen = nullptr) const;
   /// The error of forward() and check() on a varlen kernel.
   llvm::Error varlenNeedsOffsets() const;
 
