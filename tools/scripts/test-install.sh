@@ -28,7 +28,8 @@ libdir=$(dirname "$lib")
 
 # The C API's header, FlashJIT.h, Backward.h, Decode.h and the headers they
 # include; no other.
-expected="flashjit/Autotune/ShapeBuckets.h
+expected="flashjit/Autotune/DecodeTuning.h
+flashjit/Autotune/ShapeBuckets.h
 flashjit/Autotune/TuningDatabase.h
 flashjit/Backward.h
 flashjit/Decode.h
