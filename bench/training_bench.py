@@ -216,8 +216,7 @@ def main(argv=None):
                   flush=True)
             results["points"].append(p)
     if not args.no_memory:
-        mem_fns = {n: f for n, f in attention_fns(torch, ["sdpa-flash", "sdpa-cudnn", "sdpa-math"])
-                   .items()}
+        mem_fns = attention_fns(torch, ["sdpa-flash", "sdpa-cudnn", "sdpa-math"])
         for s in args.memory_seqlens:
             results["memory"][s] = peak_memory(torch, mem_fns, s)
             print(f"memory s{s}: {results['memory'][s]}", flush=True)

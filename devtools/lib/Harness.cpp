@@ -102,6 +102,79 @@ std::vector<uint16_t> makeRandomInput(std::vector<float> &host, DType dtype,
   return device;
 }
 
+void RowErrors::addRow(const ReferenceRow &ref,
+                       llvm::function_ref<double(int64_t)> gotAt, int64_t d,
+                       float gotLse) {
+  for (int64_t c = 0; c < d; ++c) {
+    double diff = gotAt(c) - ref.out[c];
+    errSq += diff * diff;
+    refSq += ref.out[c] * ref.out[c];
+    maxAbs = std::isnan(diff) || std::isnan(maxAbs)
+                 ? NAN
+                 : std::max(maxAbs, std::fabs(diff));
+  }
+  ++rows;
+  // A row the reference leaves empty must have LSE -inf; a -inf where the
+  // reference has keys is counted as non-finite.
+  if (ref.lse == -INFINITY) {
+    nonFinite += gotLse != -INFINITY;
+    return;
+  }
+  nonFinite += gotLse == -INFINITY;
+  double lseDiff = gotLse - ref.lse;
+  lseErrSq += lseDiff * lseDiff;
+  lseRefSq += ref.lse * ref.lse;
+}
+
+void RowErrors::add(const RowErrors &other) {
+  errSq += other.errSq;
+  refSq += other.refSq;
+  lseErrSq += other.lseErrSq;
+  lseRefSq += other.lseRefSq;
+  nonFinite += other.nonFinite;
+  rows += other.rows;
+  maxAbs = std::isnan(other.maxAbs) || std::isnan(maxAbs)
+               ? NAN
+               : std::max(maxAbs, other.maxAbs);
+}
+
+void RowErrors::into(CheckReport &report) const {
+  report.relError = std::sqrt(errSq / std::max(refSq, 1e-300));
+  report.lseRelError = std::sqrt(lseErrSq / std::max(lseRefSq, 1e-300));
+  report.maxAbsError = maxAbs;
+  report.nonFinite += nonFinite;
+  report.checkedRows = rows;
+}
+
+llvm::Expected<RowErrors>
+compareRows(size_t count, size_t rowsPerWorker,
+            llvm::function_ref<std::string(size_t, RowErrors &)> compareRow) {
+  const unsigned workers = std::max(
+      1u, std::min<unsigned>(std::thread::hardware_concurrency(),
+                             static_cast<unsigned>(count / rowsPerWorker + 1)));
+  std::vector<RowErrors> partials(workers);
+  std::vector<std::string> errors(workers);
+  auto work = [&](unsigned w) {
+    for (size_t i = w; i < count && errors[w].empty(); i += workers)
+      errors[w] = compareRow(i, partials[w]);
+  };
+  {
+    std::vector<std::thread> threads;
+    for (unsigned w = 1; w < workers; ++w)
+      threads.emplace_back(work, w);
+    work(0);
+    for (std::thread &t : threads)
+      t.join();
+  }
+  RowErrors total;
+  for (unsigned w = 0; w < workers; ++w) {
+    if (!errors[w].empty())
+      return llvm::createStringError("the reference: " + errors[w]);
+    total.add(partials[w]);
+  }
+  return total;
+}
+
 std::vector<int64_t> rowsToCheck(int64_t seqlen, int64_t wanted,
                                  std::mt19937_64 &rng) {
   std::vector<int64_t> rows;
@@ -293,74 +366,22 @@ llvm::Expected<CheckReport> runAndCheck(const Kernel &kernel,
     for (int64_t h = 0; h < H; ++h)
       for (int64_t row : rowsToCheck(Sq, opt.rowsPerHead, rng))
         tasks.push_back({b, h, row});
-  struct Partial {
-    double errSq = 0, refSq = 0, lseErrSq = 0, lseRefSq = 0, maxAbs = 0;
-    int64_t nonFinite = 0, rows = 0;
-    std::string error;
-  };
-  const unsigned workers = std::max(
-      1u, std::min<unsigned>(std::thread::hardware_concurrency(),
-                             static_cast<unsigned>(tasks.size() / 64 + 1)));
-  std::vector<Partial> partials(workers);
-  auto work = [&](unsigned w) {
-    Partial &p = partials[w];
-    for (size_t t = w; t < tasks.size(); t += workers) {
-      const auto [b, h, row] = tasks[t];
-      ReferenceRow ref = referenceRow(host, b, h, row);
-      if (!ref.error.empty()) {
-        p.error = ref.error;
-        return;
-      }
-      int64_t base = offsetOf(opt.layout, b, h, row, H, Sq, D);
-      for (int64_t c = 0; c < D; ++c) {
-        double got = bitsToFloat(spec.dtype, oBits[base + c]);
-        double diff = got - ref.out[c];
-        p.errSq += diff * diff;
-        p.refSq += ref.out[c] * ref.out[c];
-        p.maxAbs = std::max(p.maxAbs, std::fabs(diff));
-        if (std::isnan(diff))
-          p.maxAbs = NAN;
-      }
-      float gotLse = lseHost[(b * H + h) * Sq + row];
-      ++p.rows;
-      // An empty row: O must be 0 (compared above) and LSE -inf; a -inf
-      // where the reference has keys is counted as non-finite.
-      if (ref.lse == -INFINITY) {
-        if (gotLse != -INFINITY)
-          ++p.nonFinite;
-        continue;
-      }
-      if (gotLse == -INFINITY)
-        ++p.nonFinite;
-      double lseDiff = gotLse - ref.lse;
-      p.lseErrSq += lseDiff * lseDiff;
-      p.lseRefSq += ref.lse * ref.lse;
-    }
-  };
-  {
-    std::vector<std::thread> threads;
-    for (unsigned w = 1; w < workers; ++w)
-      threads.emplace_back(work, w);
-    work(0);
-    for (std::thread &t : threads)
-      t.join();
-  }
-  double errSq = 0, refSq = 0, lseErrSq = 0, lseRefSq = 0;
-  for (const Partial &p : partials) {
-    if (!p.error.empty())
-      return llvm::createStringError("the reference: " + p.error);
-    errSq += p.errSq;
-    refSq += p.refSq;
-    lseErrSq += p.lseErrSq;
-    lseRefSq += p.lseRefSq;
-    report.nonFinite += p.nonFinite;
-    report.checkedRows += p.rows;
-    report.maxAbsError = std::isnan(p.maxAbs) || std::isnan(report.maxAbsError)
-                             ? NAN
-                             : std::max(report.maxAbsError, p.maxAbs);
-  }
-  report.relError = std::sqrt(errSq / std::max(refSq, 1e-300));
-  report.lseRelError = std::sqrt(lseErrSq / std::max(lseRefSq, 1e-300));
+  auto errors = compareRows(
+      tasks.size(), 64, [&](size_t t, RowErrors &e) -> std::string {
+        const auto [b, h, row] = tasks[t];
+        ReferenceRow ref = referenceRow(host, b, h, row);
+        if (!ref.error.empty())
+          return ref.error;
+        int64_t base = offsetOf(opt.layout, b, h, row, H, Sq, D);
+        e.addRow(
+            ref,
+            [&](int64_t c) { return bitsToFloat(spec.dtype, oBits[base + c]); },
+            D, lseHost[(b * H + h) * Sq + row]);
+        return "";
+      });
+  if (!errors)
+    return errors.takeError();
+  errors->into(report);
   // NaN compares false, so a NaN anywhere fails these.
   report.passed = report.nonFinite == 0 &&
                   report.relError <= report.tolerance &&

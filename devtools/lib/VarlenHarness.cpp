@@ -15,7 +15,6 @@
 #include <cmath>
 #include <cstring>
 #include <random>
-#include <thread>
 
 namespace flashjit {
 namespace {
@@ -208,7 +207,7 @@ runAndCheckVarlen(const Kernel &kernel, const VarlenCheckOptions &opt) {
   // Each sequence against the reference, as a batch of one.
   AttentionSpec dense = spec;
   dense.varlen = false;
-  double errSq = 0, refSq = 0, lseErrSq = 0, lseRefSq = 0;
+  RowErrors total;
   for (int64_t b = 0; b < B; ++b) {
     if (lq[b] == 0)
       continue;
@@ -228,60 +227,26 @@ runAndCheckVarlen(const Kernel &kernel, const VarlenCheckOptions &opt) {
     for (int64_t h = 0; h < H; ++h)
       for (int64_t row : rowsToCheck(lq[b], opt.rowsPerSequence, rng))
         tasks.push_back({h, row});
-    struct Partial {
-      double errSq = 0, refSq = 0, lseErrSq = 0, lseRefSq = 0, maxAbs = 0;
-      int64_t nonFinite = 0, rows = 0;
-    };
-    const unsigned workers = std::max(
-        1u, std::min<unsigned>(std::thread::hardware_concurrency(),
-                               static_cast<unsigned>(tasks.size() / 16 + 1)));
-    std::vector<Partial> partials(workers);
-    auto work = [&](unsigned w) {
-      Partial &p = partials[w];
-      for (size_t t = w; t < tasks.size(); t += workers) {
-        const auto [h, row] = tasks[t];
-        ReferenceRow ref = referenceRow(host, 0, h, row);
-        const size_t base = size_t(((cuQ[b] + row) * H + h) * D);
-        for (int64_t c = 0; c < D; ++c) {
-          double diff = bitsToFloat(spec.dtype, oBits[base + c]) - ref.out[c];
-          p.errSq += diff * diff;
-          p.refSq += ref.out[c] * ref.out[c];
-          p.maxAbs = std::isnan(diff) || std::isnan(p.maxAbs)
-                         ? NAN
-                         : std::max(p.maxAbs, std::fabs(diff));
-        }
-        ++p.rows;
-        float gotLse = lseHost[h * Tq + cuQ[b] + row];
-        if (ref.lse == -INFINITY) {
-          p.nonFinite += gotLse != -INFINITY;
-          continue;
-        }
-        p.nonFinite += gotLse == -INFINITY;
-        double lseDiff = gotLse - ref.lse;
-        p.lseErrSq += lseDiff * lseDiff;
-        p.lseRefSq += ref.lse * ref.lse;
-      }
-    };
-    std::vector<std::thread> threads;
-    for (unsigned w = 1; w < workers; ++w)
-      threads.emplace_back(work, w);
-    work(0);
-    for (std::thread &t : threads)
-      t.join();
-    for (const Partial &p : partials) {
-      errSq += p.errSq;
-      refSq += p.refSq;
-      lseErrSq += p.lseErrSq;
-      lseRefSq += p.lseRefSq;
-      report.nonFinite += p.nonFinite;
-      report.checkedRows += p.rows;
-      report.maxAbsError = std::isnan(p.maxAbs) || std::isnan(report.maxAbsError)
-                               ? NAN
-                               : std::max(report.maxAbsError, p.maxAbs);
-    }
+    auto errors = compareRows(
+        tasks.size(), 16, [&](size_t t, RowErrors &e) -> std::string {
+          const auto [h, row] = tasks[t];
+          ReferenceRow ref = referenceRow(host, 0, h, row);
+          if (!ref.error.empty())
+            return ref.error;
+          const size_t base = size_t(((cuQ[b] + row) * H + h) * D);
+          e.addRow(
+              ref,
+              [&](int64_t c) {
+                return bitsToFloat(spec.dtype, oBits[base + c]);
+              },
+              D, lseHost[h * Tq + cuQ[b] + row]);
+          return "";
+        });
+    if (!errors)
+      return errors.takeError();
+    total.add(*errors);
   }
-  report.relError = std::sqrt(errSq / std::max(refSq, 1e-300));
-  report.lseRelError = std::sqrt(lseErrSq / std::max(lseRefSq, 1e-300));
+  total.into(report);
   // NaN compares false, so a NaN anywhere fails these.
   report.passed = report.nonFinite == 0 && out.writtenOutside == 0 &&
                   report.checkedRows > 0 &&

@@ -380,16 +380,16 @@ def attention_backward(
         return dq.zero_(), dk.zero_(), dv.zero_()
     spec = _spec_of(q, k, causal, causal_align, window_left, window_right, softcap, score_mod,
                     mask_mod, captures, capture_dims, sparse_block_m, sparse_block_n)
+    deterministic = torch.are_deterministic_algorithms_enabled()
     with torch.cuda.device(device):
-        backward = _backwards.get((spec, device, torch.are_deterministic_algorithms_enabled()))
+        backward = _backwards.get((spec, device, deterministic))
         if backward is None:
             if torch.cuda.is_current_stream_capturing():
                 raise GraphCaptureError(
                     "flashjit compiles the backward kernels on their first call, and CUDA "
                     "graph capture cannot record that: run the same backward once (same "
                     "shapes, dtype and options) before capturing")
-            backward = get_backward(spec, device,
-                                    deterministic=torch.are_deterministic_algorithms_enabled())
+            backward = get_backward(spec, device, deterministic=deterministic)
         workspace = torch.empty(backward.workspace_bytes(q.shape[0], q.shape[2]),
                                 dtype=torch.uint8, device=q.device)
         grad_o, grad_strides = _gradient_input("grad_o", grad_o)

@@ -8,6 +8,9 @@
 #include "flashjit/Compiler/ModInterpreter.h"
 #include "flashjit/FlashJIT.h"
 #include "flashjit/DevTools/HostBlockMask.h"
+#include "flashjit/DevTools/Reference.h"
+
+#include "llvm/ADT/STLFunctionalExtras.h"
 
 #include <cstdint>
 #include <random>
@@ -71,6 +74,29 @@ double checkLseTolerance(const AttentionSpec &spec);
 int64_t rowsWithinBudget(const AttentionSpec &spec, int64_t batch,
                          int64_t seqlenQ, int64_t seqlenK, double budget,
                          int64_t minimum = 48);
+
+/// Checked output rows against their float64 reference, summed: squared
+/// errors and norms of O and of the LSE, the largest O error (NaN once one
+/// is), LSEs that are -inf where the reference row has keys or not -inf
+/// where it has none, and the rows.
+struct RowErrors {
+  double errSq = 0, refSq = 0, lseErrSq = 0, lseRefSq = 0, maxAbs = 0;
+  int64_t nonFinite = 0, rows = 0;
+  /// One row: its `d` output values (gotAt(c)) and its LSE.
+  void addRow(const ReferenceRow &ref, llvm::function_ref<double(int64_t)> gotAt,
+              int64_t d, float gotLse);
+  void add(const RowErrors &other);
+  /// The report's relative errors, largest error and checked rows from
+  /// these sums (its non-finite count grows by theirs).
+  void into(CheckReport &report) const;
+};
+
+/// Compares `count` rows on the cores (one worker per `rowsPerWorker` rows,
+/// at most one per core): compareRow(i, errors) adds row i, or returns the
+/// reference's error, which stops its worker and is returned.
+llvm::Expected<RowErrors>
+compareRows(size_t count, size_t rowsPerWorker,
+            llvm::function_ref<std::string(size_t, RowErrors &)> compareRow);
 
 /// Rows of one head of `seqlen` rows to compare: all when `wanted` or more,
 /// else the first and last few and a random sample between.
