@@ -248,8 +248,8 @@ compileBackward(const AttentionSpec &spec, const CompileOptions &options) {
   if (auto err = MmaSyncBackward::supports(spec, *target))
     return std::move(err);
   TileConfig config =
-      options.config.value_or(MmaSyncBackward::defaultConfig(spec));
-  if (auto err = MmaSyncBackward::checkConfig(spec, config))
+      options.config.value_or(MmaSyncBackward::defaultConfig(spec, *target));
+  if (auto err = MmaSyncBackward::checkConfig(spec, config, *target))
     return std::move(err);
   SharedContext &shared = sharedContext();
   std::lock_guard<std::mutex> lock(shared.mutex);

@@ -7,7 +7,7 @@
 #ifndef FLASHJIT_TEMPLATES_WGMMABUILDER_H
 #define FLASHJIT_TEMPLATES_WGMMABUILDER_H
 
-#include "KernelIR.h"
+#include "HopperIR.h"
 
 #include "flashjit/Templates/TileConfig.h"
 #include "flashjit/Templates/WgmmaForward.h"
@@ -18,33 +18,7 @@ class FragmentSoftmax;
 
 namespace flashjit::wgmma {
 
-namespace LLVM = mlir::LLVM;
-using Pred = mlir::arith::CmpIPredicate;
-using mlir::ArrayRef;
-using mlir::Location;
-using mlir::OpBuilder;
-using mlir::SmallVector;
-using mlir::StringRef;
-using mlir::Type;
-using mlir::Value;
-using mlir::ValueRange;
-using llvm::function_ref;
-
-/// Threads of one warpgroup.
-constexpr int64_t kWarpgroupThreads = 128;
-/// Bytes of one 128-byte swizzled shared row (64 two-byte elements).
-constexpr int64_t kRowBytes = 128;
-
-/// How a wgmma operand tile sits in shared memory: 128-byte swizzled rows,
-/// in panels of 64 columns (WgmmaForward::kPanelCols).
-enum class Major {
-  /// The reduction dimension is contiguous (Q and K for S = Q K^T).
-  K,
-  /// The N dimension is contiguous (V for O += P V, rows are keys).
-  MN,
-};
-
-class Builder : public KernelIR {
+class Builder : public HopperIR {
 public:
   /// `persistent`: one block per SM taking tiles from the launch's counter
   /// (PersistentTiles.cpp); otherwise one block per tile. `multicast`
@@ -133,36 +107,10 @@ private:
     return slotBarrier(2 * consumers + 3 * stages, slot);
   }
 
-  // ---- shared memory and mbarriers (WgmmaInstructions.cpp) ---------------
-  /// Pointer to byte `offset` (i32) of the aligned shared buffer.
-  Value shared(Value offset);
-  Value shared(int64_t offset) { return shared(c32(offset)); }
-  /// The 32-bit shared address of byte `offset` (i32) of the aligned
-  /// buffer. Barriers and TMA destinations are addressed so: a 64-bit
-  /// pointer costs two registers, which the producer (24 registers) does
-  /// not have for each barrier and Q box of its loop.
-  Value sharedAddress(Value offset);
-  Value sharedPointer(Value address);
-  /// Runs `body` with the shared base taken from an opaque copy made where
-  /// `body` starts: LLVM then cannot hoist the addresses derived from it
-  /// out of an enclosing loop, where each would hold a register (the
-  /// persistent producer has few).
-  void withFreshBase(function_ref<void()> body);
-  /// A copy of `v` (i32 or i64) LLVM cannot see through, hoist or merge.
-  Value opaque(Value v);
-  /// mbarrier operations on the barrier at 32-bit shared address `bar`.
-  void barrierInit(Value bar, int64_t count);
-  /// Arrive and expect `bytes` from the copy engine on the barrier.
-  void barrierExpect(Value bar, int64_t bytes);
-  void barrierArrive(Value bar);
-  /// Arrives `count` (i32, at least 1) times at once.
-  void barrierArriveCount(Value bar, Value count);
+  // ---- TMA (WgmmaInstructions.cpp) ---------------------------------------
   /// The warps of the consumers whose rows of the tile at `at` all lie past
   /// seqlenQ (i32), for whom the producer releases each K/V slot.
   Value idleWarps(const ForwardParams &p, const BlockCoordinates &at);
-  /// Waits until the phase of the given parity (i32 0 or 1) has completed.
-  void barrierWait(Value bar, Value parity);
-
   /// TMA: one box of `tensorMap` at (col, row, head, batch) (i32) into the
   /// shared bytes at 32-bit address `dst`, completing on `bar`; with
   /// `toCluster`, into the same address of every block of the cluster,
@@ -197,11 +145,6 @@ private:
   Value consumerRows(Value consumer, int64_t panel);
 
   // ---- wgmma (WgmmaInstructions.cpp) -------------------------------------
-  /// The shared-memory matrix descriptor of a 128-byte swizzled operand at
-  /// byte address `address` (i32, 1024-aligned pattern): for K-major the
-  /// 8-row groups are 1024 bytes apart; for MN-major also, and the 64-wide
-  /// panels `panelBytes` apart.
-  Value descriptor(Value address, Major major, int64_t panelBytes);
   /// Issues S = Q K^T for one warpgroup: fence, head_dim / 16 wgmma
   /// m64nNk16 with both operands in shared memory, commit (one group). The
   /// block_n / 2 f32 per thread (FragmentSoftmax's layout) are valid only
@@ -212,9 +155,6 @@ private:
   /// memory, commit (one group). `o` is O (D / 2 f32).
   SmallVector<Value> issueAccumulate(ValueRange o, ArrayRef<Value> pPacked,
                                      Value vDesc);
-  /// Waits until at most `pending` wgmma groups are in flight; `values`
-  /// (registers of the completed groups) come back usable.
-  SmallVector<Value> waitGroups(int64_t pending, ValueRange values);
   /// Whether `flag` (i1) is set in any thread of this consumer's
   /// warpgroup (bar.red.or on its named barrier voteBarrier), as an i1
   /// ptxas knows to be warp-uniform: a branch on it may hold a wgmma.
@@ -227,16 +167,6 @@ private:
   Value voteBarrier(Value consumer) {
     return add(c32(1 + 2 * consumers), consumer);
   }
-  /// bar.sync / bar.arrive on named barrier `id` (i32) for `threads`.
-  void namedBarrierSync(Value id, int64_t threads);
-  void namedBarrierArrive(Value id, int64_t threads);
-  void asmVoid(StringRef text, StringRef constraints, ValueRange operands);
-  /// Inline PTX with side effects returning `outs` f32 registers (the
-  /// first constraints, "=f") from `operands` under `inputs` constraints.
-  SmallVector<Value> asmFloats(StringRef text, StringRef inputs,
-                               ValueRange operands, int64_t outs);
-  /// "f16" or "bf16" in PTX type suffixes.
-  StringRef ptxType() const;
 
   const TileConfig &cfg;
   const bool persistent, multicast;
@@ -256,11 +186,6 @@ private:
   const bool skipsIdleRows;
   const int64_t d, consumers, threads, stages;
   const int64_t qBytes, kvTileBytes;
-  /// The 1024-aligned shared base, as a pointer and as a 32-bit address.
-  Value smemAligned, alignedAddress;
-  /// alignedAddress as computed at entry (withFreshBase copies it).
-  Value rootAlignedAddress;
-  Type sharedPtr;
 };
 
 } // namespace flashjit::wgmma

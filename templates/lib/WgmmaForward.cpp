@@ -90,7 +90,7 @@ namespace flashjit::wgmma {
 
 Builder::Builder(OpBuilder &b, Location loc, const AttentionSpec &spec,
                  const TileConfig &config, bool persistent, bool multicast)
-    : KernelIR(b, loc, spec), cfg(config), persistent(persistent),
+    : HopperIR(b, loc, spec), cfg(config), persistent(persistent),
       multicast(multicast),
       layout(WgmmaForward::sharedLayout(spec, config, persistent)),
       outputApart(layout.outputApart),
@@ -101,9 +101,7 @@ Builder::Builder(OpBuilder &b, Location loc, const AttentionSpec &spec,
       consumers(config.blockM / WgmmaForward::kRowsPerWarpgroup),
       threads(config.warps * 32), stages(config.stages),
       qBytes(config.blockM * spec.headDim * dtypeBytes(spec.dtype)),
-      kvTileBytes(config.blockN * spec.headDim * dtypeBytes(spec.dtype)) {
-  sharedPtr = LLVM::LLVMPointerType::get(b.getContext(), /*addressSpace=*/3);
-}
+      kvTileBytes(config.blockN * spec.headDim * dtypeBytes(spec.dtype)) {}
 
 void Builder::build(StringRef name, const ModRegions &modRegions) {
   mods = modRegions;
@@ -132,14 +130,7 @@ void Builder::build(StringRef name, const ModRegions &modRegions) {
 
   // The dynamic shared base, rounded up to 1024 bytes (resources() counts
   // the slack).
-  Value base = LLVM::AddressOfOp::create(b, loc, sharedPtr, smemName);
-  Value baseAddress = LLVM::PtrToIntOp::create(b, loc, i32, base);
-  alignedAddress = arith::AndIOp::create(
-      b, loc, add(baseAddress, c32(1023)), c32(~1023));
-  rootAlignedAddress = alignedAddress;
-  smemAligned = LLVM::GEPOp::create(b, loc, sharedPtr, b.getI8Type(), base,
-                                    ValueRange{sub(alignedAddress,
-                                                   baseAddress)});
+  alignSharedBase(smemName);
 
   Value tid = toI32(gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x));
 

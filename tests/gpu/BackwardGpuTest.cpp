@@ -12,6 +12,7 @@
 #include "flashjit/Backward.h"
 #include "flashjit/DevTools/BackwardCheck.h"
 #include "flashjit/Templates/MmaSyncBackward.h"
+#include "flashjit/Templates/WgmmaBackward.h"
 
 using namespace flashjit;
 using namespace flashjit::test;
@@ -119,11 +120,37 @@ TEST_CASE("backward: BSHD layout through strides") {
 }
 
 TEST_CASE("backward: every candidate config") {
-  for (int64_t d : {64, 128})
+  // On an H100 the wgmma_bwd configs come first (candidates(spec, target)).
+  for (int64_t d : {64, 96, 128})
     for (bool causal : {false, true}) {
       AttentionSpec spec = makeSpec(d, DType::BF16, causal, 4, 2);
-      for (const TileConfig &config : MmaSyncBackward::candidates(spec))
+      for (const TileConfig &config :
+           MmaSyncBackward::candidates(spec, gpuContext().target()))
         checkBackward(spec, 1, 301, 301, Layout::BHSD, config);
+    }
+}
+
+TEST_CASE("backward wgmma_bwd: odd shapes, GQA and MQA, both alignments, "
+          "every config") {
+  if (!gpuContext().target().archSpecific)
+    return; // sm_90a only
+  for (int64_t d : {64, 128})
+    for (const TileConfig &config :
+         WgmmaBackward::candidates(makeSpec(d, DType::BF16, false, 8, 2))) {
+      for (bool causal : {false, true})
+        for (auto [sq, sk] : {std::pair<int64_t, int64_t>{1, 1},
+                              std::pair<int64_t, int64_t>{17, 17},
+                              std::pair<int64_t, int64_t>{1000, 1000},
+                              std::pair<int64_t, int64_t>{300, 1000},
+                              std::pair<int64_t, int64_t>{1000, 300}}) {
+          checkBackward(makeSpec(d, DType::BF16, causal, 8, 2), 1, sq, sk,
+                        Layout::BHSD, config);
+          checkBackward(makeSpec(d, DType::F16, causal, 4, 1,
+                                 CausalAlign::BottomRight),
+                        2, sq, sk, Layout::BSHD, config);
+        }
+      checkBackward(makeSpec(d, DType::BF16, true, 4, 4), 1, 4097, 4097,
+                    Layout::BHSD, config, /*checkedGroups=*/1);
     }
 }
 

@@ -12,7 +12,8 @@ namespace flashjit::tools {
 
 struct BackwardRunRequest {
   BackwardCheckOptions check;
-  /// A "mma_sync_bwd:..." tile config (--backward-config); empty: default.
+  /// A "wgmma_bwd:..." or "mma_sync_bwd:..." tile config
+  /// (--backward-config); empty: default.
   std::string config;
   bool deterministic = false;
   bool json = false;

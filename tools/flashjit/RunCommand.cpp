@@ -68,7 +68,8 @@ static cl::opt<bool> backward(
     cl::sub(runCommand), cl::cat(category));
 static cl::opt<std::string> backwardConfig(
     "backward-config",
-    cl::desc("With --backward: build this mma_sync_bwd tile config (e.g. "
+    cl::desc("With --backward: build this tile config (e.g. "
+             "wgmma_bwd:m64:n128:s2:w8 on sm_90a, or "
              "mma_sync_bwd:m32:n64:s1:w4) instead of the default"),
     cl::sub(runCommand), cl::cat(category));
 static cl::opt<bool> deterministic(

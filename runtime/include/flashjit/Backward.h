@@ -45,8 +45,10 @@ struct BackwardArgs {
 
 /// How to build the backward kernels.
 struct BackwardOptions {
-  /// A "mma_sync_bwd" tile config (MmaSyncBackward.h); none: the
-  /// template's default for the spec. A config of family
+  /// A "wgmma_bwd" (sm_90a, WgmmaBackward.h) or "mma_sync_bwd"
+  /// (MmaSyncBackward.h) tile config; none: the default for the spec and
+  /// the context's chip (wgmma_bwd on sm_90a at head dims 64 and 128,
+  /// mma_sync_bwd elsewhere and when deterministic). A config of family
   /// "mma_sync_bwd_det" asks for the deterministic kernels as
   /// `deterministic` does.
   std::optional<TileConfig> config;

@@ -345,7 +345,8 @@ typedef struct flashjit_backward *flashjit_backward_t;
 
 /* Compiles (or takes from the cache) the backward kernels of `spec`.
  * `config`: NULL or "" for the default, else a tile config of family
- * mma_sync_bwd, e.g. "mma_sync_bwd:m32:n128:s2:w8". */
+ * wgmma_bwd (sm_90a, the default there: "wgmma_bwd:m64:n128:s2:w8") or
+ * mma_sync_bwd (sm_80 and newer, e.g. "mma_sync_bwd:m32:n128:s2:w8"). */
 FLASHJIT_API flashjit_status_t flashjit_backward_compile(
     flashjit_context_t ctx, const flashjit_attention_spec_t *spec,
     const char *config, flashjit_backward_t *out);

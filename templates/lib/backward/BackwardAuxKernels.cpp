@@ -10,6 +10,7 @@
 #include "BackwardBuilder.h"
 
 #include "flashjit/Templates/MmaSyncBackward.h"
+#include "flashjit/Templates/WgmmaBackward.h"
 
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
@@ -194,8 +195,11 @@ llvm::Error MmaSyncBackward::build(mlir::OpBuilder &builder,
   BackwardKernelNames names = BackwardKernelNames::of(baseName);
   backward::buildPreprocessKernel(builder, loc, spec, names.preprocess,
                                   isDeterministic(config) ? config.blockM : 0);
-  backward::MainKernelBuilder(builder, loc, spec, config)
-      .buildMain(names.main);
+  if (config.family == WgmmaBackward::family())
+    WgmmaBackward::buildMain(builder, loc, spec, config, names.main);
+  else
+    backward::MainKernelBuilder(builder, loc, spec, config)
+        .buildMain(names.main);
   backward::buildConvertKernel(builder, loc, spec, names.convert);
   return llvm::Error::success();
 }

@@ -1,8 +1,9 @@
 //===- BackwardBuilder.h - IR builders of the backward kernels ---*- C++ -*-===//
 // Why: the main backward kernel is made of the mma_sync template's pieces
 // (cp.async tile copies, ldmatrix, mma.sync m16n8k16, packing) in a new
-// schedule, so its builder derives from that template's builder; the two
-// small kernels around it (preprocess, convert) need only KernelIR.
+// schedule, so its builder derives from that template's builder; the
+// wgmma one (WgmmaBackwardMain.cpp) shares its parameters; the two small
+// kernels around them (preprocess, convert) need only KernelIR.
 #ifndef FLASHJIT_TEMPLATES_BACKWARD_BACKWARDBUILDER_H
 #define FLASHJIT_TEMPLATES_BACKWARD_BACKWARDBUILDER_H
 
@@ -18,6 +19,26 @@ using mlir::StringRef;
 using mlir::Value;
 using mlir::ValueRange;
 
+/// The main kernel's parameters (BackwardMainArgs) as IR values, seqlens
+/// widened to i64.
+struct MainParams {
+  Value q, k, v, dO, dk, dv, lse, d, dqAccum;
+  SmallVector<Value, 3> qStrides, kStrides, vStrides, dOStrides, dkStrides,
+      dvStrides, lseStrides;
+  Value seqlenQ, seqlenK, scaleLog2, scale;
+  /// The turn counters (deterministic variant only; null otherwise).
+  Value turns;
+};
+/// Creates the main kernel `name` (BackwardMainArgs, with the turn
+/// counters when `deterministic`) of `threads` threads and moves the
+/// insertion point into its body.
+MainParams beginMainKernel(KernelIR &ir, StringRef name, int64_t threads,
+                           bool deterministic);
+/// Element `row` (i64) of (batch, head) in the [batch, heads, seqlen_q]
+/// workspace layout, times `perRow` elements.
+Value workspaceRow(KernelIR &ir, const MainParams &p, Value batch, Value head,
+                   Value row, int64_t perRow);
+
 /// The main kernel (MmaSyncBackward.h): one block per (key block, KV
 /// head, batch), warp w owning key rows [16 w, 16 w + 16) of the block.
 class MainKernelBuilder : public mma_sync::Builder {
@@ -29,21 +50,7 @@ public:
   void buildMain(StringRef name);
 
 private:
-  /// The kernel's parameters (BackwardMainArgs) as IR values, seqlens
-  /// widened to i64.
-  struct Params {
-    Value q, k, v, dO, dk, dv, lse, d, dqAccum;
-    SmallVector<Value, 3> qStrides, kStrides, vStrides, dOStrides, dkStrides,
-        dvStrides, lseStrides;
-    Value seqlenQ, seqlenK, scaleLog2, scale;
-    /// The turn counters (deterministic variant only; null otherwise).
-    Value turns;
-  };
-  Params beginMainKernel(StringRef name);
-  /// Element `row` (i64) of (batch, head) in the [batch, heads, seqlen_q]
-  /// workspace layout, times `perRow` elements.
-  Value workspaceRow(const Params &p, Value batch, Value head, Value row,
-                     int64_t perRow);
+  using Params = MainParams;
   /// Scores of this warp's key rows against the block's query columns
   /// (S^T = K Q^T, or dP^T = V dO^T): A from the warp's rows of a tile of
   /// [block_n][d], B from a tile of [block_m][d], both at lane addresses.

@@ -6,6 +6,7 @@
 #include "flashjit/Templates/MmaSyncBackward.h"
 
 #include "flashjit/Templates/MmaSyncForward.h"
+#include "flashjit/Templates/WgmmaBackward.h"
 
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MathExtras.h"
@@ -147,11 +148,14 @@ llvm::Error MmaSyncBackward::supports(const AttentionSpec &spec,
 
 llvm::Error MmaSyncBackward::checkConfig(const AttentionSpec &spec,
                                          const TileConfig &config) {
+  if (config.family == WgmmaBackward::family())
+    return WgmmaBackward::checkConfig(spec, config);
   if (config.family != family() && !isDeterministic(config))
     return configError(llvm::formatv("config family '{0}' given to it (it "
-                                     "builds {1} and {2})",
+                                     "builds {1}, {2} and {3})",
                                      config.family, family(),
-                                     deterministicFamily())
+                                     deterministicFamily(),
+                                     WgmmaBackward::family())
                            .str());
   if (config.stages != 1 && config.stages != 2)
     return configError(
@@ -188,8 +192,20 @@ llvm::Error MmaSyncBackward::checkConfig(const AttentionSpec &spec,
   return llvm::Error::success();
 }
 
+llvm::Error MmaSyncBackward::checkConfig(const AttentionSpec &spec,
+                                         const TileConfig &config,
+                                         const Target &target) {
+  if (auto err = checkConfig(spec, config))
+    return err;
+  if (config.family == WgmmaBackward::family())
+    return WgmmaBackward::supports(spec, target);
+  return llvm::Error::success();
+}
+
 TemplateResources MmaSyncBackward::resources(const AttentionSpec &spec,
                                              const TileConfig &config) {
+  if (config.family == WgmmaBackward::family())
+    return WgmmaBackward::resources(spec, config);
   TemplateResources r;
   r.threadsPerBlock = static_cast<unsigned>(config.warps * 32);
   const int64_t eltBytes = dtypeBytes(spec.dtype);
@@ -228,6 +244,27 @@ std::vector<TileConfig> MmaSyncBackward::candidates(const AttentionSpec &spec) {
         out.push_back(c);
     }
   return out;
+}
+
+std::vector<TileConfig> MmaSyncBackward::candidates(const AttentionSpec &spec,
+                                                    const Target &target) {
+  std::vector<TileConfig> out;
+  if (llvm::Error err = WgmmaBackward::supports(spec, target))
+    llvm::consumeError(std::move(err));
+  else
+    out = WgmmaBackward::candidates(spec);
+  for (TileConfig &c : candidates(spec))
+    out.push_back(std::move(c));
+  return out;
+}
+
+TileConfig MmaSyncBackward::defaultConfig(const AttentionSpec &spec,
+                                          const Target &target) {
+  if (llvm::Error err = WgmmaBackward::supports(spec, target)) {
+    llvm::consumeError(std::move(err));
+    return defaultConfig(spec);
+  }
+  return WgmmaBackward::defaultConfig(spec);
 }
 
 TileConfig MmaSyncBackward::defaultConfig(const AttentionSpec &spec) {

@@ -56,16 +56,17 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr int64_t kAcc = mma_sync::kAccPerTile;
 } // namespace
 
-MainKernelBuilder::Params MainKernelBuilder::beginMainKernel(StringRef name) {
-  SmallVector<Type> argTypes(9, globalPtr);
-  argTypes.append(21, i64);
-  argTypes.append({i32, i32, f32, f32});
-  const bool deterministic = MmaSyncBackward::isDeterministic(cfg);
+MainParams beginMainKernel(KernelIR &ir, StringRef name, int64_t threads,
+                           bool deterministic) {
+  OpBuilder &b = ir.b;
+  SmallVector<Type> argTypes(9, ir.globalPtr);
+  argTypes.append(21, ir.i64);
+  argTypes.append({ir.i32, ir.i32, ir.f32, ir.f32});
   if (deterministic)
-    argTypes.push_back(globalPtr);
-  gpu::GPUFuncOp func = beginKernel(name, argTypes, threads);
+    argTypes.push_back(ir.globalPtr);
+  gpu::GPUFuncOp func = ir.beginKernel(name, argTypes, threads);
   ValueRange args = func.getBody().front().getArguments();
-  Params p;
+  MainParams p;
   p.q = args[0];
   p.k = args[1];
   p.v = args[2];
@@ -81,8 +82,8 @@ MainKernelBuilder::Params MainKernelBuilder::beginMainKernel(StringRef name) {
                                       &p.lseStrides};
   for (int i = 0; i < 7; ++i)
     strides[i]->assign(args.begin() + 9 + 3 * i, args.begin() + 12 + 3 * i);
-  p.seqlenQ = arith::ExtSIOp::create(b, loc, i64, args[30]);
-  p.seqlenK = arith::ExtSIOp::create(b, loc, i64, args[31]);
+  p.seqlenQ = arith::ExtSIOp::create(b, ir.loc, ir.i64, args[30]);
+  p.seqlenK = arith::ExtSIOp::create(b, ir.loc, ir.i64, args[31]);
   p.scaleLog2 = args[32];
   p.scale = args[33];
   if (deterministic)
@@ -90,11 +91,12 @@ MainKernelBuilder::Params MainKernelBuilder::beginMainKernel(StringRef name) {
   return p;
 }
 
-Value MainKernelBuilder::workspaceRow(const Params &p, Value batch, Value head,
-                                      Value row, int64_t perRow) {
-  Value rows = add(mul(add(mul(batch, c64(spec.numHeads)), head), p.seqlenQ),
-                   row);
-  return perRow == 1 ? rows : mul(rows, c64(perRow));
+Value workspaceRow(KernelIR &ir, const MainParams &p, Value batch, Value head,
+                   Value row, int64_t perRow) {
+  Value rows = ir.add(
+      ir.mul(ir.add(ir.mul(batch, ir.c64(ir.spec.numHeads)), head), p.seqlenQ),
+      row);
+  return perRow == 1 ? rows : ir.mul(rows, ir.c64(perRow));
 }
 
 void MainKernelBuilder::storeShared(Value value, Value offset) {
@@ -152,7 +154,8 @@ void MainKernelBuilder::buildMain(StringRef name) {
                          smemName, Attribute(), /*alignment=*/128,
                          /*addrSpace=*/3);
   OpBuilder::InsertionGuard funcGuard(b);
-  Params p = beginMainKernel(name);
+  Params p = beginMainKernel(*this, name, threads,
+                             MmaSyncBackward::isDeterministic(cfg));
   smemBase = LLVM::AddressOfOp::create(b, loc, sharedPtr, smemName);
   tid = threadIdX();
   const int64_t bM = cfg.blockM, bN = cfg.blockN;
@@ -290,7 +293,7 @@ void MainKernelBuilder::buildMain(StringRef name) {
     copyWord(globalAddress(p.lse, f32,
                            rowOffset(p.lseStrides, batch, head, safeRow)),
              lseOff);
-    copyWord(globalAddress(p.d, f32, workspaceRow(p, batch, head, safeRow, 1)),
+    copyWord(globalAddress(p.d, f32, workspaceRow(*this, p, batch, head, safeRow, 1)),
              dOff);
   };
 
@@ -457,7 +460,7 @@ void MainKernelBuilder::buildMain(StringRef name) {
       auto inRange = scf::IfOp::create(
           b, loc, cmp(Pred::slt, row, p.seqlenQ), /*withElse=*/false);
       b.setInsertionPoint(inRange.thenBlock()->getTerminator());
-      Value base = add(workspaceRow(p, batch, head, row, d),
+      Value base = add(workspaceRow(*this, p, batch, head, row, d),
                        add(dqColumn0, quadCol));
       Value address = globalAddress(p.dqAccum, f32, base);
       for (int64_t dt = 0; dt < dCols / 8; ++dt)

@@ -92,10 +92,20 @@ TEST_CASE("backward kernels build for sm_80 and sm_90a, cached apart from "
     for (const std::string &name :
          {names.preprocess, names.main, names.convert})
       CHECK(ptx.find(".entry " + name) != std::string::npos);
-    CHECK(ptx.find("mma.sync.aligned.m16n8k16") != std::string::npos);
-    CHECK(ptx.find("ldmatrix.sync.aligned") != std::string::npos);
-    CHECK(ptx.find("atom.global.add.f32") != std::string::npos);
-    CHECK((*backward)->info().config.family == "mma_sync_bwd");
+    // sm_80: mma.sync with f32 atomics into dQ; sm_90a: wgmma, dQ by
+    // reductions.
+    const bool hopper = std::string(chip) == "sm_90a";
+    if (hopper) {
+      CHECK(ptx.find("wgmma.mma_async.sync.aligned.m64n64k16") !=
+            std::string::npos);
+      CHECK(ptx.find("red.global.add.f32") != std::string::npos);
+    } else {
+      CHECK(ptx.find("mma.sync.aligned.m16n8k16") != std::string::npos);
+      CHECK(ptx.find("ldmatrix.sync.aligned") != std::string::npos);
+      CHECK(ptx.find("atom.global.add.f32") != std::string::npos);
+    }
+    CHECK((*backward)->info().config.family ==
+          (hopper ? "wgmma_bwd" : "mma_sync_bwd"));
     // The same object from memory; the forward is another entry.
     auto again = (*ctx)->compileBackward(spec, BackwardOptions());
     REQUIRE(static_cast<bool>(again));
@@ -129,7 +139,7 @@ TEST_CASE("backward: the deterministic kernels are their own cache entry, "
   TileConfig expected = MmaSyncBackward::defaultConfig(spec);
   expected.family = MmaSyncBackward::deterministicFamily().str();
   CHECK((*det)->info().config == expected);
-  CHECK((*plain)->info().config == MmaSyncBackward::defaultConfig(spec));
+  CHECK((*plain)->info().config.family == "wgmma_bwd");
   // The default kernels have no turns; the deterministic ones spin on an
   // acquire load and release with a fence, and keep the f32 atomics.
   const std::string &ptx = (*det)->ptx();
@@ -194,6 +204,27 @@ TEST_CASE("backward: what is not supported is an error") {
   auto bad = (*ctx)->compileBackward(gqaSpec(), badConfig);
   REQUIRE(!bad);
   CHECK(codeOf(bad.takeError()) == ErrorCode::InvalidArgument);
+  // wgmma_bwd: sm_90a only, head dims 64 and 128, not deterministic.
+  BackwardOptions hopper;
+  hopper.config = TileConfig{"wgmma_bwd", 64, 128, 2, 8};
+  hopper.deterministic = true;
+  auto notDeterministic = (*ctx)->compileBackward(gqaSpec(), hopper);
+  REQUIRE(!notDeterministic);
+  CHECK(llvm::toString(notDeterministic.takeError()).find("mma_sync_bwd") !=
+        std::string::npos);
+  hopper.deterministic = false;
+  AttentionSpec d96 = gqaSpec();
+  d96.headDim = 96;
+  auto noD96 = (*ctx)->compileBackward(d96, hopper);
+  REQUIRE(!noD96);
+  CHECK(codeOf(noD96.takeError()) == ErrorCode::InvalidArgument);
+  hopper.config = TileConfig{"wgmma_bwd", 128, 128, 2, 8};
+  AttentionSpec d128 = gqaSpec();
+  d128.headDim = 128;
+  auto tooTall = (*ctx)->compileBackward(d128, hopper);
+  REQUIRE(!tooTall);
+  CHECK(llvm::toString(tooTall.takeError()).find("block_m") !=
+        std::string::npos);
   // A forward family is not a backward config.
   badConfig.config = TileConfig{"mma_sync", 64, 64, 2, 4};
   auto forwardConfig = (*ctx)->compileBackward(gqaSpec(), badConfig);

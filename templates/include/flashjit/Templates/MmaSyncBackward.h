@@ -128,7 +128,10 @@ struct BackwardGeometry {
                              int64_t seqlenQ, int64_t seqlenK);
 };
 
-/// The sm_80+ backward template. A config names family "mma_sync_bwd":
+/// The sm_80+ backward template, and the backward's entry for the runtime:
+/// checkConfig, resources and build also take the sm_90a family
+/// "wgmma_bwd" (WgmmaBackward.h), which shares the kernels' ABI, grid and
+/// workspace. A config names family "mma_sync_bwd":
 /// block_n key rows per block (16 per warp, so warps = block_n / 16),
 /// block_m query rows per inner step (16 to block_n), stages 1 or 2 (2:
 /// the next step's Q, dO, LSE and D load during this one). Family
@@ -158,6 +161,11 @@ public:
   static llvm::Error supports(const AttentionSpec &spec, const Target &target);
   static llvm::Error checkConfig(const AttentionSpec &spec,
                                  const TileConfig &config);
+  /// checkConfig, and for a wgmma_bwd config whether that template builds
+  /// the spec for the target (WgmmaBackward::supports).
+  static llvm::Error checkConfig(const AttentionSpec &spec,
+                                 const TileConfig &config,
+                                 const Target &target);
   /// Threads and shared memory of the main kernel's block.
   static TemplateResources resources(const AttentionSpec &spec,
                                      const TileConfig &config);
@@ -165,6 +173,14 @@ public:
   /// mma_sync_bwd; withVariant gives the deterministic ones).
   static std::vector<TileConfig> candidates(const AttentionSpec &spec);
   static TileConfig defaultConfig(const AttentionSpec &spec);
+  /// The backward's configs for the target: the wgmma_bwd ones first where
+  /// that template builds the spec (WgmmaBackward.h), then candidates().
+  static std::vector<TileConfig> candidates(const AttentionSpec &spec,
+                                            const Target &target);
+  /// The backward's default for the target: wgmma_bwd's where that
+  /// template builds the spec, else defaultConfig(spec).
+  static TileConfig defaultConfig(const AttentionSpec &spec,
+                                  const Target &target);
   /// The KernelInfo of the main kernel (its name, config, threads, shared
   /// memory); the runtime finds the other two by BackwardKernelNames.
   static KernelInfo mainKernelInfo(const AttentionSpec &spec,

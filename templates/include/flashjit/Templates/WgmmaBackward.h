@@ -1,0 +1,72 @@
+//===- WgmmaBackward.h - the backward pass on wgmma (sm_90a) -----*- C++ -*-===//
+// Why: on Hopper the backward's five products per tile belong on the
+// warpgroup tensor cores (wgmma), whose m64 x n256 products from shared
+// memory run about twice as fast as mma.sync's. This template builds the
+// main backward kernel that way; the kernels around it (preprocess,
+// convert), the ABI, the grid and the workspace are the backward's
+// (MmaSyncBackward.h), so the runtime launches both families alike.
+//
+// The kernel: one block per (key block of 128 keys, KV head, batch), two
+// warpgroups of 64 key rows each. K and V stay in shared memory; for each
+// query head of the GQA group and each visible query block of block_m rows
+// (its Q, dO, LSE and D loaded with cp.async into 128-byte swizzled
+// shared tiles, the next block's during this one):
+//   S^T  = K Q^T, dP^T = V dO^T     A and B from shared memory;
+//   P^T  = 2^(S^T c - LSE log2 e), dS^T = P^T (dP^T - D);
+//   dV  += P^T dO, dK += dS^T Q     A from registers (the accumulators of
+//                                   S^T and dS^T), dK and dV stay there;
+//   dS^T to shared memory, then dQ = dS K (A = dS^T read MN-major): each
+//   warpgroup a half of the columns (block_m 64) or of the rows (128),
+//   added into the f32 workspace with red.global.add.f32.
+// Not deterministic: the deterministic kernels are mma_sync_bwd_det.
+#ifndef FLASHJIT_TEMPLATES_WGMMABACKWARD_H
+#define FLASHJIT_TEMPLATES_WGMMABACKWARD_H
+
+#include "flashjit/Dialect/AttentionSpec.h"
+#include "flashjit/Templates/KernelTemplate.h"
+#include "flashjit/Templates/Target.h"
+#include "flashjit/Templates/TileConfig.h"
+
+#include "llvm/Support/Error.h"
+#include <cstdint>
+#include <vector>
+
+namespace mlir {
+class OpBuilder;
+class Location;
+} // namespace mlir
+
+namespace flashjit {
+
+/// The sm_90a backward template, family "wgmma_bwd": block_n 128 key rows
+/// per block (64 per warpgroup, 8 warps), block_m 64 query rows per step
+/// (128 at head dim 64), stages 1 or 2 (2: the next step's Q, dO, LSE and
+/// D load during this one).
+class WgmmaBackward {
+public:
+  static llvm::StringRef family() { return "wgmma_bwd"; }
+  static constexpr int kComputeCapability = 90;
+  static constexpr int64_t kBlockN = 128;
+  static constexpr int64_t kWarps = 8;
+  static std::vector<int64_t> headDims() { return {64, 128}; }
+
+  /// Whether the template builds the spec for the target: sm_90a, head
+  /// dim 64 or 128, f16/bf16, and what the backward supports
+  /// (MmaSyncBackward::supports).
+  static llvm::Error supports(const AttentionSpec &spec, const Target &target);
+  static llvm::Error checkConfig(const AttentionSpec &spec,
+                                 const TileConfig &config);
+  static TemplateResources resources(const AttentionSpec &spec,
+                                     const TileConfig &config);
+  static std::vector<TileConfig> candidates(const AttentionSpec &spec);
+  static TileConfig defaultConfig(const AttentionSpec &spec);
+  /// Emits the main kernel `name` (BackwardMainArgs, without turns); the
+  /// config has passed checkConfig.
+  static void buildMain(mlir::OpBuilder &builder, mlir::Location loc,
+                        const AttentionSpec &spec, const TileConfig &config,
+                        llvm::StringRef name);
+};
+
+} // namespace flashjit
+
+#endif

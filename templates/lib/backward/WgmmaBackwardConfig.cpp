@@ -1,0 +1,100 @@
+//===- WgmmaBackwardConfig.cpp - what the wgmma backward supports ---------===//
+// Why: the runtime checks configs and sizes the main kernel's block
+// without building IR; the template's limits and its shared layout's size
+// live here, apart from the IR builder (WgmmaBackwardMain.cpp).
+#include "flashjit/Templates/WgmmaBackward.h"
+
+#include "flashjit/Templates/MmaSyncBackward.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+namespace flashjit {
+namespace {
+
+llvm::Error configError(const llvm::Twine &message) {
+  return llvm::createStringError("wgmma_bwd: " + message.str());
+}
+
+} // namespace
+
+llvm::Error WgmmaBackward::supports(const AttentionSpec &spec,
+                                    const Target &target) {
+  if (auto err = checkHeadDimAndTarget(spec, target, headDims(), family(),
+                                       kComputeCapability))
+    return err;
+  if (!target.archSpecific || target.computeCapability != kComputeCapability)
+    return llvm::createStringError(
+        llvm::formatv("the {0} template needs the arch-specific target "
+                      "sm_90a, not {1}",
+                      family(), target.chip)
+            .str());
+  return MmaSyncBackward::supports(spec, target);
+}
+
+llvm::Error WgmmaBackward::checkConfig(const AttentionSpec &spec,
+                                       const TileConfig &config) {
+  if (config.family != family())
+    return configError(llvm::formatv("config family '{0}' given to it",
+                                     config.family)
+                           .str());
+  if (config.blockN != kBlockN || config.warps != kWarps)
+    return configError(
+        llvm::formatv("two warpgroups own 64 key rows each: block_n must be "
+                      "{0} and warps {1}, got block_n {2} and {3} warps",
+                      kBlockN, kWarps, config.blockN, config.warps)
+            .str());
+  if (config.stages != 1 && config.stages != 2)
+    return configError(
+        llvm::formatv("stages must be 1 (one Q and dO buffer) or 2 (the "
+                      "next query block loads during this one), got {0}",
+                      config.stages)
+            .str());
+  const bool wide = config.blockM == 128 && spec.headDim == 64;
+  if (config.blockM != 64 && !wide)
+    return configError(
+        llvm::formatv("block_m must be 64, or 128 at head dim 64 (dK, dV, "
+                      "S^T and dP^T share 255 registers), got {0} at head "
+                      "dim {1}",
+                      config.blockM, spec.headDim)
+            .str());
+  return llvm::Error::success();
+}
+
+TemplateResources WgmmaBackward::resources(const AttentionSpec &spec,
+                                           const TileConfig &config) {
+  TemplateResources r;
+  r.threadsPerBlock = static_cast<unsigned>(config.warps * 32);
+  const int64_t tileRow = spec.headDim * dtypeBytes(spec.dtype);
+  // 1024 bytes of alignment slack; K and V; per stage Q and dO, then dS^T
+  // [block_n][block_m]; per stage the query rows' LSE and D (f32).
+  const int64_t bytes = 1024 + 2 * config.blockN * tileRow +
+                        config.stages * 2 * config.blockM * tileRow +
+                        config.blockN * config.blockM * 2 +
+                        config.stages * 2 * config.blockM * 4;
+  r.sharedMemoryBytes = static_cast<unsigned>(bytes);
+  // dK and dV (d / 2 f32 each), S^T and dP^T (block_m / 2 each).
+  r.registersPerThread =
+      static_cast<unsigned>(spec.headDim + config.blockM + 40);
+  r.queryRowsPerWarp = 16;
+  return r;
+}
+
+std::vector<TileConfig> WgmmaBackward::candidates(const AttentionSpec &spec) {
+  std::vector<TileConfig> out;
+  out.push_back(defaultConfig(spec));
+  for (int64_t blockM : {64, 128})
+    for (int64_t stages : {1, 2}) {
+      TileConfig c{family().str(), blockM, kBlockN, stages, kWarps};
+      if (llvm::Error err = checkConfig(spec, c))
+        llvm::consumeError(std::move(err));
+      else if (c != out.front())
+        out.push_back(c);
+    }
+  return out;
+}
+
+TileConfig WgmmaBackward::defaultConfig(const AttentionSpec &spec) {
+  return {family().str(), 64, kBlockN, 2, kWarps};
+}
+
+} // namespace flashjit

@@ -1,0 +1,510 @@
+//===- WgmmaBackwardMain.cpp - the main backward kernel on wgmma ----------===//
+// Why: FlashAttention's backward with every product on the warpgroup
+// tensor cores (WgmmaBackward.h has the algorithm). The pieces are the
+// forward's Hopper ones (HopperIR: swizzled-tile descriptors, wgmma issue
+// and wait) and the backward's parameters (BackwardBuilder.h); this file
+// is the schedule.
+//
+// Thread layout: warpgroup g (0 or 1) owns key rows [64 g, 64 g + 64) of
+// the block; in a wgmma accumulator a thread of warp w, lane l holds rows
+// 16 w + l / 4 (+ 8) and columns 8 j + 2 (l % 4) (+ 1).
+//
+// One step (a query block of one query head), all 256 threads:
+//   bar.sync; start the next step's cp.async; wait for this step's; fence;
+//   bar.sync; S^T, dP^T issued; P^T after S^T's wait, dS^T after dP^T's;
+//   dV and dK issued; dS^T stored; fence; bar.sync; dQ issued; wait for
+//   all; dQ added into the workspace.
+//
+// Shared layout (1024-aligned; tiles 128-byte swizzled in panels of 64
+// columns): K [128][d], V [128][d], per stage Q [block_m][d] and dO
+// [block_m][d], dS^T [128 keys][block_m queries], per stage LSE and D
+// (f32 [block_m] each).
+#include "BackwardBuilder.h"
+
+#include "../HopperIR.h"
+
+#include "flashjit/Templates/WgmmaBackward.h"
+
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+#include <cmath>
+#include <limits>
+
+using namespace mlir;
+
+namespace flashjit::backward {
+namespace {
+
+using wgmma::HopperIR;
+using wgmma::kRowBytes;
+using wgmma::Major;
+using Pred = arith::CmpIPredicate;
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr int64_t kKeysPerWarpgroup = 64;
+constexpr int64_t kPanelCols = 64;
+
+class WgmmaMainBuilder : public HopperIR {
+public:
+  WgmmaMainBuilder(OpBuilder &b, Location loc, const AttentionSpec &spec,
+                   const TileConfig &config)
+      : HopperIR(b, loc, spec), cfg(config), d(spec.headDim),
+        bM(config.blockM), bN(config.blockN), stages(config.stages),
+        threads(config.warps * 32) {
+    const int64_t row = d * 2;
+    kOff = 0;
+    vOff = bN * row;
+    stageBytes = 2 * bM * row;
+    qOff = 2 * bN * row;
+    doOff = qOff + bM * row;
+    dsOff = qOff + stages * stageBytes;
+    lseOff = dsOff + bN * bM * 2;
+    dOff = lseOff + bM * 4;
+    smallStageBytes = 2 * bM * 4;
+  }
+
+  void build(StringRef name);
+
+private:
+  /// cp.async of rows [row0, row0 + rows) of (batch, head) of a [.., d]
+  /// tensor into the swizzled tile at shared byte offset `dst` (i32); rows
+  /// at or past `end` are zero-filled (nothing is read for them).
+  void copySwizzled(Value base, ValueRange strides, Value batch, Value head,
+                    Value row0, Value end, int64_t rows, Value dst);
+  /// Byte offset (i32) of a per-stage buffer at `offset` in stage `stage`.
+  Value inStage(int64_t offset, Value stage, int64_t bytesPerStage) {
+    return add(c32(offset), mul(stage, c32(bytesPerStage)));
+  }
+  Value descriptorAt(Value offset, Major major, int64_t panelBytes) {
+    return descriptor(sharedAddress(offset), major, panelBytes);
+  }
+  /// Adds two f32 at `address` (8-byte aligned) in global memory.
+  void reduceAddPair(Value address, Value lo, Value hi);
+
+  const TileConfig &cfg;
+  const int64_t d, bM, bN, stages, threads;
+  int64_t kOff, vOff, qOff, doOff, dsOff, lseOff, dOff, stageBytes,
+      smallStageBytes;
+};
+
+void WgmmaMainBuilder::copySwizzled(Value base, ValueRange strides,
+                                    Value batch, Value head, Value row0,
+                                    Value end, int64_t rows, Value dst) {
+  // 16-byte chunks: thread t copies chunk t % chunksPerRow of rows
+  // t / chunksPerRow + i * rowsPerRound. rowsPerRound is a multiple of 8,
+  // so every row of a thread has the same swizzle (row % 8).
+  const int64_t chunksPerRow = d / 8;
+  const int64_t rowsPerRound = threads / chunksPerRow;
+  Value tid = toI32(threadIdX());
+  Value firstRow = divU(tid, chunksPerRow);
+  Value chunk = remU(tid, chunksPerRow);
+  Value swizzled = arith::XOrIOp::create(b, loc, remU(chunk, 8),
+                                         remU(firstRow, 8));
+  Value panel = divU(chunk, 8);
+  Value dstBase =
+      add(add(dst, mul(panel, c32(rows * kRowBytes))),
+          add(mul(firstRow, c32(kRowBytes)), mul(swizzled, c32(16))));
+  Value column = toI64(mul(chunk, c32(8)));
+  for (int64_t i = 0; i * rowsPerRound < rows; ++i) {
+    Value row = add(row0, toI64(add(firstRow, c32(i * rowsPerRound))));
+    Value inRange = cmp(Pred::slt, row, end);
+    Value safeRow = arith::SelectOp::create(b, loc, inRange, row, row0);
+    Value src = globalAddress(
+        base, elt, add(rowOffset(strides, batch, head, safeRow), column));
+    Value bytes = arith::SelectOp::create(b, loc, inRange, c32(16), c32(0));
+    NVVM::CpAsyncOp::create(
+        b, loc, shared(add(dstBase, c32(i * rowsPerRound * kRowBytes))), src,
+        /*size=*/16, NVVM::LoadCacheModifierKind::CG, bytes);
+  }
+}
+
+void WgmmaMainBuilder::reduceAddPair(Value address, Value lo, Value hi) {
+  // Two scalar reductions: the v2 form needs PTX 8.1, and the sm_90a
+  // kernels are PTX 8.0 (Target::ptxVersion).
+  asmVoid("red.global.add.f32 [$0], $1;\n\tred.global.add.f32 [$0+4], $2;",
+          "l,f,f", {address, lo, hi});
+}
+
+void WgmmaMainBuilder::build(StringRef name) {
+  std::string smemName = (name + "_smem").str();
+  LLVM::GlobalOp::create(b, loc, LLVM::LLVMArrayType::get(b.getI8Type(), 0),
+                         /*isConstant=*/false, LLVM::Linkage::External,
+                         smemName, Attribute(), /*alignment=*/1024,
+                         /*addrSpace=*/3);
+  OpBuilder::InsertionGuard funcGuard(b);
+  MainParams p = beginMainKernel(*this, name, threads, /*deterministic=*/false);
+  alignSharedBase(smemName);
+
+  Value tid = toI32(threadIdX());
+  Value warpgroup = divU(tid, 128);
+  Value inGroup = remU(tid, 128);
+  Value warp = divU(inGroup, 32), lane = remU(inGroup, 32);
+  Value quadRow = divU(lane, 4);
+  Value quadCol = mul(remU(lane, 4), c32(2));
+  // This thread's first accumulator row within its warpgroup's 64.
+  Value warpRow = add(mul(warp, c32(16)), quadRow);
+
+  Value keyBlock = toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::x));
+  Value kvHead = toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::y));
+  Value batch = toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::z));
+  Value n0 = mul(keyBlock, c64(bN));
+  Value diagonal = spec.causalAlign == CausalAlign::BottomRight
+                       ? sub(p.seqlenK, p.seqlenQ)
+                       : c64(0);
+
+  // ---- K and V of the block, once ----------------------------------------
+  copySwizzled(p.k, p.kStrides, batch, kvHead, n0, p.seqlenK, bN, c32(kOff));
+  copySwizzled(p.v, p.vStrides, batch, kvHead, n0, p.seqlenK, bN, c32(vOff));
+
+  // ---- the steps: (query head of the group, visible query block) ---------
+  Value queryBlocks = divU(add(p.seqlenQ, c64(bM - 1)), bM);
+  Value firstBlock = c64(0);
+  if (spec.causal) {
+    // Query row i sees key j iff j <= i + diagonal.
+    Value firstRow = maxS(sub(n0, diagonal), c64(0));
+    firstBlock = minS(divU(firstRow, bM), queryBlocks);
+  }
+  const int64_t group = spec.groupSize();
+  Value blocks = sub(queryBlocks, firstBlock);
+  Value steps = mul(blocks, c64(group));
+  auto headOf = [&](Value t) {
+    return group == 1 ? kvHead
+                      : add(mul(kvHead, c64(group)),
+                            arith::DivUIOp::create(b, loc, t, blocks));
+  };
+  auto firstRowOf = [&](Value t) {
+    Value block =
+        group == 1 ? t : Value(arith::RemUIOp::create(b, loc, t, blocks));
+    return mul(add(firstBlock, block), c64(bM));
+  };
+  // Step t's Q, dO, LSE and D into stage `stage` (i32); rows past
+  // seqlen_q read as zeros (S = 0, LSE = 0: P = 1 there, but dO and D are
+  // 0, so dS = 0 and nothing reaches dK, dV or dQ).
+  auto loadStep = [&](Value t, Value stage) {
+    Value head = headOf(t), m0 = firstRowOf(t);
+    copySwizzled(p.q, p.qStrides, batch, head, m0, p.seqlenQ, bM,
+                 inStage(qOff, stage, stageBytes));
+    copySwizzled(p.dO, p.dOStrides, batch, head, m0, p.seqlenQ, bM,
+                 inStage(doOff, stage, stageBytes));
+    OpBuilder::InsertionGuard g(b);
+    auto owner = scf::IfOp::create(b, loc, cmp(Pred::slt, tid, c32(bM)),
+                                   /*withElse=*/false);
+    b.setInsertionPoint(owner.thenBlock()->getTerminator());
+    Value row = add(m0, toI64(tid));
+    Value inRange = cmp(Pred::slt, row, p.seqlenQ);
+    Value bytes = arith::SelectOp::create(b, loc, inRange, c32(4), c32(0));
+    Value safeRow = arith::SelectOp::create(b, loc, inRange, row, m0);
+    auto copyWord = [&](Value from, int64_t to) {
+      NVVM::CpAsyncOp::create(
+          b, loc,
+          shared(add(inStage(to, stage, smallStageBytes), mul(tid, c32(4)))),
+          from, /*size=*/4, NVVM::LoadCacheModifierKind::CA, bytes);
+    };
+    copyWord(globalAddress(p.lse, f32,
+                           rowOffset(p.lseStrides, batch, head, safeRow)),
+             lseOff);
+    copyWord(globalAddress(p.d, f32,
+                           workspaceRow(*this, p, batch, head, safeRow, 1)),
+             dOff);
+  };
+
+  // ---- the products -------------------------------------------------------
+  const int64_t perPanel = kPanelCols / 16;
+  // K-major operands: k step ks is 32 bytes into a 128-byte row, in panel
+  // ks / 4 (panels rows * 128 bytes apart).
+  auto kMajorStep = [perPanel](int64_t rows) {
+    return [rows, perPanel](int64_t ks) {
+      return (ks / perPanel) * rows * kRowBytes + (ks % perPanel) * 32;
+    };
+  };
+  // MN-major operands: k step kk is 16 rows further.
+  auto rowStep = [](int64_t kk) { return kk * 16 * kRowBytes; };
+  auto keyRowsStep = kMajorStep(bN), queryRowsStep = kMajorStep(bM);
+  Product scores; // S^T = K Q^T and dP^T = V dO^T: m64 keys x block_m
+  scores.n = bM;
+  scores.kSteps = d / 16;
+  scores.aStepBytes = keyRowsStep;
+  scores.bStepBytes = queryRowsStep;
+  Product overQueries; // dV += P^T dO, dK += dS^T Q: m64 keys x d
+  overQueries.n = d;
+  overQueries.kSteps = bM / 16;
+  overQueries.transB = true;
+  overQueries.bStepBytes = rowStep;
+  overQueries.zeroFirst = false;
+  // dQ = dS K: block_m 64: this warpgroup's half of the columns for the
+  // 64 query rows; block_m 128: its 64 query rows, every column.
+  const bool splitColumns = bM == 64;
+  const int64_t dqCols = splitColumns ? d / 2 : d;
+  Product dqProduct;
+  dqProduct.n = dqCols;
+  dqProduct.kSteps = bN / 16;
+  dqProduct.transA = true;
+  dqProduct.transB = true;
+  dqProduct.aStepBytes = rowStep;
+  dqProduct.bStepBytes = rowStep;
+
+  Value groupRows = mul(warpgroup, c32(kKeysPerWarpgroup * kRowBytes));
+  Value kA = descriptorAt(add(c32(kOff), groupRows), Major::K, 0);
+  Value vA = descriptorAt(add(c32(vOff), groupRows), Major::K, 0);
+  Value dsA, kB;
+  if (splitColumns) {
+    dsA = descriptorAt(c32(dsOff), Major::MN, bN * kRowBytes);
+    // Column dqCols * g of K: panel g (d 128), or 64 bytes into the rows
+    // (d 64).
+    Value column = d == 128 ? mul(warpgroup, c32(bN * kRowBytes))
+                            : mul(warpgroup, c32(dqCols * 2));
+    kB = descriptorAt(add(c32(kOff), column), Major::MN, bN * kRowBytes);
+  } else {
+    dsA = descriptorAt(add(c32(dsOff), mul(warpgroup, c32(bN * kRowBytes))),
+                       Major::MN, bN * kRowBytes);
+    kB = descriptorAt(c32(kOff), Major::MN, bN * kRowBytes);
+  }
+
+  const float log2e = static_cast<float>(M_LOG2E);
+  const int64_t sTiles = bM / 8; // n8 tiles of S^T: query columns
+  const int64_t dTiles = d / 8;  // n8 tiles of dK, dV
+
+  auto step = [&](Value t, ValueRange acc) {
+    SmallVector<Value> dk(acc.begin(), acc.begin() + d / 2);
+    SmallVector<Value> dv(acc.begin() + d / 2, acc.end());
+    Value head = headOf(t), m0 = firstRowOf(t);
+    // Every thread is done with the previous step's buffers and dS^T.
+    gpu::BarrierOp::create(b, loc);
+    Value stage = c32(0);
+    if (stages == 1) {
+      loadStep(t, stage);
+      NVVM::CpAsyncCommitGroupOp::create(b, loc);
+      NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
+    } else {
+      stage = toI32(remU(t, 2));
+      {
+        OpBuilder::InsertionGuard g(b);
+        Value next = add(t, c64(1));
+        auto more = scf::IfOp::create(b, loc, cmp(Pred::slt, next, steps),
+                                      /*withElse=*/false);
+        b.setInsertionPoint(more.thenBlock()->getTerminator());
+        loadStep(next, sub(c32(1), stage));
+      }
+      NVVM::CpAsyncCommitGroupOp::create(b, loc);
+      NVVM::CpAsyncWaitGroupOp::create(b, loc, 1);
+    }
+    fenceProxyAsync();
+    gpu::BarrierOp::create(b, loc);
+
+    Value qAt = inStage(qOff, stage, stageBytes);
+    Value doAt = inStage(doOff, stage, stageBytes);
+    SmallVector<Value> s = issueProduct(
+        scores, {}, kA, {}, descriptorAt(qAt, Major::K, 0));
+    SmallVector<Value> dp = issueProduct(
+        scores, {}, vA, {}, descriptorAt(doAt, Major::K, 0));
+
+    // LSE (as -log2e LSE, +inf for a row that saw no key) and D of this
+    // thread's query columns 8 j + quadCol + e.
+    Value lseAt = inStage(lseOff, stage, smallStageBytes);
+    Value dAt = inStage(dOff, stage, smallStageBytes);
+    SmallVector<Value> negLse(sTiles * 2), dCol(sTiles * 2);
+    for (int64_t j = 0; j < sTiles; ++j)
+      for (int64_t e = 0; e < 2; ++e) {
+        Value byte = mul(add(quadCol, c32(j * 8 + e)), c32(4));
+        Value lse = LLVM::LoadOp::create(b, loc, f32,
+                                         shared(add(lseAt, byte)), 4);
+        Value empty = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ,
+                                            lse, cF32(-kInf));
+        negLse[j * 2 + e] = arith::MulFOp::create(
+            b, loc, arith::SelectOp::create(b, loc, empty, cF32(kInf), lse),
+            cF32(-log2e));
+        dCol[j * 2 + e] =
+            LLVM::LoadOp::create(b, loc, f32, shared(add(dAt, byte)), 4);
+      }
+
+    s = waitGroups(1, s);
+    SmallVector<Value> prob(s.size());
+    for (int64_t j = 0; j < sTiles; ++j)
+      for (int64_t r = 0; r < 4; ++r)
+        prob[j * 4 + r] = exp2(LLVM::FMAOp::create(
+            b, loc, s[j * 4 + r], p.scaleLog2, negLse[j * 2 + r % 2]));
+    // Keys past seqlen_k, and (causal) pairs above the diagonal, get P = 0:
+    // only on tiles that reach past seqlen_k or cross the diagonal.
+    Value needMask = cmp(Pred::sgt, add(n0, c64(bN)), p.seqlenK);
+    if (spec.causal)
+      needMask = arith::OrIOp::create(
+          b, loc, needMask,
+          cmp(Pred::sgt, add(n0, c64(bN - 1)), add(m0, diagonal)));
+    {
+      SmallVector<Type> types(prob.size(), f32);
+      auto masked = scf::IfOp::create(b, loc, types, needMask,
+                                      /*withElseRegion=*/true);
+      OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(masked.thenBlock());
+      SmallVector<Value> out(prob.size());
+      for (int64_t h = 0; h < 2; ++h) {
+        Value key = add(add(n0, toI64(mul(warpgroup, c32(kKeysPerWarpgroup)))),
+                        toI64(add(warpRow, c32(8 * h))));
+        Value keyOk = cmp(Pred::slt, key, p.seqlenK);
+        // Column c (query m0 + quadCol + c) sees the key iff c >= key - m0
+        // - quadCol - diagonal, clamped to [-1, block_m].
+        Value need;
+        if (spec.causal)
+          need = toI32(maxS(minS(sub(sub(key, add(m0, toI64(quadCol))),
+                                     diagonal),
+                                 c64(bM)),
+                            c64(-1)));
+        for (int64_t j = 0; j < sTiles; ++j)
+          for (int64_t e = 0; e < 2; ++e) {
+            int64_t i = j * 4 + 2 * h + e;
+            Value valid = keyOk;
+            if (spec.causal)
+              valid = arith::AndIOp::create(
+                  b, loc, valid, cmp(Pred::sge, c32(j * 8 + e), need));
+            out[i] = arith::SelectOp::create(b, loc, valid, prob[i],
+                                             cF32(0.0f));
+          }
+      }
+      scf::YieldOp::create(b, loc, out);
+      b.setInsertionPointToStart(masked.elseBlock());
+      scf::YieldOp::create(b, loc, ValueRange(prob));
+      for (size_t i = 0; i < prob.size(); ++i)
+        prob[i] = masked.getResult(i);
+    }
+
+    dp = waitGroups(0, dp);
+    SmallVector<Value> ds(prob.size());
+    for (int64_t j = 0; j < sTiles; ++j)
+      for (int64_t r = 0; r < 4; ++r) {
+        int64_t i = j * 4 + r;
+        ds[i] = arith::MulFOp::create(
+            b, loc, prob[i],
+            arith::SubFOp::create(b, loc, dp[i], dCol[j * 2 + r % 2]));
+      }
+    // Accumulators packed in pairs are the A fragments of the next
+    // products (four per k16 step over the query columns).
+    auto pack = [&](ArrayRef<Value> x) {
+      SmallVector<Value> packed(x.size() / 2);
+      for (size_t i = 0; i < packed.size(); ++i)
+        packed[i] = packPair(x[2 * i], x[2 * i + 1]);
+      return packed;
+    };
+    SmallVector<Value> probPacked = pack(prob), dsPacked = pack(ds);
+    dv = issueProduct(overQueries, dv, Value(), probPacked,
+                      descriptorAt(doAt, Major::MN, bM * kRowBytes));
+    dk = issueProduct(overQueries, dk, Value(), dsPacked,
+                      descriptorAt(qAt, Major::MN, bM * kRowBytes));
+
+    // dS^T to shared memory, [key][query] in panels of 64 queries: row r's
+    // 16-byte chunk c sits at chunk c ^ (r % 8), and r % 8 is quadRow.
+    Value keyRow = add(mul(warpgroup, c32(kKeysPerWarpgroup)), warpRow);
+    for (int64_t j = 0; j < sTiles; ++j)
+      for (int64_t h = 0; h < 2; ++h) {
+        Value row = add(keyRow, c32(8 * h));
+        Value chunk = arith::XOrIOp::create(b, loc, c32(j % 8), quadRow);
+        Value offset = add(
+            add(c32(dsOff + (j / 8) * bN * kRowBytes),
+                mul(row, c32(kRowBytes))),
+            add(mul(chunk, c32(16)), mul(quadCol, c32(2))));
+        LLVM::StoreOp::create(b, loc, dsPacked[j * 2 + h], shared(offset),
+                              /*alignment=*/4);
+      }
+    fenceProxyAsync();
+    gpu::BarrierOp::create(b, loc);
+
+    SmallVector<Value> dq = issueProduct(dqProduct, {}, dsA, {}, kB);
+    SmallVector<Value> all(dk);
+    all.append(dv.begin(), dv.end());
+    all.append(dq.begin(), dq.end());
+    all = waitGroups(0, all);
+    dk.assign(all.begin(), all.begin() + d / 2);
+    dv.assign(all.begin() + d / 2, all.begin() + d);
+    dq.assign(all.begin() + d, all.end());
+
+    // dQ into the workspace: rows m0 + (64 g when the rows are split) +
+    // warpRow (+ 8), columns (dqCols g when the columns are split) + 8 j +
+    // quadCol.
+    Value rowBase = splitColumns
+                        ? toI64(warpRow)
+                        : toI64(add(mul(warpgroup, c32(64)), warpRow));
+    Value column0 = toI64(splitColumns
+                              ? add(mul(warpgroup, c32(dqCols)), quadCol)
+                              : quadCol);
+    for (int64_t h = 0; h < 2; ++h) {
+      Value row = add(m0, add(rowBase, c64(8 * h)));
+      OpBuilder::InsertionGuard g(b);
+      auto inRange = scf::IfOp::create(
+          b, loc, cmp(Pred::slt, row, p.seqlenQ), /*withElse=*/false);
+      b.setInsertionPoint(inRange.thenBlock()->getTerminator());
+      Value address = globalAddress(
+          p.dqAccum, f32,
+          add(workspaceRow(*this, p, batch, head, row, d), column0));
+      for (int64_t j = 0; j < dqCols / 8; ++j)
+        reduceAddPair(globalAddress(address, f32, c64(j * 8)),
+                      dq[j * 4 + 2 * h], dq[j * 4 + 2 * h + 1]);
+    }
+    SmallVector<Value> next(dk);
+    next.append(dv.begin(), dv.end());
+    return next;
+  };
+
+  SmallVector<Value> result;
+  {
+    if (stages == 2) {
+      // The first step's loads, in one group with K and V.
+      OpBuilder::InsertionGuard g(b);
+      auto any = scf::IfOp::create(b, loc, cmp(Pred::sgt, steps, c64(0)),
+                                   /*withElse=*/false);
+      b.setInsertionPoint(any.thenBlock()->getTerminator());
+      loadStep(c64(0), c32(0));
+    }
+    NVVM::CpAsyncCommitGroupOp::create(b, loc);
+    SmallVector<Value> init(d, cF32(0.0f));
+    auto loop = scf::ForOp::create(
+        b, loc, cIdx(0), toIndex(steps), cIdx(1), init,
+        [&](OpBuilder &, Location, Value t, ValueRange state) {
+          scf::YieldOp::create(b, loc, step(toI64(t), state));
+        });
+    result.assign(loop.getResults().begin(), loop.getResults().end());
+    // No copy is left in flight at the end (K and V when there was no step).
+    NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
+  }
+
+  // ---- epilogue: dK = scale * acc, dV, rows below seqlen_k ---------------
+  Value keyRow = add(mul(warpgroup, c32(kKeysPerWarpgroup)), warpRow);
+  for (int64_t h = 0; h < 2; ++h) {
+    Value key = add(n0, toI64(add(keyRow, c32(8 * h))));
+    OpBuilder::InsertionGuard g(b);
+    auto inRange = scf::IfOp::create(b, loc, cmp(Pred::slt, key, p.seqlenK),
+                                     /*withElse=*/false);
+    b.setInsertionPoint(inRange.thenBlock()->getTerminator());
+    Value dkRow = add(rowOffset(p.dkStrides, batch, kvHead, key),
+                      toI64(quadCol));
+    Value dvRow = add(rowOffset(p.dvStrides, batch, kvHead, key),
+                      toI64(quadCol));
+    for (int64_t j = 0; j < dTiles; ++j) {
+      int64_t i = j * 4 + 2 * h;
+      Value dkPair =
+          packPair(arith::MulFOp::create(b, loc, result[i], p.scale),
+                   arith::MulFOp::create(b, loc, result[i + 1], p.scale));
+      LLVM::StoreOp::create(b, loc, dkPair,
+                            globalAddress(p.dk, elt, add(dkRow, c64(j * 8))),
+                            /*alignment=*/4);
+      int64_t v = d / 2 + i;
+      LLVM::StoreOp::create(b, loc, packPair(result[v], result[v + 1]),
+                            globalAddress(p.dv, elt, add(dvRow, c64(j * 8))),
+                            /*alignment=*/4);
+    }
+  }
+  gpu::ReturnOp::create(b, loc);
+}
+
+} // namespace
+} // namespace flashjit::backward
+
+namespace flashjit {
+
+void WgmmaBackward::buildMain(mlir::OpBuilder &builder, mlir::Location loc,
+                              const AttentionSpec &spec,
+                              const TileConfig &config,
+                              llvm::StringRef name) {
+  backward::WgmmaMainBuilder(builder, loc, spec, config).build(name);
+}
+
+} // namespace flashjit
