@@ -27,6 +27,7 @@
 
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 
 #include <cmath>
 #include <limits>
@@ -44,6 +45,9 @@ using Pred = arith::CmpIPredicate;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr int64_t kKeysPerWarpgroup = 64;
 constexpr int64_t kPanelCols = 64;
+/// Bytes after each f32 dQ staging row: eight banks, so that the eight
+/// rows of one warp's stores fall on different banks.
+constexpr int64_t kDqRowPadding = WgmmaBackward::kDqRowPadding;
 
 class WgmmaMainBuilder : public HopperIR {
 public:
@@ -62,6 +66,8 @@ public:
     lseOff = dsOff + bN * bM * 2;
     dOff = lseOff + bM * 4;
     smallStageBytes = 2 * bM * 4;
+    dqOff = lseOff + stages * smallStageBytes;
+    dqRowBytes = d * 4 + kDqRowPadding;
   }
 
   void build(StringRef name);
@@ -79,13 +85,17 @@ private:
   Value descriptorAt(Value offset, Major major, int64_t panelBytes) {
     return descriptor(sharedAddress(offset), major, panelBytes);
   }
-  /// Adds two f32 at `address` (8-byte aligned) in global memory.
-  void reduceAddPair(Value address, Value lo, Value hi);
+  void ifThen(Value condition, function_ref<void()> body) {
+    OpBuilder::InsertionGuard g(b);
+    auto op = scf::IfOp::create(b, loc, condition, /*withElse=*/false);
+    b.setInsertionPoint(op.thenBlock()->getTerminator());
+    body();
+  }
 
   const TileConfig &cfg;
   const int64_t d, bM, bN, stages, threads;
   int64_t kOff, vOff, qOff, doOff, dsOff, lseOff, dOff, stageBytes,
-      smallStageBytes;
+      smallStageBytes, dqOff, dqRowBytes;
 };
 
 void WgmmaMainBuilder::copySwizzled(Value base, ValueRange strides,
@@ -117,13 +127,6 @@ void WgmmaMainBuilder::copySwizzled(Value base, ValueRange strides,
         b, loc, shared(add(dstBase, c32(i * rowsPerRound * kRowBytes))), src,
         /*size=*/16, NVVM::LoadCacheModifierKind::CG, bytes);
   }
-}
-
-void WgmmaMainBuilder::reduceAddPair(Value address, Value lo, Value hi) {
-  // Two scalar reductions: the v2 form needs PTX 8.1, and the sm_90a
-  // kernels are PTX 8.0 (Target::ptxVersion).
-  asmVoid("red.global.add.f32 [$0], $1;\n\tred.global.add.f32 [$0+4], $2;",
-          "l,f,f", {address, lo, hi});
 }
 
 void WgmmaMainBuilder::build(StringRef name) {
@@ -265,19 +268,75 @@ void WgmmaMainBuilder::build(StringRef name) {
   const int64_t sTiles = bM / 8; // n8 tiles of S^T: query columns
   const int64_t dTiles = d / 8;  // n8 tiles of dK, dV
 
+  // Step t's dQ rows from the staging rows into the workspace: thread r
+  // (r < block_m) adds row r, if below seqlen_q, with one bulk reduction
+  // (cp.reduce.async.bulk .add.f32; the L2 adds whole lines, where
+  // per-element reductions cost half the kernel's time).
+  auto flushDq = [&](Value t) {
+    Value row = add(firstRowOf(t), toI64(tid));
+    Value mine = arith::AndIOp::create(b, loc, cmp(Pred::slt, tid, c32(bM)),
+                                       cmp(Pred::slt, row, p.seqlenQ));
+    ifThen(mine, [&] {
+      Value dst = globalAddress(
+          p.dqAccum, f32, workspaceRow(*this, p, batch, headOf(t), row, d));
+      Value src = sharedAddress(add(c32(dqOff), mul(tid, c32(dqRowBytes))));
+      asmVoid("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 "
+              "[$0], [$1], $2;\n\tcp.async.bulk.commit_group;",
+              "l,r,r", {dst, src, c32(d * 4)});
+    });
+  };
+  // Each issuing thread waits until its reductions have read their rows.
+  auto waitDqFlushRead = [&] {
+    ifThen(cmp(Pred::slt, tid, c32(bM)), [&] {
+      asmVoid("cp.async.bulk.wait_group.read 0;", "", {});
+    });
+  };
+
+  // dQ to the staging rows ([block_m][d] f32, rows padded): rows (64 g
+  // when the rows are split) + warpRow (+ 8), columns (dqCols g when the
+  // columns are split) + 8 j + quadCol. flushDq adds them into the
+  // workspace.
+  auto stageDq = [&](ArrayRef<Value> dq) {
+    Value rowBase = splitColumns ? warpRow
+                                 : add(mul(warpgroup, c32(64)), warpRow);
+    Value column0 =
+        splitColumns ? add(mul(warpgroup, c32(dqCols)), quadCol) : quadCol;
+    auto pairType = VectorType::get({2}, f32);
+    for (int64_t h = 0; h < 2; ++h) {
+      Value rowAt = add(c32(dqOff), mul(add(rowBase, c32(8 * h)),
+                                        c32(dqRowBytes)));
+      for (int64_t j = 0; j < dqCols / 8; ++j) {
+        Value pair = vector::FromElementsOp::create(
+            b, loc, pairType,
+            ValueRange{dq[j * 4 + 2 * h], dq[j * 4 + 2 * h + 1]});
+        LLVM::StoreOp::create(
+            b, loc, pair,
+            shared(add(rowAt, mul(add(column0, c32(j * 8)), c32(4)))),
+            /*alignment=*/8);
+      }
+    }
+  };
   auto step = [&](Value t, ValueRange acc) {
     SmallVector<Value> dk(acc.begin(), acc.begin() + d / 2);
     SmallVector<Value> dv(acc.begin() + d / 2, acc.end());
     Value head = headOf(t), m0 = firstRowOf(t);
-    // Every thread is done with the previous step's buffers and dS^T.
-    gpu::BarrierOp::create(b, loc);
     Value stage = c32(0);
     if (stages == 1) {
+      // Every thread is done with the previous step's buffers and dS^T.
+      gpu::BarrierOp::create(b, loc);
       loadStep(t, stage);
       NVVM::CpAsyncCommitGroupOp::create(b, loc);
       NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
+      fenceProxyAsync();
+      gpu::BarrierOp::create(b, loc);
     } else {
+      // This step's loads (started a step earlier) have landed for every
+      // thread; past the barrier every thread is also done with the
+      // previous step, whose buffer the next step's loads then reuse.
       stage = toI32(remU(t, 2));
+      NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
+      fenceProxyAsync();
+      gpu::BarrierOp::create(b, loc);
       {
         OpBuilder::InsertionGuard g(b);
         Value next = add(t, c64(1));
@@ -287,10 +346,9 @@ void WgmmaMainBuilder::build(StringRef name) {
         loadStep(next, sub(c32(1), stage));
       }
       NVVM::CpAsyncCommitGroupOp::create(b, loc);
-      NVVM::CpAsyncWaitGroupOp::create(b, loc, 1);
     }
-    fenceProxyAsync();
-    gpu::BarrierOp::create(b, loc);
+    // The previous step's dQ rows, staged and fenced before the barrier.
+    ifThen(cmp(Pred::sgt, t, c64(0)), [&] { flushDq(sub(t, c64(1))); });
 
     Value qAt = inStage(qOff, stage, stageBytes);
     Value doAt = inStage(doOff, stage, stageBytes);
@@ -300,30 +358,36 @@ void WgmmaMainBuilder::build(StringRef name) {
         scores, {}, vA, {}, descriptorAt(doAt, Major::K, 0));
 
     // LSE (as -log2e LSE, +inf for a row that saw no key) and D of this
-    // thread's query columns 8 j + quadCol + e.
+    // thread's query columns 8 j + quadCol + e, each read where it is used
+    // (fewer live registers while the products run).
     Value lseAt = inStage(lseOff, stage, smallStageBytes);
     Value dAt = inStage(dOff, stage, smallStageBytes);
-    SmallVector<Value> negLse(sTiles * 2), dCol(sTiles * 2);
-    for (int64_t j = 0; j < sTiles; ++j)
-      for (int64_t e = 0; e < 2; ++e) {
-        Value byte = mul(add(quadCol, c32(j * 8 + e)), c32(4));
-        Value lse = LLVM::LoadOp::create(b, loc, f32,
-                                         shared(add(lseAt, byte)), 4);
-        Value empty = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ,
-                                            lse, cF32(-kInf));
-        negLse[j * 2 + e] = arith::MulFOp::create(
-            b, loc, arith::SelectOp::create(b, loc, empty, cF32(kInf), lse),
-            cF32(-log2e));
-        dCol[j * 2 + e] =
-            LLVM::LoadOp::create(b, loc, f32, shared(add(dAt, byte)), 4);
-      }
+    auto columnByte = [&](int64_t j, int64_t e) {
+      return mul(add(quadCol, c32(j * 8 + e)), c32(4));
+    };
+    auto negLseOf = [&](int64_t j, int64_t e) {
+      Value lse = LLVM::LoadOp::create(
+          b, loc, f32, shared(add(lseAt, columnByte(j, e))), 4);
+      Value empty = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ,
+                                          lse, cF32(-kInf));
+      return arith::MulFOp::create(
+          b, loc, arith::SelectOp::create(b, loc, empty, cF32(kInf), lse),
+          cF32(-log2e));
+    };
+    auto dOf = [&](int64_t j, int64_t e) -> Value {
+      return LLVM::LoadOp::create(b, loc, f32,
+                                  shared(add(dAt, columnByte(j, e))), 4);
+    };
 
     s = waitGroups(1, s);
     SmallVector<Value> prob(s.size());
     for (int64_t j = 0; j < sTiles; ++j)
-      for (int64_t r = 0; r < 4; ++r)
-        prob[j * 4 + r] = exp2(LLVM::FMAOp::create(
-            b, loc, s[j * 4 + r], p.scaleLog2, negLse[j * 2 + r % 2]));
+      for (int64_t e = 0; e < 2; ++e) {
+        Value negLse = negLseOf(j, e);
+        for (int64_t h = 0; h < 2; ++h)
+          prob[j * 4 + 2 * h + e] = exp2(LLVM::FMAOp::create(
+              b, loc, s[j * 4 + 2 * h + e], p.scaleLog2, negLse));
+      }
     // Keys past seqlen_k, and (causal) pairs above the diagonal, get P = 0:
     // only on tiles that reach past seqlen_k or cross the diagonal.
     Value needMask = cmp(Pred::sgt, add(n0, c64(bN)), p.seqlenK);
@@ -371,11 +435,13 @@ void WgmmaMainBuilder::build(StringRef name) {
     dp = waitGroups(0, dp);
     SmallVector<Value> ds(prob.size());
     for (int64_t j = 0; j < sTiles; ++j)
-      for (int64_t r = 0; r < 4; ++r) {
-        int64_t i = j * 4 + r;
-        ds[i] = arith::MulFOp::create(
-            b, loc, prob[i],
-            arith::SubFOp::create(b, loc, dp[i], dCol[j * 2 + r % 2]));
+      for (int64_t e = 0; e < 2; ++e) {
+        Value dCol = dOf(j, e);
+        for (int64_t h = 0; h < 2; ++h) {
+          int64_t i = j * 4 + 2 * h + e;
+          ds[i] = arith::MulFOp::create(
+              b, loc, prob[i], arith::SubFOp::create(b, loc, dp[i], dCol));
+        }
       }
     // Accumulators packed in pairs are the A fragments of the next
     // products (four per k16 step over the query columns).
@@ -406,6 +472,8 @@ void WgmmaMainBuilder::build(StringRef name) {
                               /*alignment=*/4);
       }
     fenceProxyAsync();
+    // The previous step's dQ reductions have read the staging rows.
+    waitDqFlushRead();
     gpu::BarrierOp::create(b, loc);
 
     SmallVector<Value> dq = issueProduct(dqProduct, {}, dsA, {}, kB);
@@ -417,32 +485,13 @@ void WgmmaMainBuilder::build(StringRef name) {
     dv.assign(all.begin() + d / 2, all.begin() + d);
     dq.assign(all.begin() + d, all.end());
 
-    // dQ into the workspace: rows m0 + (64 g when the rows are split) +
-    // warpRow (+ 8), columns (dqCols g when the columns are split) + 8 j +
-    // quadCol.
-    Value rowBase = splitColumns
-                        ? toI64(warpRow)
-                        : toI64(add(mul(warpgroup, c32(64)), warpRow));
-    Value column0 = toI64(splitColumns
-                              ? add(mul(warpgroup, c32(dqCols)), quadCol)
-                              : quadCol);
-    for (int64_t h = 0; h < 2; ++h) {
-      Value row = add(m0, add(rowBase, c64(8 * h)));
-      OpBuilder::InsertionGuard g(b);
-      auto inRange = scf::IfOp::create(
-          b, loc, cmp(Pred::slt, row, p.seqlenQ), /*withElse=*/false);
-      b.setInsertionPoint(inRange.thenBlock()->getTerminator());
-      Value address = globalAddress(
-          p.dqAccum, f32,
-          add(workspaceRow(*this, p, batch, head, row, d), column0));
-      for (int64_t j = 0; j < dqCols / 8; ++j)
-        reduceAddPair(globalAddress(address, f32, c64(j * 8)),
-                      dq[j * 4 + 2 * h], dq[j * 4 + 2 * h + 1]);
-    }
+    // The next step adds them into the workspace, after its first barrier.
+    stageDq(dq);
     SmallVector<Value> next(dk);
     next.append(dv.begin(), dv.end());
     return next;
   };
+
 
   SmallVector<Value> result;
   {
@@ -464,6 +513,13 @@ void WgmmaMainBuilder::build(StringRef name) {
     result.assign(loop.getResults().begin(), loop.getResults().end());
     // No copy is left in flight at the end (K and V when there was no step).
     NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
+    // The last step's dQ rows; their reductions complete before the exit.
+    fenceProxyAsync();
+    gpu::BarrierOp::create(b, loc);
+    ifThen(cmp(Pred::sgt, steps, c64(0)), [&] {
+      flushDq(sub(steps, c64(1)));
+      asmVoid("cp.async.bulk.wait_group 0;", "", {});
+    });
   }
 
   // ---- epilogue: dK = scale * acc, dV, rows below seqlen_k ---------------

@@ -93,12 +93,13 @@ TEST_CASE("backward kernels build for sm_80 and sm_90a, cached apart from "
          {names.preprocess, names.main, names.convert})
       CHECK(ptx.find(".entry " + name) != std::string::npos);
     // sm_80: mma.sync with f32 atomics into dQ; sm_90a: wgmma, dQ by
-    // reductions.
+    // bulk reductions of staged rows.
     const bool hopper = std::string(chip) == "sm_90a";
     if (hopper) {
       CHECK(ptx.find("wgmma.mma_async.sync.aligned.m64n64k16") !=
             std::string::npos);
-      CHECK(ptx.find("red.global.add.f32") != std::string::npos);
+      CHECK(ptx.find("cp.reduce.async.bulk.global.shared::cta.bulk_group."
+                     "add.f32") != std::string::npos);
     } else {
       CHECK(ptx.find("mma.sync.aligned.m16n8k16") != std::string::npos);
       CHECK(ptx.find("ldmatrix.sync.aligned") != std::string::npos);

@@ -17,7 +17,10 @@
 //                                   S^T and dS^T), dK and dV stay there;
 //   dS^T to shared memory, then dQ = dS K (A = dS^T read MN-major): each
 //   warpgroup a half of the columns (block_m 64) or of the rows (128),
-//   added into the f32 workspace with red.global.add.f32.
+//   staged in shared memory as f32 rows and added into the f32 workspace
+//   during the next step, one bulk reduction per row
+//   (cp.reduce.async.bulk .add.f32). Per-element reductions
+//   (red.global.add.f32) took half the kernel's time.
 // Not deterministic: the deterministic kernels are mma_sync_bwd_det.
 #ifndef FLASHJIT_TEMPLATES_WGMMABACKWARD_H
 #define FLASHJIT_TEMPLATES_WGMMABACKWARD_H
@@ -40,14 +43,16 @@ namespace flashjit {
 
 /// The sm_90a backward template, family "wgmma_bwd": block_n 128 key rows
 /// per block (64 per warpgroup, 8 warps), block_m 64 query rows per step
-/// (128 at head dim 64), stages 1 or 2 (2: the next step's Q, dO, LSE and
-/// D load during this one).
+/// or 128 at head dim 64 (the default there), stages 1 or 2 (2, the
+/// default: the next step's Q, dO, LSE and D load during this one).
 class WgmmaBackward {
 public:
   static llvm::StringRef family() { return "wgmma_bwd"; }
   static constexpr int kComputeCapability = 90;
   static constexpr int64_t kBlockN = 128;
   static constexpr int64_t kWarps = 8;
+  /// Bytes after each f32 row of the dQ staging rows (bank spread).
+  static constexpr int64_t kDqRowPadding = 32;
   static std::vector<int64_t> headDims() { return {64, 128}; }
 
   /// Whether the template builds the spec for the target: sm_90a, head
