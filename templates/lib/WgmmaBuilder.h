@@ -1,9 +1,9 @@
 //===- WgmmaBuilder.h - the wgmma template's IR builder ----------*- C++ -*-===//
-// Why: the builder of the wgmma kernel is one class; its Hopper instruction
-// helpers (mbarriers, TMA loads, shared-memory descriptors, wgmma) live in
-// WgmmaInstructions.cpp, the producer in WgmmaProducer.cpp and the
-// kernel's structure (its entry, the consumers, the loop over K/V tiles)
-// in WgmmaForward.cpp.
+// Why: the builder of the wgmma kernel is one class, on HopperIR's Hopper
+// pieces (mbarriers, descriptors, wgmma issue and wait); its own TMA
+// loads, clusters and products live in WgmmaInstructions.cpp, the producer
+// in WgmmaProducer.cpp and the kernel's structure (its entry, the
+// consumers, the loop over K/V tiles) in WgmmaForward.cpp.
 #ifndef FLASHJIT_TEMPLATES_WGMMABUILDER_H
 #define FLASHJIT_TEMPLATES_WGMMABUILDER_H
 

@@ -39,6 +39,36 @@ MainParams beginMainKernel(KernelIR &ir, StringRef name, int64_t threads,
 Value workspaceRow(KernelIR &ir, const MainParams &p, Value batch, Value head,
                    Value row, int64_t perRow);
 
+/// The steps of a main kernel's loop: every (query head of the GQA group,
+/// query block that the causal mask leaves visible to some key of the
+/// block's keys from n0), head-major; `count` of them (i64 values).
+struct BackwardSteps {
+  Value queryBlocks, firstBlock, blocks, count;
+  Value kvHead;
+  int64_t group = 1, blockM = 0;
+  static BackwardSteps of(KernelIR &ir, const MainParams &p, Value kvHead,
+                          Value n0, Value diagonal, int64_t blockM);
+  /// The query head and the first query row of step t (i64).
+  Value head(KernelIR &ir, Value t) const;
+  Value firstRow(KernelIR &ir, Value t) const;
+};
+/// Starts the 4-byte cp.async of query row m0 + offset's LSE and D (f32)
+/// of (batch, head) to the shared pointers lseDst and dDst; a row at or
+/// past seqlen_q reads as zeros (m0 is below seqlen_q).
+void copyRowStats(KernelIR &ir, const MainParams &p, Value batch, Value head,
+                  Value m0, Value offset, Value lseDst, Value dDst);
+/// `values` (f32), or `masked()` where needMask (i1, uniform) holds: the
+/// mask's work only on the tiles that need it.
+SmallVector<Value> maskWhere(KernelIR &ir, Value needMask,
+                             ArrayRef<Value> values,
+                             llvm::function_ref<SmallVector<Value>()> masked);
+/// Writes dK = scale * dk and dV = dv of this thread's two key rows
+/// keyOf(0) and keyOf(1) (i64), below seqlen_k: accumulators of n8 tiles
+/// of four (rows h, columns column + 8 t + {0, 1} at t * 4 + 2 h + {0, 1}).
+void storeKeyRows(KernelIR &ir, const MainParams &p, Value batch,
+                  Value kvHead, llvm::function_ref<Value(int64_t)> keyOf,
+                  Value column, ArrayRef<Value> dk, ArrayRef<Value> dv);
+
 /// The main kernel (MmaSyncBackward.h): one block per (key block, KV
 /// head, batch), warp w owning key rows [16 w, 16 w + 16) of the block.
 class MainKernelBuilder : public mma_sync::Builder {

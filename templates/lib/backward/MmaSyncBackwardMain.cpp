@@ -242,31 +242,14 @@ void MainKernelBuilder::buildMain(StringRef name) {
           c64(eltBytes)));
   Value kT = add(transposedB(kOff), mul(dqColumn0, c64(eltBytes)));
 
-  // ---- query blocks that see some key of this block ----------------------
-  Value queryBlocks = divU(add(p.seqlenQ, c64(bM - 1)), bM);
-  Value firstBlock = c64(0);
-  if (spec.causal) {
-    // Query row i sees key j iff j <= i + diagonal.
-    Value firstRow = maxS(sub(n0, diagonal), c64(0));
-    firstBlock = minS(divU(firstRow, bM), queryBlocks);
-  }
-  const int64_t group = spec.groupSize();
+  // ---- the steps: (query head of the group, visible query block) ---------
+  BackwardSteps plan = BackwardSteps::of(*this, p, kvHead, n0, diagonal, bM);
+  Value queryBlocks = plan.queryBlocks, steps = plan.count;
   const float log2e = static_cast<float>(M_LOG2E);
 
   SmallVector<Value> init(2 * dTiles * kAcc, cF32(0.0f));
-  // The steps: every (query head of the group, visible query block), t in
-  // [0, group * blocks), head-major.
-  Value blocks = sub(queryBlocks, firstBlock);
-  Value steps = mul(blocks, c64(group));
-  auto headOf = [&](Value t) {
-    return group == 1 ? kvHead
-                      : add(mul(kvHead, c64(group)),
-                            arith::DivUIOp::create(b, loc, t, blocks));
-  };
-  auto firstRowOf = [&](Value t) {
-    Value block = group == 1 ? t : Value(arith::RemUIOp::create(b, loc, t, blocks));
-    return mul(add(firstBlock, block), c64(bM));
-  };
+  auto headOf = [&](Value t) { return plan.head(*this, t); };
+  auto firstRowOf = [&](Value t) { return plan.firstRow(*this, t); };
   // Starts the cp.async of step t's Q, dO, LSE and D into the buffer at
   // byte offset `buffer`; rows past seqlen_q read as zeros (their LSE and
   // D too: such columns are masked).
@@ -280,21 +263,10 @@ void MainKernelBuilder::buildMain(StringRef name) {
     auto owner = scf::IfOp::create(b, loc, cmp(Pred::slt, tid, c64(bM)),
                                    /*withElse=*/false);
     b.setInsertionPoint(owner.thenBlock()->getTerminator());
-    Value row = add(m0, tid);
-    Value inRange = cmp(Pred::slt, row, p.seqlenQ);
-    Value bytes = arith::SelectOp::create(b, loc, inRange, c32(4), c32(0));
-    Value safeRow = arith::SelectOp::create(b, loc, inRange, row, m0);
-    auto copyWord = [&](Value from, int64_t to) {
-      NVVM::CpAsyncOp::create(
-          b, loc,
-          sharedAddress(toI32(add(add(c64(to), buffer), mul(tid, c64(4))))),
-          from, /*size=*/4, NVVM::LoadCacheModifierKind::CA, bytes);
+    auto rowAt = [&](int64_t to) {
+      return sharedAddress(toI32(add(add(c64(to), buffer), mul(tid, c64(4)))));
     };
-    copyWord(globalAddress(p.lse, f32,
-                           rowOffset(p.lseStrides, batch, head, safeRow)),
-             lseOff);
-    copyWord(globalAddress(p.d, f32, workspaceRow(*this, p, batch, head, safeRow, 1)),
-             dOff);
+    copyRowStats(*this, p, batch, head, m0, tid, rowAt(lseOff), rowAt(dOff));
   };
 
   // One step: returns dK, dV accumulators.
@@ -337,12 +309,7 @@ void MainKernelBuilder::buildMain(StringRef name) {
       needMask = arith::OrIOp::create(
           b, loc, needMask,
           cmp(Pred::sgt, add(n0, c64(bN - 1)), add(m0, diagonal)));
-    {
-      SmallVector<Type> types(s.size(), f32);
-      auto masked = scf::IfOp::create(b, loc, types, needMask,
-                                      /*withElseRegion=*/true);
-      OpBuilder::InsertionGuard g(b);
-      b.setInsertionPointToStart(masked.thenBlock());
+    s = maskWhere(*this, needMask, s, [&] {
       SmallVector<Value> out(s.size());
       // Column c is a query row below seqlen_q iff c < seqlen_q - m0 -
       // quadCol (clamped to [0, block_m]).
@@ -370,12 +337,8 @@ void MainKernelBuilder::buildMain(StringRef name) {
                                              cF32(-kInf));
           }
       }
-      scf::YieldOp::create(b, loc, out);
-      b.setInsertionPointToStart(masked.elseBlock());
-      scf::YieldOp::create(b, loc, ValueRange(s));
-      for (size_t i = 0; i < s.size(); ++i)
-        s[i] = masked.getResult(i);
-    }
+      return out;
+    });
 
     // P^T, dP^T and dS^T; LSE and D per query column.
     SmallVector<Value> negLse(nTiles * 2), dCol(nTiles * 2);
@@ -500,30 +463,11 @@ void MainKernelBuilder::buildMain(StringRef name) {
   }
 
   // ---- epilogue: dK = scale * acc, dV, rows below seqlen_k ---------------
-  for (int64_t h = 0; h < 2; ++h) {
-    Value key = add(add(n0, warpKey0), add(quadRow, c64(8 * h)));
-    OpBuilder::InsertionGuard g(b);
-    auto inRange = scf::IfOp::create(b, loc, cmp(Pred::slt, key, p.seqlenK),
-                                     /*withElse=*/false);
-    b.setInsertionPoint(inRange.thenBlock()->getTerminator());
-    Value dkRow =
-        add(rowOffset(p.dkStrides, batch, kvHead, key), quadCol);
-    Value dvRow =
-        add(rowOffset(p.dvStrides, batch, kvHead, key), quadCol);
-    for (int64_t dt = 0; dt < dTiles; ++dt) {
-      int64_t i = dt * kAcc + 2 * h;
-      Value dkPair =
-          packPair(arith::MulFOp::create(b, loc, result[i], p.scale),
-                   arith::MulFOp::create(b, loc, result[i + 1], p.scale));
-      LLVM::StoreOp::create(b, loc, dkPair,
-                            globalAddress(p.dk, elt, add(dkRow, c64(dt * 8))),
-                            /*alignment=*/4);
-      int64_t j = dTiles * kAcc + i;
-      LLVM::StoreOp::create(b, loc, packPair(result[j], result[j + 1]),
-                            globalAddress(p.dv, elt, add(dvRow, c64(dt * 8))),
-                            /*alignment=*/4);
-    }
-  }
+  storeKeyRows(
+      *this, p, batch, kvHead,
+      [&](int64_t h) { return add(add(n0, warpKey0), add(quadRow, c64(8 * h))); },
+      quadCol, ArrayRef<Value>(result).take_front(dTiles * kAcc),
+      ArrayRef<Value>(result).drop_front(dTiles * kAcc));
   gpu::ReturnOp::create(b, loc);
 }
 

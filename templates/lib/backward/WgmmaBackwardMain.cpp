@@ -161,26 +161,10 @@ void WgmmaMainBuilder::build(StringRef name) {
   copySwizzled(p.v, p.vStrides, batch, kvHead, n0, p.seqlenK, bN, c32(vOff));
 
   // ---- the steps: (query head of the group, visible query block) ---------
-  Value queryBlocks = divU(add(p.seqlenQ, c64(bM - 1)), bM);
-  Value firstBlock = c64(0);
-  if (spec.causal) {
-    // Query row i sees key j iff j <= i + diagonal.
-    Value firstRow = maxS(sub(n0, diagonal), c64(0));
-    firstBlock = minS(divU(firstRow, bM), queryBlocks);
-  }
-  const int64_t group = spec.groupSize();
-  Value blocks = sub(queryBlocks, firstBlock);
-  Value steps = mul(blocks, c64(group));
-  auto headOf = [&](Value t) {
-    return group == 1 ? kvHead
-                      : add(mul(kvHead, c64(group)),
-                            arith::DivUIOp::create(b, loc, t, blocks));
-  };
-  auto firstRowOf = [&](Value t) {
-    Value block =
-        group == 1 ? t : Value(arith::RemUIOp::create(b, loc, t, blocks));
-    return mul(add(firstBlock, block), c64(bM));
-  };
+  BackwardSteps plan = BackwardSteps::of(*this, p, kvHead, n0, diagonal, bM);
+  Value steps = plan.count;
+  auto headOf = [&](Value t) { return plan.head(*this, t); };
+  auto firstRowOf = [&](Value t) { return plan.firstRow(*this, t); };
   // Step t's Q, dO, LSE and D into stage `stage` (i32); rows past
   // seqlen_q read as zeros (S = 0, LSE = 0: P = 1 there, but dO and D are
   // 0, so dS = 0 and nothing reaches dK, dV or dQ).
@@ -194,22 +178,11 @@ void WgmmaMainBuilder::build(StringRef name) {
     auto owner = scf::IfOp::create(b, loc, cmp(Pred::slt, tid, c32(bM)),
                                    /*withElse=*/false);
     b.setInsertionPoint(owner.thenBlock()->getTerminator());
-    Value row = add(m0, toI64(tid));
-    Value inRange = cmp(Pred::slt, row, p.seqlenQ);
-    Value bytes = arith::SelectOp::create(b, loc, inRange, c32(4), c32(0));
-    Value safeRow = arith::SelectOp::create(b, loc, inRange, row, m0);
-    auto copyWord = [&](Value from, int64_t to) {
-      NVVM::CpAsyncOp::create(
-          b, loc,
-          shared(add(inStage(to, stage, smallStageBytes), mul(tid, c32(4)))),
-          from, /*size=*/4, NVVM::LoadCacheModifierKind::CA, bytes);
+    auto rowAt = [&](int64_t to) {
+      return shared(add(inStage(to, stage, smallStageBytes), mul(tid, c32(4))));
     };
-    copyWord(globalAddress(p.lse, f32,
-                           rowOffset(p.lseStrides, batch, head, safeRow)),
-             lseOff);
-    copyWord(globalAddress(p.d, f32,
-                           workspaceRow(*this, p, batch, head, safeRow, 1)),
-             dOff);
+    copyRowStats(*this, p, batch, head, m0, toI64(tid), rowAt(lseOff),
+                 rowAt(dOff));
   };
 
   // ---- the products -------------------------------------------------------
@@ -395,12 +368,7 @@ void WgmmaMainBuilder::build(StringRef name) {
       needMask = arith::OrIOp::create(
           b, loc, needMask,
           cmp(Pred::sgt, add(n0, c64(bN - 1)), add(m0, diagonal)));
-    {
-      SmallVector<Type> types(prob.size(), f32);
-      auto masked = scf::IfOp::create(b, loc, types, needMask,
-                                      /*withElseRegion=*/true);
-      OpBuilder::InsertionGuard g(b);
-      b.setInsertionPointToStart(masked.thenBlock());
+    prob = maskWhere(*this, needMask, prob, [&] {
       SmallVector<Value> out(prob.size());
       for (int64_t h = 0; h < 2; ++h) {
         Value key = add(add(n0, toI64(mul(warpgroup, c32(kKeysPerWarpgroup)))),
@@ -425,12 +393,8 @@ void WgmmaMainBuilder::build(StringRef name) {
                                              cF32(0.0f));
           }
       }
-      scf::YieldOp::create(b, loc, out);
-      b.setInsertionPointToStart(masked.elseBlock());
-      scf::YieldOp::create(b, loc, ValueRange(prob));
-      for (size_t i = 0; i < prob.size(); ++i)
-        prob[i] = masked.getResult(i);
-    }
+      return out;
+    });
 
     dp = waitGroups(0, dp);
     SmallVector<Value> ds(prob.size());
@@ -524,30 +488,11 @@ void WgmmaMainBuilder::build(StringRef name) {
 
   // ---- epilogue: dK = scale * acc, dV, rows below seqlen_k ---------------
   Value keyRow = add(mul(warpgroup, c32(kKeysPerWarpgroup)), warpRow);
-  for (int64_t h = 0; h < 2; ++h) {
-    Value key = add(n0, toI64(add(keyRow, c32(8 * h))));
-    OpBuilder::InsertionGuard g(b);
-    auto inRange = scf::IfOp::create(b, loc, cmp(Pred::slt, key, p.seqlenK),
-                                     /*withElse=*/false);
-    b.setInsertionPoint(inRange.thenBlock()->getTerminator());
-    Value dkRow = add(rowOffset(p.dkStrides, batch, kvHead, key),
-                      toI64(quadCol));
-    Value dvRow = add(rowOffset(p.dvStrides, batch, kvHead, key),
-                      toI64(quadCol));
-    for (int64_t j = 0; j < dTiles; ++j) {
-      int64_t i = j * 4 + 2 * h;
-      Value dkPair =
-          packPair(arith::MulFOp::create(b, loc, result[i], p.scale),
-                   arith::MulFOp::create(b, loc, result[i + 1], p.scale));
-      LLVM::StoreOp::create(b, loc, dkPair,
-                            globalAddress(p.dk, elt, add(dkRow, c64(j * 8))),
-                            /*alignment=*/4);
-      int64_t v = d / 2 + i;
-      LLVM::StoreOp::create(b, loc, packPair(result[v], result[v + 1]),
-                            globalAddress(p.dv, elt, add(dvRow, c64(j * 8))),
-                            /*alignment=*/4);
-    }
-  }
+  storeKeyRows(
+      *this, p, batch, kvHead,
+      [&](int64_t h) { return add(n0, toI64(add(keyRow, c32(8 * h)))); },
+      toI64(quadCol), ArrayRef<Value>(result).take_front(d / 2),
+      ArrayRef<Value>(result).drop_front(d / 2));
   gpu::ReturnOp::create(b, loc);
 }
 

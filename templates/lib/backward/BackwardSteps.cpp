@@ -1,0 +1,116 @@
+//===- BackwardSteps.cpp - what the main backward kernels share -----------===//
+// Why: both main kernels (mma_sync_bwd, wgmma_bwd) walk the same steps
+// (query head of the GQA group x visible query block), load each step's
+// LSE and D rows the same way, mask the same tiles and write dK and dV from
+// accumulators of the same layout; these pieces live here once.
+#include "BackwardBuilder.h"
+
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+using namespace mlir;
+
+namespace flashjit::backward {
+
+using Pred = arith::CmpIPredicate;
+
+BackwardSteps BackwardSteps::of(KernelIR &ir, const MainParams &p,
+                                Value kvHead, Value n0, Value diagonal,
+                                int64_t blockM) {
+  BackwardSteps s;
+  s.kvHead = kvHead;
+  s.blockM = blockM;
+  s.group = ir.spec.groupSize();
+  s.queryBlocks = ir.divU(ir.add(p.seqlenQ, ir.c64(blockM - 1)), blockM);
+  s.firstBlock = ir.c64(0);
+  if (ir.spec.causal) {
+    // Query row i sees key j iff j <= i + diagonal.
+    Value firstRow = ir.maxS(ir.sub(n0, diagonal), ir.c64(0));
+    s.firstBlock = ir.minS(ir.divU(firstRow, blockM), s.queryBlocks);
+  }
+  s.blocks = ir.sub(s.queryBlocks, s.firstBlock);
+  s.count = ir.mul(s.blocks, ir.c64(s.group));
+  return s;
+}
+
+Value BackwardSteps::head(KernelIR &ir, Value t) const {
+  if (group == 1)
+    return kvHead;
+  return ir.add(ir.mul(kvHead, ir.c64(group)),
+                arith::DivUIOp::create(ir.b, ir.loc, t, blocks));
+}
+
+Value BackwardSteps::firstRow(KernelIR &ir, Value t) const {
+  Value block =
+      group == 1 ? t : Value(arith::RemUIOp::create(ir.b, ir.loc, t, blocks));
+  return ir.mul(ir.add(firstBlock, block), ir.c64(blockM));
+}
+
+void copyRowStats(KernelIR &ir, const MainParams &p, Value batch, Value head,
+                  Value m0, Value offset, Value lseDst, Value dDst) {
+  OpBuilder &b = ir.b;
+  Value row = ir.add(m0, offset);
+  Value inRange = ir.cmp(Pred::slt, row, p.seqlenQ);
+  Value bytes =
+      arith::SelectOp::create(b, ir.loc, inRange, ir.c32(4), ir.c32(0));
+  Value safeRow = arith::SelectOp::create(b, ir.loc, inRange, row, m0);
+  auto copyWord = [&](Value from, Value to) {
+    NVVM::CpAsyncOp::create(b, ir.loc, to, from, /*size=*/4,
+                            NVVM::LoadCacheModifierKind::CA, bytes);
+  };
+  copyWord(ir.globalAddress(p.lse, ir.f32,
+                            ir.rowOffset(p.lseStrides, batch, head, safeRow)),
+           lseDst);
+  copyWord(ir.globalAddress(p.d, ir.f32,
+                            workspaceRow(ir, p, batch, head, safeRow, 1)),
+           dDst);
+}
+
+SmallVector<Value> maskWhere(KernelIR &ir, Value needMask,
+                             ArrayRef<Value> values,
+                             llvm::function_ref<SmallVector<Value>()> masked) {
+  OpBuilder &b = ir.b;
+  SmallVector<Type> types(values.size(), ir.f32);
+  auto op = scf::IfOp::create(b, ir.loc, types, needMask,
+                              /*withElseRegion=*/true);
+  {
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(op.thenBlock());
+    scf::YieldOp::create(b, ir.loc, masked());
+    b.setInsertionPointToStart(op.elseBlock());
+    scf::YieldOp::create(b, ir.loc, ValueRange(values));
+  }
+  return SmallVector<Value>(op.getResults().begin(), op.getResults().end());
+}
+
+void storeKeyRows(KernelIR &ir, const MainParams &p, Value batch,
+                  Value kvHead, llvm::function_ref<Value(int64_t)> keyOf,
+                  Value column, ArrayRef<Value> dk, ArrayRef<Value> dv) {
+  OpBuilder &b = ir.b;
+  const int64_t tiles = static_cast<int64_t>(dk.size()) / 4;
+  for (int64_t h = 0; h < 2; ++h) {
+    Value key = keyOf(h);
+    OpBuilder::InsertionGuard g(b);
+    auto inRange = scf::IfOp::create(
+        b, ir.loc, ir.cmp(Pred::slt, key, p.seqlenK), /*withElse=*/false);
+    b.setInsertionPoint(inRange.thenBlock()->getTerminator());
+    Value dkRow = ir.add(ir.rowOffset(p.dkStrides, batch, kvHead, key), column);
+    Value dvRow = ir.add(ir.rowOffset(p.dvStrides, batch, kvHead, key), column);
+    for (int64_t t = 0; t < tiles; ++t) {
+      int64_t i = t * 4 + 2 * h;
+      Value dkPair =
+          ir.packPair(arith::MulFOp::create(b, ir.loc, dk[i], p.scale),
+                      arith::MulFOp::create(b, ir.loc, dk[i + 1], p.scale));
+      LLVM::StoreOp::create(
+          b, ir.loc, dkPair,
+          ir.globalAddress(p.dk, ir.elt, ir.add(dkRow, ir.c64(t * 8))),
+          /*alignment=*/4);
+      LLVM::StoreOp::create(
+          b, ir.loc, ir.packPair(dv[i], dv[i + 1]),
+          ir.globalAddress(p.dv, ir.elt, ir.add(dvRow, ir.c64(t * 8))),
+          /*alignment=*/4);
+    }
+  }
+}
+
+} // namespace flashjit::backward
