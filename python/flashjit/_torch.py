@@ -27,7 +27,12 @@ the five DLTensors with their shapes and strides already filled), so each
 later call only allocates O and LSE, writes five data pointers and calls the
 C API. Where flashjit._fastpath is built (csrc/fastpath.cpp), those steps
 run in C++ and anything else is handed back here (bench/python_overhead.py
-measures both against the C API).
+measures both against the C API). An eager call with gradients (dense or
+causal) goes through _TrainingAttention, an autograd.Function over the same
+forward plans and backward plans made the same way (nine DLTensors): the
+ops' per-call host work had cost about a millisecond per forward+backward,
+more than the kernels at short lengths
+(bench/results/training-nvidia-h100-80gb-hbm3.md).
 """
 
 import ctypes
@@ -614,6 +619,138 @@ def _fast_forward(q, k, v, causal, scale, window, softcap, causal_align, score_m
 
 
 # ---------------------------------------------------------------------------
+# The eager training path
+# ---------------------------------------------------------------------------
+
+class _BackwardPlan:
+    """One backward call's shapes and options, prepared as _Plan is for the
+    forward: the backward kernels' handle and C function, and DLTensors for
+    q, k, v, o, lse, dO, dq, dk and dv of which only the data pointers
+    change from call to call."""
+
+    __slots__ = ("fn", "lib", "handle", "pointers", "tensors", "device", "workspace_bytes",
+                 "scale", "_keep")
+
+
+def _make_backward_plan(q, k, v, o, lse, grad_o, grad_strides, causal, align, scale,
+                        deterministic):
+    """The plan of a backward call, its kernels compiled if need be; None
+    where the op's own path is the one to take (empty tensors, or a graph
+    capture before the kernels exist: the op says why)."""
+    device = _check_devices(q, k, v, [], [])
+    if q.numel() == 0 or k.numel() == 0:
+        return None
+    spec = _spec_of(q, k, causal, align, -1, -1, None, None, None, [], [], 0, 0)
+    backward = _backwards.get((spec, device, deterministic))
+    if backward is None:
+        if _stream_capturing():
+            return None
+        with torch.cuda.device(device):
+            backward = get_backward(spec, device, deterministic=deterministic)
+    built = []
+    # The gradients as _fast_backward allocates them (empty_like keeps a
+    # dense input's strides, and makes another's contiguous: the same each
+    # call for the same input strides).
+    dq, dk, dv = (torch.empty_like(x) for x in (q, k, v))
+    for name, t, strides in (("q", q, None), ("k", k, None), ("v", v, None), ("o", o, None),
+                             ("lse", lse, list(lse.stride())), ("grad_o", grad_o, grad_strides),
+                             ("dq", dq, None), ("dk", dk, None), ("dv", dv, None)):
+        if strides is None:
+            strides = _kernel_strides(name, t) or list(t.stride())
+        code, bits = _dlpack.DTYPES["f32" if t.dtype == torch.float32 else _DTYPES[t.dtype]]
+        built.append(_dlpack._build(0, list(t.shape), strides, code, bits, _dlpack.KDL_CUDA,
+                                    device, 0, ()))
+    plan = _BackwardPlan()
+    plan.lib = backward._lib
+    plan.fn = backward._lib.fn("flashjit_backward_run")
+    plan.handle = backward._live()
+    plan.pointers = tuple(t.pointer for t in built)
+    plan.tensors = tuple(t.tensor for t in built)
+    plan.device = device
+    plan.workspace_bytes = backward.workspace_bytes(q.shape[0], q.shape[2])
+    plan.scale = math.nan if scale is None else float(scale)
+    plan._keep = (built, backward)
+    return plan
+
+
+def _fast_backward(q, k, v, o, lse, grad_o, causal, align, scale):
+    """dQ, dK, dV through a plan, or None where the op must run the call."""
+    plans = getattr(_tls, "backward_plans", None)
+    if plans is None or getattr(_tls, "backward_generation", None) != _generation:
+        plans = _tls.backward_plans = {}
+        _tls.backward_generation = _generation
+    if _current_device() != q.get_device():
+        return None
+    try:
+        grad_o, grad_strides = _gradient_input("grad_o", grad_o)
+    except InvalidArgumentError:
+        return None  # the op says what is wrong with dO
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    key = (q.shape, k.shape, q.stride(), k.stride(), v.stride(), o.stride(), lse.stride(),
+           tuple(grad_strides or grad_o.stride()), q.dtype, q.get_device(), causal, align,
+           scale, deterministic)
+    plan = plans.get(key)
+    if plan is None:
+        plan = _make_backward_plan(q, k, v, o, lse, grad_o, grad_strides, causal, align,
+                                   scale, deterministic)
+        if plan is None:
+            return None
+        if len(plans) >= _MAX_PLANS:
+            plans.clear()
+        plans[key] = plan
+    if (q.data_ptr() | k.data_ptr() | v.data_ptr() | o.data_ptr() | grad_o.data_ptr()) & 15:
+        return None  # the op says which tensor is misaligned
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    workspace = torch.empty(plan.workspace_bytes, dtype=torch.uint8, device=q.device)
+    t = plan.tensors
+    for i, x in enumerate((q, k, v, o, lse, grad_o, dq, dk, dv)):
+        t[i].data = x.data_ptr()
+    p = plan.pointers
+    status = plan.fn(plan.handle, *p, ctypes.c_void_p(workspace.data_ptr()),
+                     plan.workspace_bytes, plan.scale,
+                     ctypes.c_void_p(_raw_stream(plan.device)))
+    if status:
+        plan.lib.check(status)
+    return dq, dk, dv
+
+
+class _TrainingAttention(torch.autograd.Function):
+    """Dense or causal attention with gradients, eagerly: the forward's and
+    the backward's plans (no dispatcher, no DLPack per call), the custom ops
+    where a call has no plan. attention() takes it where the op's
+    dispatcher has nothing to add (no tracing, no modes, no functorch)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, scale, causal_align, config):
+        out = _fast_forward(q, k, v, causal, scale, None, None, causal_align, None, None,
+                            config)
+        if out is None:
+            out = torch.ops.flashjit.attention_forward(
+                q, k, v, None if scale is None else float(scale), bool(causal),
+                _ALIGN[causal_align], -1, -1, None, None, None, [], [], 0, 0, [], config)
+        o, lse = out
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.mark_non_differentiable(lse)
+        ctx.options = (bool(causal), None if scale is None else float(scale), causal_align,
+                       config)
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, grad_o, grad_lse):
+        q, k, v, o, lse = ctx.saved_tensors
+        causal, scale, causal_align, config = ctx.options
+        grads = None
+        if not torch.is_grad_enabled():  # create_graph asks for the op's path
+            grads = _fast_backward(q, k, v, o, lse, grad_o, causal, _ALIGN[causal_align],
+                                   scale)
+        if grads is None:
+            grads = torch.ops.flashjit.attention_backward(
+                grad_o, q, k, v, o, lse, scale, causal, _ALIGN[causal_align], -1, -1, None,
+                None, None, [], [], 0, 0, [], config)
+        return grads + (None, None, None, None)
+
+
+# ---------------------------------------------------------------------------
 # The Python API
 # ---------------------------------------------------------------------------
 
@@ -706,6 +843,14 @@ def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None,
                             mask_mod, config)
         if out is not None:
             return out if return_lse else out[0]
+        # Training, dense or causal: the plans through an autograd.Function.
+        if (window is None and softcap is None and score_mod is None and mask_mod is None
+                and causal_align in _ALIGN and type(q) is _Tensor and type(k) is _Tensor
+                and type(v) is _Tensor and _grad_enabled()
+                and (q.requires_grad or k.requires_grad or v.requires_grad)):
+            o, lse = _TrainingAttention.apply(q, k, v, bool(causal), scale, causal_align,
+                                              config)
+            return (o, lse) if return_lse else o
     q, k, v = _as_tensor("q", q), _as_tensor("k", k), _as_tensor("v", v)
     if layout == "bshd":
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)

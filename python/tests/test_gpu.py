@@ -433,6 +433,39 @@ def test_deterministic_gradients_are_bitwise_equal(cuda):
         assert relative_error(got, ref) < 2e-2
 
 
+def test_eager_training_path_matches_the_custom_ops(cuda):
+    # flashjit.attention with gradients runs its eager plans
+    # (_TrainingAttention); the custom ops (what torch.compile records) are
+    # the other path. Deterministic kernels: the same bits either way, also
+    # for a non-contiguous dO and a GQA group, and on a second call (plans
+    # reused).
+    torch = cuda
+    q = rand(torch, 2, 8, 333, 64, dtype=torch.float16).requires_grad_()
+    k = rand(torch, 2, 2, 500, 64, dtype=torch.float16).requires_grad_()
+    v = rand(torch, 2, 2, 500, 64, dtype=torch.float16).requires_grad_()
+    grad_o = rand(torch, 2, 333, 8, 64, dtype=torch.float16).transpose(1, 2)
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        for _ in range(2):
+            o = flashjit.attention(q, k, v, causal=True, causal_align="bottom_right")
+            assert type(o.grad_fn).__name__ == "_TrainingAttentionBackward"
+            eager = torch.autograd.grad(o, (q, k, v), grad_o)
+            o2, lse2 = torch.ops.flashjit.attention_forward(
+                q, k, v, None, True, 1, -1, -1, None, None, None, [], [], 0, 0, [], None)
+            ops = torch.ops.flashjit.attention_backward(
+                grad_o, q, k, v, o2, lse2, None, True, 1, -1, -1, None, None, None, [], [],
+                0, 0, [], None)
+            assert torch.equal(o.detach(), o2.detach())
+            for a, b in zip(eager, ops):
+                assert torch.equal(a, b)
+    finally:
+        torch.use_deterministic_algorithms(previous)
+    refs = reference_gradients(q, k, v, grad_o, causal=True, align="bottom_right")
+    for got, ref in zip(eager, refs):
+        assert relative_error(got, ref) < 2e-2
+
+
 def test_backward_in_a_compiled_training_step(cuda):
     torch = cuda
     q = rand(torch, 2, 4, 300, 64, dtype=torch.bfloat16).requires_grad_()
