@@ -555,6 +555,14 @@ def _make_plan(q, k, v, causal, scale, window, softcap, causal_align, score_mod,
     return plan
 
 
+def _keep_plan(plans: dict, key, plan) -> None:
+    """Keeps a new plan, after dropping all of a thread's plans once it
+    holds _MAX_PLANS (shapes that keep changing)."""
+    if len(plans) >= _MAX_PLANS:
+        plans.clear()
+    plans[key] = plan
+
+
 def _fast_forward(q, k, v, causal, scale, window, softcap, causal_align, score_mod, mask_mod,
                   config):
     """O and LSE through a plan, or None where the op must run the call."""
@@ -588,9 +596,7 @@ def _fast_forward(q, k, v, causal, scale, window, softcap, causal_align, score_m
                           mask_mod, config)
         if plan is None:
             return None
-        if len(plans) >= _MAX_PLANS:
-            plans.clear()
-        plans[key] = plan
+        _keep_plan(plans, key, plan)
     if plan is _NO_PLAN or _current_device() != plan.device:
         return None
     q_ptr, k_ptr, v_ptr = q.data_ptr(), k.data_ptr(), v.data_ptr()
@@ -695,9 +701,7 @@ def _fast_backward(q, k, v, o, lse, grad_o, causal, align, scale):
                                    scale, deterministic)
         if plan is None:
             return None
-        if len(plans) >= _MAX_PLANS:
-            plans.clear()
-        plans[key] = plan
+        _keep_plan(plans, key, plan)
     if (q.data_ptr() | k.data_ptr() | v.data_ptr() | o.data_ptr() | grad_o.data_ptr()) & 15:
         return None  # the op says which tensor is misaligned
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)

@@ -24,7 +24,6 @@
 #include "flashjit/Templates/BlockMaskKernel.h"
 #include "flashjit/Templates/KernelTemplate.h"
 #include "flashjit/Templates/MmaSyncBackward.h"
-#include "flashjit/Templates/WgmmaBackward.h"
 
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
@@ -797,18 +796,10 @@ Context::compileBackward(const AttentionSpec &spec,
     return withCode(ErrorCode::InvalidArgument, std::move(err));
   if (auto err = MmaSyncBackward::supports(spec, TargetChip))
     return withCode(ErrorCode::Unsupported, std::move(err));
-  // The deterministic kernels are mma_sync_bwd_det (the wgmma_bwd ones add
-  // into dQ in no fixed order).
   TileConfig config = options.config.value_or(
-      options.deterministic ? MmaSyncBackward::defaultConfig(spec)
-                            : MmaSyncBackward::defaultConfig(spec, TargetChip));
+      MmaSyncBackward::defaultConfig(spec, TargetChip));
   if (auto err = MmaSyncBackward::checkConfig(spec, config, TargetChip))
     return withCode(ErrorCode::InvalidArgument, std::move(err));
-  if (options.deterministic && config.family == WgmmaBackward::family())
-    return makeError(ErrorCode::InvalidArgument,
-                     "the wgmma_bwd kernels are not deterministic: ask for "
-                     "an mma_sync_bwd config (or none) with "
-                     "BackwardOptions::deterministic");
   // The deterministic kernels are their own family: their own cache key.
   if (options.deterministic)
     config = MmaSyncBackward::withVariant(config, /*deterministic=*/true);

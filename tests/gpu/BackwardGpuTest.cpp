@@ -202,7 +202,8 @@ TEST_CASE("backward deterministic: every candidate config") {
   for (int64_t d : {64, 128})
     for (bool causal : {false, true}) {
       AttentionSpec spec = makeSpec(d, DType::BF16, causal, 4, 2);
-      for (const TileConfig &config : MmaSyncBackward::candidates(spec))
+      for (const TileConfig &config :
+           MmaSyncBackward::candidates(spec, gpuContext().target()))
         checkBackward(spec, 1, 301, 301, Layout::BHSD, config, 0,
                       kDeterministic);
     }

@@ -195,7 +195,7 @@ llvm::Error MmaSyncBackward::build(mlir::OpBuilder &builder,
   BackwardKernelNames names = BackwardKernelNames::of(baseName);
   backward::buildPreprocessKernel(builder, loc, spec, names.preprocess,
                                   isDeterministic(config) ? config.blockM : 0);
-  if (config.family == WgmmaBackward::family())
+  if (WgmmaBackward::owns(config))
     WgmmaBackward::buildMain(builder, loc, spec, config, names.main);
   else
     backward::MainKernelBuilder(builder, loc, spec, config)

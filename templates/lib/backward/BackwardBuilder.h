@@ -69,6 +69,26 @@ void storeKeyRows(KernelIR &ir, const MainParams &p, Value batch,
                   Value kvHead, llvm::function_ref<Value(int64_t)> keyOf,
                   Value column, ArrayRef<Value> dk, ArrayRef<Value> dv);
 
+// The deterministic variants' turns (BackwardDqTurns.cpp).
+/// Key block of this block: highest first along blockIdx.x.
+Value dqTurnKeyBlock(KernelIR &ir, Value keyBlocks);
+struct DqTurn {
+  Value counter; ///< address of the query block's counter
+  Value ordinal; ///< i32: the counter's value when it is this block's turn
+};
+/// The turn of key block `keyBlock` at (batch, query head, query block)
+/// for blocks of blockM query rows and blockN keys.
+DqTurn dqTurn(KernelIR &ir, const MainParams &p, Value batch, Value head,
+              Value queryBlock, Value queryBlocks, Value keyBlock,
+              Value keyBlocks, Value diagonal, int64_t blockM, int64_t blockN);
+/// Thread `tid` 0 (i64 or i32) spins until it is the block's turn; then
+/// `barrier` publishes that (the threads that add).
+void waitForDqTurn(KernelIR &ir, const DqTurn &turn, Value tid,
+                   llvm::function_ref<void()> barrier);
+/// After the block's additions (`barrier` first): the next block's turn.
+void passDqTurn(KernelIR &ir, const DqTurn &turn, Value tid,
+                llvm::function_ref<void()> barrier);
+
 /// The main kernel (MmaSyncBackward.h): one block per (key block, KV
 /// head, batch), warp w owning key rows [16 w, 16 w + 16) of the block.
 class MainKernelBuilder : public mma_sync::Builder {
@@ -89,21 +109,6 @@ private:
   /// (packed[nt * 2 + h]), B by ldmatrix.trans from a [block_m][d] tile.
   void accumulateOverQueries(ArrayRef<Value> packed, Value bLaneTrans,
                              mlir::MutableArrayRef<Value> acc);
-  // The deterministic variant's turns (BackwardDqTurns.cpp).
-  /// Key block of this block: highest first along blockIdx.x.
-  Value dqTurnKeyBlock(Value keyBlocks);
-  struct DqTurn {
-    Value counter; ///< address of the query block's counter
-    Value ordinal; ///< i32: the counter's value when it is this block's turn
-  };
-  /// The turn of key block `keyBlock` at (batch, query head, query block).
-  DqTurn dqTurn(const Params &p, Value batch, Value head, Value queryBlock,
-                Value queryBlocks, Value keyBlock, Value keyBlocks,
-                Value diagonal);
-  /// Returns (to every thread) once it is this block's turn.
-  void waitForDqTurn(const DqTurn &turn);
-  /// After the block's additions: the next block's turn.
-  void passDqTurn(const DqTurn &turn);
   /// f32 -> shared memory at byte offset `offset` (i64), and back.
   void storeShared(Value value, Value offset);
   Value loadShared(mlir::Type type, Value offset);

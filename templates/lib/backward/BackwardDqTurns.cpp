@@ -60,58 +60,67 @@ Value inlinePtx(OpBuilder &b, Location loc, Type result, ValueRange operands,
 }
 } // namespace
 
-Value MainKernelBuilder::dqTurnKeyBlock(Value keyBlocks) {
-  Value x = toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::x));
-  return sub(sub(keyBlocks, c64(1)), x);
+Value dqTurnKeyBlock(KernelIR &ir, Value keyBlocks) {
+  Value x = ir.toI64(gpu::BlockIdOp::create(ir.b, ir.loc, gpu::Dimension::x));
+  return ir.sub(ir.sub(keyBlocks, ir.c64(1)), x);
 }
 
-MainKernelBuilder::DqTurn
-MainKernelBuilder::dqTurn(const Params &p, Value batch, Value head,
-                          Value queryBlock, Value queryBlocks, Value keyBlock,
-                          Value keyBlocks, Value diagonal) {
+DqTurn dqTurn(KernelIR &ir, const MainParams &p, Value batch, Value head,
+              Value queryBlock, Value queryBlocks, Value keyBlock,
+              Value keyBlocks, Value diagonal, int64_t blockM, int64_t blockN) {
   Value contributors = keyBlocks;
-  if (spec.causal) {
-    Value end = maxS(
-        add(mul(add(queryBlock, c64(1)), c64(cfg.blockM)), diagonal), c64(0));
-    contributors =
-        minS(divU(add(end, c64(cfg.blockN - 1)), cfg.blockN), keyBlocks);
+  if (ir.spec.causal) {
+    Value end = ir.maxS(
+        ir.add(ir.mul(ir.add(queryBlock, ir.c64(1)), ir.c64(blockM)), diagonal),
+        ir.c64(0));
+    contributors = ir.minS(ir.divU(ir.add(end, ir.c64(blockN - 1)), blockN),
+                           keyBlocks);
   }
   DqTurn turn;
-  turn.ordinal = toI32(sub(sub(contributors, c64(1)), keyBlock));
-  Value index = add(mul(add(mul(batch, c64(spec.numHeads)), head), queryBlocks),
-                    queryBlock);
-  turn.counter = globalAddress(p.turns, i32, index);
+  turn.ordinal = ir.toI32(ir.sub(ir.sub(contributors, ir.c64(1)), keyBlock));
+  Value index = ir.add(
+      ir.mul(ir.add(ir.mul(batch, ir.c64(ir.spec.numHeads)), head), queryBlocks),
+      queryBlock);
+  turn.counter = ir.globalAddress(p.turns, ir.i32, index);
   return turn;
 }
 
-void MainKernelBuilder::waitForDqTurn(const DqTurn &turn) {
+void waitForDqTurn(KernelIR &ir, const DqTurn &turn, Value tid,
+                   llvm::function_ref<void()> barrier) {
+  OpBuilder &b = ir.b;
+  Location loc = ir.loc;
   {
     OpBuilder::InsertionGuard g(b);
-    auto first = scf::IfOp::create(b, loc, cmp(Pred::eq, tid, c64(0)),
+    Value zero = tid.getType() == ir.i64 ? ir.c64(0) : ir.c32(0);
+    auto first = scf::IfOp::create(b, loc, ir.cmp(Pred::eq, tid, zero),
                                    /*withElse=*/false);
     b.setInsertionPoint(first.thenBlock()->getTerminator());
     scf::WhileOp::create(
         b, loc, TypeRange{}, ValueRange{},
         [&](OpBuilder &, Location, ValueRange) {
-          Value now = inlinePtx(b, loc, i32, turn.counter,
+          Value now = inlinePtx(b, loc, ir.i32, turn.counter,
                                 "ld.acquire.gpu.global.b32 $0, [$1];", "=r,l");
-          scf::ConditionOp::create(b, loc, cmp(Pred::ne, now, turn.ordinal),
+          scf::ConditionOp::create(b, loc,
+                                   ir.cmp(Pred::ne, now, turn.ordinal),
                                    ValueRange{});
         },
         [&](OpBuilder &, Location, ValueRange) {
           scf::YieldOp::create(b, loc);
         });
   }
-  gpu::BarrierOp::create(b, loc);
+  barrier();
 }
 
-void MainKernelBuilder::passDqTurn(const DqTurn &turn) {
-  gpu::BarrierOp::create(b, loc);
+void passDqTurn(KernelIR &ir, const DqTurn &turn, Value tid,
+                llvm::function_ref<void()> barrier) {
+  OpBuilder &b = ir.b;
+  barrier();
   OpBuilder::InsertionGuard g(b);
-  auto first = scf::IfOp::create(b, loc, cmp(Pred::eq, tid, c64(0)),
+  Value zero = tid.getType() == ir.i64 ? ir.c64(0) : ir.c32(0);
+  auto first = scf::IfOp::create(b, ir.loc, ir.cmp(Pred::eq, tid, zero),
                                  /*withElse=*/false);
   b.setInsertionPoint(first.thenBlock()->getTerminator());
-  inlinePtx(b, loc, Type(), turn.counter,
+  inlinePtx(b, ir.loc, Type(), turn.counter,
             "fence.acq_rel.gpu;\n\tred.relaxed.gpu.global.add.s32 [$0], 1;",
             "l");
 }

@@ -26,6 +26,22 @@ unsigned ceilDiv(int64_t x, int64_t y) {
 
 } // namespace
 
+bool MmaSyncBackward::isDeterministic(const TileConfig &config) {
+  return config.family == deterministicFamily() ||
+         config.family == WgmmaBackward::deterministicFamily();
+}
+
+TileConfig MmaSyncBackward::withVariant(TileConfig config,
+                                        bool deterministic) {
+  if (WgmmaBackward::owns(config))
+    config.family = (deterministic ? WgmmaBackward::deterministicFamily()
+                                   : WgmmaBackward::family())
+                        .str();
+  else
+    config.family = (deterministic ? deterministicFamily() : family()).str();
+  return config;
+}
+
 BackwardKernelNames BackwardKernelNames::of(llvm::StringRef base) {
   return {(base + "_bwd_pre").str(), (base + "_bwd").str(),
           (base + "_bwd_dq").str()};
@@ -148,14 +164,15 @@ llvm::Error MmaSyncBackward::supports(const AttentionSpec &spec,
 
 llvm::Error MmaSyncBackward::checkConfig(const AttentionSpec &spec,
                                          const TileConfig &config) {
-  if (config.family == WgmmaBackward::family())
+  if (WgmmaBackward::owns(config))
     return WgmmaBackward::checkConfig(spec, config);
   if (config.family != family() && !isDeterministic(config))
     return configError(llvm::formatv("config family '{0}' given to it (it "
-                                     "builds {1}, {2} and {3})",
+                                     "builds {1}, {2}, {3} and {4})",
                                      config.family, family(),
                                      deterministicFamily(),
-                                     WgmmaBackward::family())
+                                     WgmmaBackward::family(),
+                                     WgmmaBackward::deterministicFamily())
                            .str());
   if (config.stages != 1 && config.stages != 2)
     return configError(
@@ -197,14 +214,14 @@ llvm::Error MmaSyncBackward::checkConfig(const AttentionSpec &spec,
                                          const Target &target) {
   if (auto err = checkConfig(spec, config))
     return err;
-  if (config.family == WgmmaBackward::family())
+  if (WgmmaBackward::owns(config))
     return WgmmaBackward::supports(spec, target);
   return llvm::Error::success();
 }
 
 TemplateResources MmaSyncBackward::resources(const AttentionSpec &spec,
                                              const TileConfig &config) {
-  if (config.family == WgmmaBackward::family())
+  if (WgmmaBackward::owns(config))
     return WgmmaBackward::resources(spec, config);
   TemplateResources r;
   r.threadsPerBlock = static_cast<unsigned>(config.warps * 32);

@@ -161,7 +161,7 @@ void MainKernelBuilder::buildMain(StringRef name) {
   const int64_t bM = cfg.blockM, bN = cfg.blockN;
   Value keyBlocks = divU(add(p.seqlenK, c64(bN - 1)), bN);
   Value keyBlock =
-      p.turns ? dqTurnKeyBlock(keyBlocks)
+      p.turns ? dqTurnKeyBlock(*this, keyBlocks)
               : toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::x));
   Value kvHead = toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::y));
   Value batch = toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::z));
@@ -413,9 +413,10 @@ void MainKernelBuilder::buildMain(StringRef name) {
     }
     std::optional<DqTurn> turn;
     if (p.turns) {
-      turn = dqTurn(p, batch, head, divU(m0, bM), queryBlocks, keyBlock,
-                    keyBlocks, diagonal);
-      waitForDqTurn(*turn);
+      turn = dqTurn(*this, p, batch, head, divU(m0, bM), queryBlocks,
+                    keyBlock, keyBlocks, diagonal, bM, bN);
+      waitForDqTurn(*this, *turn, tid,
+                    [&] { gpu::BarrierOp::create(b, loc); });
     }
     for (int64_t h = 0; h < 2; ++h) {
       Value row = add(add(m0, mul(dqTile, c64(16))), add(quadRow, c64(8 * h)));
@@ -434,7 +435,8 @@ void MainKernelBuilder::buildMain(StringRef name) {
               dq[dt * kAcc + 2 * h + e], LLVM::AtomicOrdering::monotonic);
     }
     if (turn)
-      passDqTurn(*turn);
+      passDqTurn(*this, *turn, tid,
+                 [&] { gpu::BarrierOp::create(b, loc); });
     SmallVector<Value> next(dkAcc);
     next.append(dvAcc.begin(), dvAcc.end());
     return next;

@@ -33,7 +33,7 @@ llvm::Error WgmmaBackward::supports(const AttentionSpec &spec,
 
 llvm::Error WgmmaBackward::checkConfig(const AttentionSpec &spec,
                                        const TileConfig &config) {
-  if (config.family != family())
+  if (!owns(config))
     return configError(llvm::formatv("config family '{0}' given to it",
                                      config.family)
                            .str());

@@ -23,6 +23,7 @@
 
 #include "../HopperIR.h"
 
+#include "flashjit/Templates/MmaSyncBackward.h"
 #include "flashjit/Templates/WgmmaBackward.h"
 
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
@@ -136,7 +137,8 @@ void WgmmaMainBuilder::build(StringRef name) {
                          smemName, Attribute(), /*alignment=*/1024,
                          /*addrSpace=*/3);
   OpBuilder::InsertionGuard funcGuard(b);
-  MainParams p = beginMainKernel(*this, name, threads, /*deterministic=*/false);
+  const bool deterministic = MmaSyncBackward::isDeterministic(cfg);
+  MainParams p = beginMainKernel(*this, name, threads, deterministic);
   alignSharedBase(smemName);
 
   Value tid = toI32(threadIdX());
@@ -148,7 +150,13 @@ void WgmmaMainBuilder::build(StringRef name) {
   // This thread's first accumulator row within its warpgroup's 64.
   Value warpRow = add(mul(warp, c32(16)), quadRow);
 
-  Value keyBlock = toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::x));
+  // Deterministic: highest key block first along blockIdx.x (its turn
+  // comes first; BackwardDqTurns.cpp).
+  Value keyBlocks = divU(add(p.seqlenK, c64(bN - 1)), bN);
+  Value keyBlock =
+      deterministic
+          ? dqTurnKeyBlock(*this, keyBlocks)
+          : toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::x));
   Value kvHead = toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::y));
   Value batch = toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::z));
   Value n0 = mul(keyBlock, c64(bN));
@@ -246,16 +254,38 @@ void WgmmaMainBuilder::build(StringRef name) {
   // (cp.reduce.async.bulk .add.f32; the L2 adds whole lines, where
   // per-element reductions cost half the kernel's time).
   auto flushDq = [&](Value t) {
-    Value row = add(firstRowOf(t), toI64(tid));
-    Value mine = arith::AndIOp::create(b, loc, cmp(Pred::slt, tid, c32(bM)),
-                                       cmp(Pred::slt, row, p.seqlenQ));
-    ifThen(mine, [&] {
-      Value dst = globalAddress(
-          p.dqAccum, f32, workspaceRow(*this, p, batch, headOf(t), row, d));
-      Value src = sharedAddress(add(c32(dqOff), mul(tid, c32(dqRowBytes))));
-      asmVoid("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 "
-              "[$0], [$1], $2;\n\tcp.async.bulk.commit_group;",
-              "l,r,r", {dst, src, c32(d * 4)});
+    Value m0 = firstRowOf(t), head = headOf(t);
+    Value row = add(m0, toI64(tid));
+    auto issue = [&] {
+      ifThen(cmp(Pred::slt, row, p.seqlenQ), [&] {
+        Value dst = globalAddress(
+            p.dqAccum, f32, workspaceRow(*this, p, batch, head, row, d));
+        Value src =
+            sharedAddress(add(c32(dqOff), mul(tid, c32(dqRowBytes))));
+        asmVoid("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 "
+                "[$0], [$1], $2;\n\tcp.async.bulk.commit_group;",
+                "l,r,r", {dst, src, c32(d * 4)});
+      });
+    };
+    ifThen(cmp(Pred::slt, tid, c32(bM)), [&] {
+      if (!deterministic) {
+        issue();
+        return;
+      }
+      // The issuing threads take the query block's turn together (named
+      // barrier 1), add, wait until their reductions have completed, and
+      // pass the turn; the cross-proxy fences order the async-proxy
+      // reductions after the acquire and before the release.
+      DqTurn turn = dqTurn(*this, p, batch, head, divU(m0, bM),
+                           plan.queryBlocks, keyBlock, keyBlocks, diagonal, bM,
+                           bN);
+      auto issuers = [&] { namedBarrierSync(c32(1), bM); };
+      waitForDqTurn(*this, turn, tid, issuers);
+      asmVoid("fence.proxy.async.global;", "", {});
+      issue();
+      asmVoid("cp.async.bulk.wait_group 0;\n\tfence.proxy.async.global;", "",
+              {});
+      passDqTurn(*this, turn, tid, issuers);
     });
   };
   // Each issuing thread waits until its reductions have read their rows.

@@ -7,6 +7,7 @@
 #include "flashjit/Backward.h"
 #include "flashjit/Runtime/ErrorCode.h"
 #include "flashjit/Templates/MmaSyncBackward.h"
+#include "flashjit/Templates/WgmmaBackward.h"
 
 #include <doctest/doctest.h>
 
@@ -136,18 +137,20 @@ TEST_CASE("backward: the deterministic kernels are their own cache entry, "
   CHECK((*det)->deterministic());
   CHECK(det->get() != plain->get());
   CHECK((*ctx)->cache().stats().builds == 2);
-  // Same tile sizes, the deterministic family.
-  TileConfig expected = MmaSyncBackward::defaultConfig(spec);
-  expected.family = MmaSyncBackward::deterministicFamily().str();
+  // Same tile sizes, the deterministic family (sm_90a: wgmma_bwd_det).
+  TileConfig expected = WgmmaBackward::defaultConfig(spec);
+  expected.family = WgmmaBackward::deterministicFamily().str();
   CHECK((*det)->info().config == expected);
   CHECK((*plain)->info().config.family == "wgmma_bwd");
   // The default kernels have no turns; the deterministic ones spin on an
-  // acquire load and release with a fence, and keep the f32 atomics.
+  // acquire load and release with a fence, and keep the bulk reductions,
+  // waiting for each to complete before the release.
   const std::string &ptx = (*det)->ptx();
   CHECK(ptx.find("ld.acquire.gpu.global.b32") != std::string::npos);
   CHECK(ptx.find("fence.acq_rel.gpu") != std::string::npos);
   CHECK(ptx.find("red.relaxed.gpu.global.add.s32") != std::string::npos);
-  CHECK(ptx.find("atom.global.add.f32") != std::string::npos);
+  CHECK(ptx.find("cp.reduce.async.bulk") != std::string::npos);
+  CHECK(ptx.find("cp.async.bulk.wait_group 0") != std::string::npos);
   CHECK((*plain)->ptx().find("ld.acquire") == std::string::npos);
   // A config of the deterministic family asks for the same kernels.
   BackwardOptions byFamily;
@@ -155,7 +158,8 @@ TEST_CASE("backward: the deterministic kernels are their own cache entry, "
   auto again = (*ctx)->compileBackward(spec, byFamily);
   REQUIRE(static_cast<bool>(again));
   CHECK(again->get() == det->get());
-  // An explicit mma_sync_bwd config with the flag: deterministic too.
+  // An explicit mma_sync_bwd config with the flag: deterministic too, in
+  // its own template's family; the mma_sync turns keep the f32 atomics.
   BackwardOptions sized;
   sized.config = TileConfig{"mma_sync_bwd", 32, 64, 1, 4};
   sized.deterministic = true;
@@ -163,6 +167,7 @@ TEST_CASE("backward: the deterministic kernels are their own cache entry, "
   REQUIRE(static_cast<bool>(small));
   CHECK((*small)->info().config.family == "mma_sync_bwd_det");
   CHECK((*small)->info().config.blockM == 32);
+  CHECK((*small)->ptx().find("atom.global.add.f32") != std::string::npos);
 
   // One i32 counter per (batch, head, query block of block_m rows) after
   // the default workspace, in its own 256-byte part.
@@ -205,15 +210,9 @@ TEST_CASE("backward: what is not supported is an error") {
   auto bad = (*ctx)->compileBackward(gqaSpec(), badConfig);
   REQUIRE(!bad);
   CHECK(codeOf(bad.takeError()) == ErrorCode::InvalidArgument);
-  // wgmma_bwd: sm_90a only, head dims 64 and 128, not deterministic.
+  // wgmma_bwd: sm_90a only, head dims 64 and 128.
   BackwardOptions hopper;
   hopper.config = TileConfig{"wgmma_bwd", 64, 128, 2, 8};
-  hopper.deterministic = true;
-  auto notDeterministic = (*ctx)->compileBackward(gqaSpec(), hopper);
-  REQUIRE(!notDeterministic);
-  CHECK(llvm::toString(notDeterministic.takeError()).find("mma_sync_bwd") !=
-        std::string::npos);
-  hopper.deterministic = false;
   AttentionSpec d96 = gqaSpec();
   d96.headDim = 96;
   auto noD96 = (*ctx)->compileBackward(d96, hopper);

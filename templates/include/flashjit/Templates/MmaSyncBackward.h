@@ -141,15 +141,12 @@ class MmaSyncBackward {
 public:
   static llvm::StringRef family() { return "mma_sync_bwd"; }
   static llvm::StringRef deterministicFamily() { return "mma_sync_bwd_det"; }
-  /// Whether `config` names the deterministic variant.
-  static bool isDeterministic(const TileConfig &config) {
-    return config.family == deterministicFamily();
-  }
-  /// `config`'s tile sizes in the family of the variant asked for.
-  static TileConfig withVariant(TileConfig config, bool deterministic) {
-    config.family = (deterministic ? deterministicFamily() : family()).str();
-    return config;
-  }
+  /// Whether `config` names a deterministic variant (mma_sync_bwd_det or
+  /// wgmma_bwd_det).
+  static bool isDeterministic(const TileConfig &config);
+  /// `config`'s tile sizes in the family of the variant asked for (of
+  /// its own template: mma_sync_bwd or wgmma_bwd).
+  static TileConfig withVariant(TileConfig config, bool deterministic);
   static constexpr int minComputeCapability() { return 80; }
   /// Key rows each warp owns (one m16 tile).
   static constexpr int64_t kKeyRowsPerWarp = 16;

@@ -21,7 +21,10 @@
 //   during the next step, one bulk reduction per row
 //   (cp.reduce.async.bulk .add.f32). Per-element reductions
 //   (red.global.add.f32) took half the kernel's time.
-// Not deterministic: the deterministic kernels are mma_sync_bwd_det.
+// Deterministic variant (wgmma_bwd_det): the blocks that add into one
+// query block of dQ take turns, highest key block first, as
+// mma_sync_bwd_det's do; a block's turn ends once its bulk reductions
+// have completed.
 #ifndef FLASHJIT_TEMPLATES_WGMMABACKWARD_H
 #define FLASHJIT_TEMPLATES_WGMMABACKWARD_H
 
@@ -48,6 +51,14 @@ namespace flashjit {
 class WgmmaBackward {
 public:
   static llvm::StringRef family() { return "wgmma_bwd"; }
+  /// The deterministic variant: the same tile sizes; the blocks that add
+  /// into one query block of dQ take turns (BackwardDqTurns.cpp), each
+  /// waiting for its bulk reductions to complete before passing the turn.
+  static llvm::StringRef deterministicFamily() { return "wgmma_bwd_det"; }
+  /// Whether `config` is of this template (either variant).
+  static bool owns(const TileConfig &config) {
+    return config.family == family() || config.family == deterministicFamily();
+  }
   static constexpr int kComputeCapability = 90;
   static constexpr int64_t kBlockN = 128;
   static constexpr int64_t kWarps = 8;
@@ -65,8 +76,9 @@ public:
                                      const TileConfig &config);
   static std::vector<TileConfig> candidates(const AttentionSpec &spec);
   static TileConfig defaultConfig(const AttentionSpec &spec);
-  /// Emits the main kernel `name` (BackwardMainArgs, without turns); the
-  /// config has passed checkConfig.
+  /// Emits the main kernel `name` (BackwardMainArgs; the deterministic
+  /// variant takes the turn counters last); the config has passed
+  /// checkConfig.
   static void buildMain(mlir::OpBuilder &builder, mlir::Location loc,
                         const AttentionSpec &spec, const TileConfig &config,
                         llvm::StringRef name);
