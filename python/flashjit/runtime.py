@@ -148,7 +148,7 @@ class Context:
         compiled or taken from the cache. config: None for the default, or
         a tile config of family wgmma_bwd or mma_sync_bwd. deterministic:
         dq, dk and dv bitwise equal run to run, at a measured cost in
-        time (mma_sync_bwd_det kernels). A spec the
+        time (wgmma_bwd_det or mma_sync_bwd_det kernels). A spec the
         backward does not support (windows, mods, block masks, head dim
         256) raises UnsupportedError saying which part."""
         if not isinstance(spec, AttentionSpec):

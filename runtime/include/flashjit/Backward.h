@@ -48,7 +48,7 @@ struct BackwardOptions {
   /// A "wgmma_bwd" (sm_90a, WgmmaBackward.h) or "mma_sync_bwd"
   /// (MmaSyncBackward.h) tile config; none: the default for the spec and
   /// the context's chip (wgmma_bwd on sm_90a at head dims 64 and 128,
-  /// mma_sync_bwd elsewhere and when deterministic). A config of family
+  /// mma_sync_bwd elsewhere). A config of family "wgmma_bwd_det" or
   /// "mma_sync_bwd_det" asks for the deterministic kernels as
   /// `deterministic` does.
   std::optional<TileConfig> config;
@@ -58,7 +58,8 @@ struct BackwardOptions {
   /// (dK and dV never leave the chip before they are final). It costs
   /// time (docs/backward.md has the measured ratio) and a little more
   /// workspace (workspaceBytes() counts it). Cached apart from the
-  /// default kernels, whose config family it changes to mma_sync_bwd_det.
+  /// default kernels: it changes the config's family to its template's
+  /// deterministic one (wgmma_bwd_det, mma_sync_bwd_det).
   bool deterministic = false;
 };
 
