@@ -163,16 +163,6 @@ SmallVector<Value> HopperIR::waitGroups(int64_t pending, ValueRange values) {
       inputs, values, values.size());
 }
 
-void HopperIR::asmVoid(StringRef text, StringRef constraints,
-                      ValueRange operands) {
-  LLVM::InlineAsmOp::create(
-      b, loc, /*res=*/Type(), operands, text, constraints,
-      /*has_side_effects=*/true, /*is_align_stack=*/false,
-      LLVM::tailcallkind::TailCallKind::None,
-      LLVM::AsmDialectAttr::get(b.getContext(), LLVM::AsmDialect::AD_ATT),
-      /*operand_attrs=*/ArrayAttr());
-}
-
 void HopperIR::namedBarrierSync(Value id, int64_t threads) {
   asmVoid(llvm::formatv("bar.sync $0, {0};", threads).str(), "r", {id});
 }

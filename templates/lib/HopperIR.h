@@ -111,7 +111,6 @@ public:
   void namedBarrierSync(Value id, int64_t threads);
   void namedBarrierArrive(Value id, int64_t threads);
 
-  void asmVoid(StringRef text, StringRef constraints, ValueRange operands);
   /// Inline PTX with side effects returning `outs` f32 registers (the
   /// first constraints, "=f") from `operands` under `inputs` constraints.
   SmallVector<Value> asmFloats(StringRef text, StringRef inputs,

@@ -431,6 +431,23 @@ Value KernelIR::lseFromBase2(Value maxBase2, Value sum) {
                                cF32(static_cast<float>(M_LN2)));
 }
 
+void KernelIR::ifThen(Value condition, llvm::function_ref<void()> body) {
+  OpBuilder::InsertionGuard g(b);
+  auto op = scf::IfOp::create(b, loc, condition, /*withElse=*/false);
+  b.setInsertionPoint(op.thenBlock()->getTerminator());
+  body();
+}
+
+void KernelIR::asmVoid(StringRef text, StringRef constraints,
+                       ValueRange operands) {
+  LLVM::InlineAsmOp::create(
+      b, loc, /*res=*/Type(), operands, text, constraints,
+      /*has_side_effects=*/true, /*is_align_stack=*/false,
+      LLVM::tailcallkind::TailCallKind::None,
+      LLVM::AsmDialectAttr::get(b.getContext(), LLVM::AsmDialect::AD_ATT),
+      /*operand_attrs=*/ArrayAttr());
+}
+
 void KernelIR::keepRolled(Operation *loop) {
   MLIRContext *ctx = b.getContext();
   auto unroll = LLVM::LoopUnrollAttr::get(

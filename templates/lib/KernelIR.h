@@ -143,6 +143,12 @@ public:
   /// for a loop that mostly waits on barriers that gains nothing and keeps
   /// the remainder's trip count and flags live in registers.
   void keepRolled(mlir::Operation *loop);
+  /// Runs `body` with the insertion point inside an scf.if on `condition`
+  /// (i1), no else.
+  void ifThen(mlir::Value condition, llvm::function_ref<void()> body);
+  /// Inline PTX with side effects and no result.
+  void asmVoid(llvm::StringRef text, llvm::StringRef constraints,
+               mlir::ValueRange operands);
 
   // Constants and integer arithmetic.
   mlir::Value c64(int64_t v);

@@ -52,7 +52,6 @@ private:
   void waitForStores(Value tid);
   /// K/V tiles of the tile at `at` (KernelIR::kvTileRange).
   KvTileRange kvTiles(const ForwardParams &p, const BlockCoordinates &at);
-  void ifThen(Value condition, function_ref<void()> body);
 
   // ---- the persistent tile loop (WgmmaPersistent.cpp) ---------------------
   /// The next tile from the launch's counter (i32; past the last tile once

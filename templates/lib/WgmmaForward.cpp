@@ -204,13 +204,6 @@ KvTileRange Builder::kvTiles(const ForwardParams &p,
                      cfg.blockM, cfg.blockN);
 }
 
-void Builder::ifThen(Value condition, function_ref<void()> body) {
-  OpBuilder::InsertionGuard g(b);
-  auto op = scf::IfOp::create(b, loc, condition, /*withElse=*/false);
-  b.setInsertionPoint(op.thenBlock()->getTerminator());
-  body();
-}
-
 // ---- consumers --------------------------------------------------------------
 void Builder::emitConsumer(const ForwardParams &p, Value tid,
                            Value warpgroup) {

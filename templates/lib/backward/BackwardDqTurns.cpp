@@ -48,15 +48,23 @@ namespace flashjit::backward {
 using Pred = arith::CmpIPredicate;
 
 namespace {
-Value inlinePtx(OpBuilder &b, Location loc, Type result, ValueRange operands,
-                StringRef text, StringRef constraints) {
-  auto op = LLVM::InlineAsmOp::create(
-      b, loc, result, operands, text, constraints,
-      /*has_side_effects=*/true, /*is_align_stack=*/false,
-      LLVM::tailcallkind::TailCallKind::None,
-      LLVM::AsmDialectAttr::get(b.getContext(), LLVM::AsmDialect::AD_ATT),
-      /*operand_attrs=*/ArrayAttr());
-  return result ? op.getResult(0) : Value();
+/// An ld.acquire.gpu of the i32 at `address`.
+Value loadAcquire(KernelIR &ir, Value address) {
+  return LLVM::InlineAsmOp::create(
+             ir.b, ir.loc, ir.i32, address,
+             "ld.acquire.gpu.global.b32 $0, [$1];", "=r,l",
+             /*has_side_effects=*/true, /*is_align_stack=*/false,
+             LLVM::tailcallkind::TailCallKind::None,
+             LLVM::AsmDialectAttr::get(ir.b.getContext(),
+                                       LLVM::AsmDialect::AD_ATT),
+             /*operand_attrs=*/ArrayAttr())
+      .getResult(0);
+}
+
+/// Whether `tid` (i32 or i64) is thread 0.
+Value isThreadZero(KernelIR &ir, Value tid) {
+  Value zero = tid.getType() == ir.i64 ? ir.c64(0) : ir.c32(0);
+  return ir.cmp(Pred::eq, tid, zero);
 }
 } // namespace
 
@@ -87,42 +95,31 @@ DqTurn dqTurn(KernelIR &ir, const MainParams &p, Value batch, Value head,
 
 void waitForDqTurn(KernelIR &ir, const DqTurn &turn, Value tid,
                    llvm::function_ref<void()> barrier) {
-  OpBuilder &b = ir.b;
-  Location loc = ir.loc;
-  {
-    OpBuilder::InsertionGuard g(b);
-    Value zero = tid.getType() == ir.i64 ? ir.c64(0) : ir.c32(0);
-    auto first = scf::IfOp::create(b, loc, ir.cmp(Pred::eq, tid, zero),
-                                   /*withElse=*/false);
-    b.setInsertionPoint(first.thenBlock()->getTerminator());
+  ir.ifThen(isThreadZero(ir, tid), [&] {
+    OpBuilder &b = ir.b;
     scf::WhileOp::create(
-        b, loc, TypeRange{}, ValueRange{},
+        b, ir.loc, TypeRange{}, ValueRange{},
         [&](OpBuilder &, Location, ValueRange) {
-          Value now = inlinePtx(b, loc, ir.i32, turn.counter,
-                                "ld.acquire.gpu.global.b32 $0, [$1];", "=r,l");
-          scf::ConditionOp::create(b, loc,
+          Value now = loadAcquire(ir, turn.counter);
+          scf::ConditionOp::create(b, ir.loc,
                                    ir.cmp(Pred::ne, now, turn.ordinal),
                                    ValueRange{});
         },
         [&](OpBuilder &, Location, ValueRange) {
-          scf::YieldOp::create(b, loc);
+          scf::YieldOp::create(b, ir.loc);
         });
-  }
+  });
   barrier();
 }
 
 void passDqTurn(KernelIR &ir, const DqTurn &turn, Value tid,
                 llvm::function_ref<void()> barrier) {
-  OpBuilder &b = ir.b;
   barrier();
-  OpBuilder::InsertionGuard g(b);
-  Value zero = tid.getType() == ir.i64 ? ir.c64(0) : ir.c32(0);
-  auto first = scf::IfOp::create(b, ir.loc, ir.cmp(Pred::eq, tid, zero),
-                                 /*withElse=*/false);
-  b.setInsertionPoint(first.thenBlock()->getTerminator());
-  inlinePtx(b, ir.loc, Type(), turn.counter,
-            "fence.acq_rel.gpu;\n\tred.relaxed.gpu.global.add.s32 [$0], 1;",
-            "l");
+  ir.ifThen(isThreadZero(ir, tid), [&] {
+    ir.asmVoid(
+        "fence.acq_rel.gpu;\n\tred.relaxed.gpu.global.add.s32 [$0], 1;", "l",
+        turn.counter);
+  });
 }
 
 } // namespace flashjit::backward

@@ -9,16 +9,19 @@
 // the block; in a wgmma accumulator a thread of warp w, lane l holds rows
 // 16 w + l / 4 (+ 8) and columns 8 j + 2 (l % 4) (+ 1).
 //
-// One step (a query block of one query head), all 256 threads:
-//   bar.sync; start the next step's cp.async; wait for this step's; fence;
-//   bar.sync; S^T, dP^T issued; P^T after S^T's wait, dS^T after dP^T's;
-//   dV and dK issued; dS^T stored; fence; bar.sync; dQ issued; wait for
-//   all; dQ added into the workspace.
+// One step (a query block of one query head), all 256 threads (stages
+// 2): wait for this step's cp.async (started a step earlier); fence;
+// bar.sync; start the next step's; the previous step's staged dQ rows into
+// the workspace (bulk reductions); S^T, dP^T issued; P^T after S^T's wait,
+// dS^T after dP^T's; dV and dK issued; dS^T stored; fence; wait until the
+// reductions have read the staging rows; bar.sync; dQ issued; wait for all;
+// dQ to the staging rows.
 //
 // Shared layout (1024-aligned; tiles 128-byte swizzled in panels of 64
 // columns): K [128][d], V [128][d], per stage Q [block_m][d] and dO
 // [block_m][d], dS^T [128 keys][block_m queries], per stage LSE and D
-// (f32 [block_m] each).
+// (f32 [block_m] each), the dQ staging rows (f32 [block_m][d], each row
+// padded by kDqRowPadding bytes).
 #include "BackwardBuilder.h"
 
 #include "../HopperIR.h"
@@ -85,12 +88,6 @@ private:
   }
   Value descriptorAt(Value offset, Major major, int64_t panelBytes) {
     return descriptor(sharedAddress(offset), major, panelBytes);
-  }
-  void ifThen(Value condition, function_ref<void()> body) {
-    OpBuilder::InsertionGuard g(b);
-    auto op = scf::IfOp::create(b, loc, condition, /*withElse=*/false);
-    b.setInsertionPoint(op.thenBlock()->getTerminator());
-    body();
   }
 
   const TileConfig &cfg;
@@ -182,15 +179,14 @@ void WgmmaMainBuilder::build(StringRef name) {
                  inStage(qOff, stage, stageBytes));
     copySwizzled(p.dO, p.dOStrides, batch, head, m0, p.seqlenQ, bM,
                  inStage(doOff, stage, stageBytes));
-    OpBuilder::InsertionGuard g(b);
-    auto owner = scf::IfOp::create(b, loc, cmp(Pred::slt, tid, c32(bM)),
-                                   /*withElse=*/false);
-    b.setInsertionPoint(owner.thenBlock()->getTerminator());
-    auto rowAt = [&](int64_t to) {
-      return shared(add(inStage(to, stage, smallStageBytes), mul(tid, c32(4))));
-    };
-    copyRowStats(*this, p, batch, head, m0, toI64(tid), rowAt(lseOff),
-                 rowAt(dOff));
+    ifThen(cmp(Pred::slt, tid, c32(bM)), [&] {
+      auto rowAt = [&](int64_t to) {
+        return shared(
+            add(inStage(to, stage, smallStageBytes), mul(tid, c32(4))));
+      };
+      copyRowStats(*this, p, batch, head, m0, toI64(tid), rowAt(lseOff),
+                   rowAt(dOff));
+    });
   };
 
   // ---- the products -------------------------------------------------------
@@ -247,7 +243,6 @@ void WgmmaMainBuilder::build(StringRef name) {
 
   const float log2e = static_cast<float>(M_LOG2E);
   const int64_t sTiles = bM / 8; // n8 tiles of S^T: query columns
-  const int64_t dTiles = d / 8;  // n8 tiles of dK, dV
 
   // Step t's dQ rows from the staging rows into the workspace: thread r
   // (r < block_m) adds row r, if below seqlen_q, with one bulk reduction
@@ -322,7 +317,7 @@ void WgmmaMainBuilder::build(StringRef name) {
   auto step = [&](Value t, ValueRange acc) {
     SmallVector<Value> dk(acc.begin(), acc.begin() + d / 2);
     SmallVector<Value> dv(acc.begin() + d / 2, acc.end());
-    Value head = headOf(t), m0 = firstRowOf(t);
+    Value m0 = firstRowOf(t);
     Value stage = c32(0);
     if (stages == 1) {
       // Every thread is done with the previous step's buffers and dS^T.
@@ -340,14 +335,9 @@ void WgmmaMainBuilder::build(StringRef name) {
       NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
       fenceProxyAsync();
       gpu::BarrierOp::create(b, loc);
-      {
-        OpBuilder::InsertionGuard g(b);
-        Value next = add(t, c64(1));
-        auto more = scf::IfOp::create(b, loc, cmp(Pred::slt, next, steps),
-                                      /*withElse=*/false);
-        b.setInsertionPoint(more.thenBlock()->getTerminator());
-        loadStep(next, sub(c32(1), stage));
-      }
+      Value next = add(t, c64(1));
+      ifThen(cmp(Pred::slt, next, steps),
+             [&] { loadStep(next, sub(c32(1), stage)); });
       NVVM::CpAsyncCommitGroupOp::create(b, loc);
     }
     // The previous step's dQ rows, staged and fenced before the barrier.
@@ -489,14 +479,9 @@ void WgmmaMainBuilder::build(StringRef name) {
 
   SmallVector<Value> result;
   {
-    if (stages == 2) {
-      // The first step's loads, in one group with K and V.
-      OpBuilder::InsertionGuard g(b);
-      auto any = scf::IfOp::create(b, loc, cmp(Pred::sgt, steps, c64(0)),
-                                   /*withElse=*/false);
-      b.setInsertionPoint(any.thenBlock()->getTerminator());
-      loadStep(c64(0), c32(0));
-    }
+    // The first step's loads, in one group with K and V.
+    if (stages == 2)
+      ifThen(cmp(Pred::sgt, steps, c64(0)), [&] { loadStep(c64(0), c32(0)); });
     NVVM::CpAsyncCommitGroupOp::create(b, loc);
     SmallVector<Value> init(d, cF32(0.0f));
     auto loop = scf::ForOp::create(

@@ -90,7 +90,6 @@ private:
                  Value headBase, Value split, Value wm, Value quadRow,
                  Value quadCol);
   // ---- bulk copies (DecodeBulkCopy.cpp) ----------------------------------
-  void asmVoid(StringRef text, StringRef constraints, ValueRange operands);
   /// createpolicy's L2 evict_first policy (an i64 for .L2::cache_hint).
   Value evictFirstPolicy();
   /// The mbarrier of stage `slot` (i64) as a shared pointer.

@@ -22,16 +22,6 @@ constexpr int32_t kWaitTicks = 10000000;
 constexpr int64_t kArrivals = 32;
 } // namespace
 
-void Builder::asmVoid(StringRef text, StringRef constraints,
-                      ValueRange operands) {
-  LLVM::InlineAsmOp::create(
-      b, loc, /*res=*/Type(), operands, text, constraints,
-      /*has_side_effects=*/true, /*is_align_stack=*/false,
-      LLVM::tailcallkind::TailCallKind::None,
-      LLVM::AsmDialectAttr::get(b.getContext(), LLVM::AsmDialect::AD_ATT),
-      /*operand_attrs=*/ArrayAttr());
-}
-
 Value Builder::evictFirstPolicy() {
   return LLVM::InlineAsmOp::create(
              b, loc, i64, ValueRange{},
