@@ -489,6 +489,20 @@ def _plain(q, k, v) -> bool:
                                           or v.requires_grad)))
 
 
+def _device_dltensor(shape, strides, dtype_name: str, device: int):
+    """A DLTensor on CUDA device `device` with no data pointer yet (a plan
+    writes it on each call)."""
+    return _dlpack._build(0, list(shape), list(strides), *_dlpack.DTYPES[dtype_name],
+                          _dlpack.KDL_CUDA, device, 0, ())
+
+
+def _kernel_dltensor(name: str, t, device: int):
+    """_device_dltensor of `t`'s shape and dtype, with the strides the
+    library takes for it (_kernel_strides)."""
+    return _device_dltensor(t.shape, _kernel_strides(name, t) or t.stride(), _DTYPES[t.dtype],
+                            device)
+
+
 class _Plan:
     """One call's shapes and options, prepared: the kernel's handle and C
     function, and DLTensors for q, k, v, o and lse of which only the data
@@ -527,15 +541,10 @@ def _make_plan(q, k, v, causal, scale, window, softcap, causal_align, score_mod,
             kernel = get_kernel(spec, device, config=config, seqlen=bucket)
     o = torch.empty_like(q)
     lse_shape = (q.shape[0], q.shape[1], q.shape[2])
-    tensors = []
-    for name, t in (("q", q), ("k", k), ("v", v), ("o", o)):
-        strides = _kernel_strides(name, t)
-        tensors.append(_dlpack._build(0, list(t.shape), strides or list(t.stride()),
-                                      *_dlpack.DTYPES[_DTYPES[t.dtype]], _dlpack.KDL_CUDA,
-                                      device, 0, ()))
+    tensors = [_kernel_dltensor(name, t, device)
+               for name, t in (("q", q), ("k", k), ("v", v), ("o", o))]
     b, h, sq = lse_shape
-    tensors.append(_dlpack._build(0, [b, h, sq], [h * sq, sq, 1], *_dlpack.DTYPES["f32"],
-                                  _dlpack.KDL_CUDA, device, 0, ()))
+    tensors.append(_device_dltensor(lse_shape, (h * sq, sq, 1), "f32", device))
     plan = _Plan()
     plan.lib = kernel._lib
     plan.fn = kernel._lib.fn("flashjit_kernel_forward")
@@ -653,19 +662,17 @@ def _make_backward_plan(q, k, v, o, lse, grad_o, grad_strides, causal, align, sc
             return None
         with torch.cuda.device(device):
             backward = get_backward(spec, device, deterministic=deterministic)
-    built = []
     # The gradients as _fast_backward allocates them (empty_like keeps a
     # dense input's strides, and makes another's contiguous: the same each
     # call for the same input strides).
     dq, dk, dv = (torch.empty_like(x) for x in (q, k, v))
-    for name, t, strides in (("q", q, None), ("k", k, None), ("v", v, None), ("o", o, None),
-                             ("lse", lse, list(lse.stride())), ("grad_o", grad_o, grad_strides),
-                             ("dq", dq, None), ("dk", dk, None), ("dv", dv, None)):
-        if strides is None:
-            strides = _kernel_strides(name, t) or list(t.stride())
-        code, bits = _dlpack.DTYPES["f32" if t.dtype == torch.float32 else _DTYPES[t.dtype]]
-        built.append(_dlpack._build(0, list(t.shape), strides, code, bits, _dlpack.KDL_CUDA,
-                                    device, 0, ()))
+    built = [_kernel_dltensor(name, t, device)
+             for name, t in (("q", q), ("k", k), ("v", v), ("o", o))]
+    built.append(_device_dltensor(lse.shape, lse.stride(), "f32", device))
+    built.append(_device_dltensor(grad_o.shape, grad_strides or grad_o.stride(),
+                                  _DTYPES[grad_o.dtype], device))
+    built += [_kernel_dltensor(name, t, device)
+              for name, t in (("dq", dq), ("dk", dk), ("dv", dv))]
     plan = _BackwardPlan()
     plan.lib = backward._lib
     plan.fn = backward._lib.fn("flashjit_backward_run")
