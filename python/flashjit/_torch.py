@@ -30,9 +30,8 @@ run in C++ and anything else is handed back here (bench/python_overhead.py
 measures both against the C API). An eager call with gradients (dense or
 causal) goes through _TrainingAttention, an autograd.Function over the same
 forward plans and backward plans made the same way (nine DLTensors): the
-ops' per-call host work had cost about a millisecond per forward+backward,
-more than the kernels at short lengths
-(bench/results/training-nvidia-h100-80gb-hbm3.md).
+ops' per-call host work would otherwise outweigh the kernels at short
+lengths (bench/results/training-nvidia-h100-80gb-hbm3.md).
 """
 
 import ctypes

@@ -246,8 +246,8 @@ void WgmmaMainBuilder::build(StringRef name) {
 
   // Step t's dQ rows from the staging rows into the workspace: thread r
   // (r < block_m) adds row r, if below seqlen_q, with one bulk reduction
-  // (cp.reduce.async.bulk .add.f32; the L2 adds whole lines, where
-  // per-element reductions cost half the kernel's time).
+  // (cp.reduce.async.bulk .add.f32: the L2 adds whole lines, far cheaper
+  // than per-element reductions).
   auto flushDq = [&](Value t) {
     Value m0 = firstRowOf(t), head = headOf(t);
     Value row = add(m0, toI64(tid));

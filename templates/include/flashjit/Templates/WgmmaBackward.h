@@ -19,8 +19,8 @@
 //   warpgroup a half of the columns (block_m 64) or of the rows (128),
 //   staged in shared memory as f32 rows and added into the f32 workspace
 //   during the next step, one bulk reduction per row
-//   (cp.reduce.async.bulk .add.f32). Per-element reductions
-//   (red.global.add.f32) took half the kernel's time.
+//   (cp.reduce.async.bulk .add.f32), far cheaper than per-element
+//   reductions (docs/backward.md has the measurements).
 // Deterministic variant (wgmma_bwd_det): the blocks that add into one
 // query block of dQ take turns, highest key block first, as
 // mma_sync_bwd_det's do; a block's turn ends once its bulk reductions
