@@ -25,24 +25,22 @@ using Pred = arith::CmpIPredicate;
 
 namespace {
 /// The (head, batch) of a block of the auxiliary grids (x: rows, y: head,
-/// z: batch), and the first workspace row of that (batch, head).
+/// z: batch).
 struct AuxBlock {
-  Value blockX, head, batch, rows0;
+  Value blockX, head, batch;
 };
-AuxBlock auxBlock(KernelIR &ir, Value seqlenQ) {
+AuxBlock auxBlock(KernelIR &ir) {
   AuxBlock a;
   a.blockX = ir.toI64(gpu::BlockIdOp::create(ir.b, ir.loc, gpu::Dimension::x));
   a.head = ir.toI64(gpu::BlockIdOp::create(ir.b, ir.loc, gpu::Dimension::y));
   a.batch = ir.toI64(gpu::BlockIdOp::create(ir.b, ir.loc, gpu::Dimension::z));
-  a.rows0 = ir.mul(
-      ir.add(ir.mul(a.batch, ir.c64(ir.spec.numHeads)), a.head), seqlenQ);
   return a;
 }
 } // namespace
 
 void buildPreprocessKernel(OpBuilder &b, Location loc,
                            const AttentionSpec &spec, StringRef name,
-                           int64_t turnBlockM) {
+                           const DqAccumLayout &dqLayout, int64_t turnBlockM) {
   OpBuilder::InsertionGuard funcGuard(b);
   KernelIR ir(b, loc, spec);
   SmallVector<Type> argTypes(4, ir.globalPtr);
@@ -61,7 +59,7 @@ void buildPreprocessKernel(OpBuilder &b, Location loc,
   const int64_t lanesPerRow = static_cast<int64_t>(
       llvm::PowerOf2Ceil(static_cast<uint64_t>(chunks)));
   const int64_t rowsPerBlock = kBackwardAuxThreads / lanesPerRow;
-  AuxBlock at = auxBlock(ir, seqlenQ);
+  AuxBlock at = auxBlock(ir);
   Value tid = ir.threadIdX();
   Value row = ir.add(ir.mul(at.blockX, ir.c64(rowsPerBlock)),
                      ir.divU(tid, lanesPerRow));
@@ -94,8 +92,8 @@ void buildPreprocessKernel(OpBuilder &b, Location loc,
     LLVM::StoreOp::create(
         b, loc, zeros,
         ir.globalAddress(accum, ir.f32,
-                         ir.add(ir.mul(ir.add(at.rows0, row),
-                                       ir.c64(spec.headDim)),
+                         ir.add(dqAccumRow(ir, dqLayout, seqlenQ, at.batch,
+                                           at.head, row),
                                 column)),
         /*alignment=*/16);
     Value sum = vector::ReductionOp::create(b, loc, vector::CombiningKind::ADD,
@@ -117,7 +115,8 @@ void buildPreprocessKernel(OpBuilder &b, Location loc,
     b.setInsertionPoint(owner.thenBlock()->getTerminator());
     LLVM::StoreOp::create(
         b, loc, total,
-        ir.globalAddress(dBuf, ir.f32, ir.add(at.rows0, row)),
+        ir.globalAddress(dBuf, ir.f32,
+                         workspaceRow(ir, seqlenQ, at.batch, at.head, row)),
         /*alignment=*/4);
     if (turnBlockM > 0) {
       // The first row of each query block zeroes its turn counter
@@ -141,7 +140,7 @@ void buildPreprocessKernel(OpBuilder &b, Location loc,
 }
 
 void buildConvertKernel(OpBuilder &b, Location loc, const AttentionSpec &spec,
-                        StringRef name) {
+                        StringRef name, const DqAccumLayout &dqLayout) {
   OpBuilder::InsertionGuard funcGuard(b);
   KernelIR ir(b, loc, spec);
   SmallVector<Type> argTypes(2, ir.globalPtr);
@@ -155,7 +154,7 @@ void buildConvertKernel(OpBuilder &b, Location loc, const AttentionSpec &spec,
   Value scale = args[6];
 
   const int64_t chunks = spec.headDim / 8;
-  AuxBlock at = auxBlock(ir, seqlenQ);
+  AuxBlock at = auxBlock(ir);
   Value index = ir.add(ir.mul(at.blockX, ir.c64(kBackwardAuxThreads)),
                        ir.threadIdX());
   Value row = ir.divU(index, chunks);
@@ -167,7 +166,8 @@ void buildConvertKernel(OpBuilder &b, Location loc, const AttentionSpec &spec,
   auto wide = VectorType::get({8}, ir.f32);
   Value from = ir.globalAddress(
       accum, ir.f32,
-      ir.add(ir.mul(ir.add(at.rows0, row), ir.c64(spec.headDim)), column));
+      ir.add(dqAccumRow(ir, dqLayout, seqlenQ, at.batch, at.head, row),
+             column));
   Value values = LLVM::LoadOp::create(b, loc, wide, from, /*alignment=*/16);
   Value scaled = arith::MulFOp::create(
       b, loc, values, vector::BroadcastOp::create(b, loc, wide, scale));
@@ -193,14 +193,16 @@ llvm::Error MmaSyncBackward::build(mlir::OpBuilder &builder,
   if (auto err = checkConfig(spec, config))
     return err;
   BackwardKernelNames names = BackwardKernelNames::of(baseName);
+  const DqAccumLayout dqLayout = DqAccumLayout::of(spec, config);
   backward::buildPreprocessKernel(builder, loc, spec, names.preprocess,
+                                  dqLayout,
                                   isDeterministic(config) ? config.blockM : 0);
   if (WgmmaBackward::owns(config))
     WgmmaBackward::buildMain(builder, loc, spec, config, names.main);
   else
     backward::MainKernelBuilder(builder, loc, spec, config)
         .buildMain(names.main);
-  backward::buildConvertKernel(builder, loc, spec, names.convert);
+  backward::buildConvertKernel(builder, loc, spec, names.convert, dqLayout);
   return llvm::Error::success();
 }
 

@@ -9,6 +9,8 @@
 
 #include "../MmaSyncBuilder.h"
 
+#include "flashjit/Templates/MmaSyncBackward.h"
+
 namespace flashjit::backward {
 
 using mlir::ArrayRef;
@@ -35,9 +37,13 @@ struct MainParams {
 MainParams beginMainKernel(KernelIR &ir, StringRef name, int64_t threads,
                            bool deterministic);
 /// Element `row` (i64) of (batch, head) in the [batch, heads, seqlen_q]
-/// workspace layout, times `perRow` elements.
-Value workspaceRow(KernelIR &ir, const MainParams &p, Value batch, Value head,
-                   Value row, int64_t perRow);
+/// layout of D in the workspace.
+Value workspaceRow(KernelIR &ir, Value seqlenQ, Value batch, Value head,
+                   Value row);
+/// The first element of row `row` (i64) of (batch, head) in the dQ
+/// accumulator (DqAccumLayout).
+Value dqAccumRow(KernelIR &ir, const DqAccumLayout &layout, Value seqlenQ,
+                 Value batch, Value head, Value row);
 
 /// The steps of a main kernel's loop: every (query head of the GQA group,
 /// query block that the causal mask leaves visible to some key of the
@@ -119,10 +125,10 @@ private:
 /// turn counters and zeroes them.
 void buildPreprocessKernel(OpBuilder &b, Location loc,
                            const AttentionSpec &spec, StringRef name,
-                           int64_t turnBlockM);
+                           const DqAccumLayout &dqLayout, int64_t turnBlockM);
 /// Emits the convert kernel: dQ = scale * accumulator (BackwardConvertArgs).
 void buildConvertKernel(OpBuilder &b, Location loc, const AttentionSpec &spec,
-                        StringRef name);
+                        StringRef name, const DqAccumLayout &dqLayout);
 
 } // namespace flashjit::backward
 

@@ -62,7 +62,7 @@ void copyRowStats(KernelIR &ir, const MainParams &p, Value batch, Value head,
                             ir.rowOffset(p.lseStrides, batch, head, safeRow)),
            lseDst);
   copyWord(ir.globalAddress(p.d, ir.f32,
-                            workspaceRow(ir, p, batch, head, safeRow, 1)),
+                            workspaceRow(ir, p.seqlenQ, batch, head, safeRow)),
            dDst);
 }
 

@@ -47,6 +47,15 @@ BackwardKernelNames BackwardKernelNames::of(llvm::StringRef base) {
           (base + "_bwd_dq").str()};
 }
 
+DqAccumLayout DqAccumLayout::of(const AttentionSpec &spec,
+                               const TileConfig &config) {
+  if (!WgmmaBackward::owns(config))
+    return {spec.headDim, 1};
+  return {spec.headDim + WgmmaBackward::kDqRowPadding /
+                             static_cast<int64_t>(sizeof(float)),
+          config.blockM};
+}
+
 BackwardWorkspaceLayout BackwardWorkspaceLayout::of(const AttentionSpec &spec,
                                                     const TileConfig &config,
                                                     int64_t batch,
@@ -54,9 +63,12 @@ BackwardWorkspaceLayout BackwardWorkspaceLayout::of(const AttentionSpec &spec,
   BackwardWorkspaceLayout w;
   const uint64_t heads = static_cast<uint64_t>(batch) * spec.numHeads;
   const uint64_t rows = heads * seqlenQ;
+  const DqAccumLayout dq = DqAccumLayout::of(spec, config);
   w.dOffset = 0;
   w.dqAccumOffset = alignUp(rows * sizeof(float));
-  w.totalBytes = w.dqAccumOffset + alignUp(rows * spec.headDim * sizeof(float));
+  w.totalBytes = w.dqAccumOffset +
+                 alignUp(heads * dq.rowsPerHead(seqlenQ) *
+                         static_cast<uint64_t>(dq.rowFloats) * sizeof(float));
   if (MmaSyncBackward::isDeterministic(config)) {
     w.turnsOffset = w.totalBytes;
     w.totalBytes +=

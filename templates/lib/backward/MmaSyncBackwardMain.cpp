@@ -91,12 +91,26 @@ MainParams beginMainKernel(KernelIR &ir, StringRef name, int64_t threads,
   return p;
 }
 
-Value workspaceRow(KernelIR &ir, const MainParams &p, Value batch, Value head,
-                   Value row, int64_t perRow) {
-  Value rows = ir.add(
-      ir.mul(ir.add(ir.mul(batch, ir.c64(ir.spec.numHeads)), head), p.seqlenQ),
+Value workspaceRow(KernelIR &ir, Value seqlenQ, Value batch, Value head,
+                   Value row) {
+  return ir.add(
+      ir.mul(ir.add(ir.mul(batch, ir.c64(ir.spec.numHeads)), head), seqlenQ),
       row);
-  return perRow == 1 ? rows : ir.mul(rows, ir.c64(perRow));
+}
+
+Value dqAccumRow(KernelIR &ir, const DqAccumLayout &layout, Value seqlenQ,
+                 Value batch, Value head, Value row) {
+  Value rowsPerHead = seqlenQ;
+  if (layout.rowMultiple > 1)
+    rowsPerHead = ir.mul(
+        ir.divU(ir.add(seqlenQ, ir.c64(layout.rowMultiple - 1)),
+                layout.rowMultiple),
+        ir.c64(layout.rowMultiple));
+  Value rows = ir.add(
+      ir.mul(ir.add(ir.mul(batch, ir.c64(ir.spec.numHeads)), head),
+             rowsPerHead),
+      row);
+  return ir.mul(rows, ir.c64(layout.rowFloats));
 }
 
 void MainKernelBuilder::storeShared(Value value, Value offset) {
@@ -424,7 +438,8 @@ void MainKernelBuilder::buildMain(StringRef name) {
       auto inRange = scf::IfOp::create(
           b, loc, cmp(Pred::slt, row, p.seqlenQ), /*withElse=*/false);
       b.setInsertionPoint(inRange.thenBlock()->getTerminator());
-      Value base = add(workspaceRow(*this, p, batch, head, row, d),
+      Value base = add(dqAccumRow(*this, DqAccumLayout::of(spec, cfg),
+                                  p.seqlenQ, batch, head, row),
                        add(dqColumn0, quadCol));
       Value address = globalAddress(p.dqAccum, f32, base);
       for (int64_t dt = 0; dt < dCols / 8; ++dt)

@@ -11,17 +11,17 @@
 //
 // One step (a query block of one query head), all 256 threads (stages
 // 2): wait for this step's cp.async (started a step earlier); fence;
-// bar.sync; start the next step's; the previous step's staged dQ rows into
-// the workspace (bulk reductions); S^T, dP^T issued; P^T after S^T's wait,
-// dS^T after dP^T's; dV and dK issued; dS^T stored; fence; wait until the
-// reductions have read the staging rows; bar.sync; dQ issued; wait for all;
-// dQ to the staging rows.
+// bar.sync; start the next step's; the previous step's staged dQ tile
+// into the workspace (one bulk reduction); S^T, dP^T issued; P^T after
+// S^T's wait; dV issued; dS^T after dP^T's wait, stored; fence; wait until
+// the reduction has read the staging rows; bar.sync; dQ and dK issued;
+// dQ, once done, to the staging rows while dK runs; wait for dK.
 //
 // Shared layout (1024-aligned; tiles 128-byte swizzled in panels of 64
 // columns): K [128][d], V [128][d], per stage Q [block_m][d] and dO
 // [block_m][d], dS^T [128 keys][block_m queries], per stage LSE and D
 // (f32 [block_m] each), the dQ staging rows (f32 [block_m][d], each row
-// padded by kDqRowPadding bytes).
+// padded by kDqRowPadding bytes, as the workspace's rows are).
 #include "BackwardBuilder.h"
 
 #include "../HopperIR.h"
@@ -244,50 +244,48 @@ void WgmmaMainBuilder::build(StringRef name) {
   const float log2e = static_cast<float>(M_LOG2E);
   const int64_t sTiles = bM / 8; // n8 tiles of S^T: query columns
 
-  // Step t's dQ rows from the staging rows into the workspace: thread r
-  // (r < block_m) adds row r, if below seqlen_q, with one bulk reduction
-  // (cp.reduce.async.bulk .add.f32: the L2 adds whole lines, far cheaper
-  // than per-element reductions).
+  // Step t's dQ tile from the staging rows into the workspace, whose rows
+  // are padded and rounded up like the staging rows (DqAccumLayout), so
+  // the tile is one range: thread 0 adds it with one bulk reduction
+  // (cp.reduce.async.bulk .add.f32; the L2 adds whole lines). Rows past
+  // seqlen_q hold zeros and land in the rounding rows.
+  const DqAccumLayout dqLayout = DqAccumLayout::of(spec, cfg);
+  Value isIssuer = cmp(Pred::eq, tid, c32(0));
   auto flushDq = [&](Value t) {
     Value m0 = firstRowOf(t), head = headOf(t);
-    Value row = add(m0, toI64(tid));
     auto issue = [&] {
-      ifThen(cmp(Pred::slt, row, p.seqlenQ), [&] {
-        Value dst = globalAddress(
-            p.dqAccum, f32, workspaceRow(*this, p, batch, head, row, d));
-        Value src =
-            sharedAddress(add(c32(dqOff), mul(tid, c32(dqRowBytes))));
-        asmVoid("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 "
-                "[$0], [$1], $2;\n\tcp.async.bulk.commit_group;",
-                "l,r,r", {dst, src, c32(d * 4)});
-      });
+      Value dst = globalAddress(
+          p.dqAccum, f32,
+          dqAccumRow(*this, dqLayout, p.seqlenQ, batch, head, m0));
+      asmVoid("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 "
+              "[$0], [$1], $2;\n\tcp.async.bulk.commit_group;",
+              "l,r,r", {dst, sharedAddress(c32(dqOff)), c32(bM * dqRowBytes)});
     };
-    ifThen(cmp(Pred::slt, tid, c32(bM)), [&] {
+    ifThen(isIssuer, [&] {
       if (!deterministic) {
         issue();
         return;
       }
-      // The issuing threads take the query block's turn together (named
-      // barrier 1), add, wait until their reductions have completed, and
-      // pass the turn; the cross-proxy fences order the async-proxy
-      // reductions after the acquire and before the release.
+      // The issuer takes the query block's turn, adds, waits until its
+      // reduction has completed, and passes the turn; the cross-proxy
+      // fences order the async-proxy reduction after the acquire and
+      // before the release.
       DqTurn turn = dqTurn(*this, p, batch, head, divU(m0, bM),
                            plan.queryBlocks, keyBlock, keyBlocks, diagonal, bM,
                            bN);
-      auto issuers = [&] { namedBarrierSync(c32(1), bM); };
-      waitForDqTurn(*this, turn, tid, issuers);
+      auto alone = [] {};
+      waitForDqTurn(*this, turn, tid, alone);
       asmVoid("fence.proxy.async.global;", "", {});
       issue();
       asmVoid("cp.async.bulk.wait_group 0;\n\tfence.proxy.async.global;", "",
               {});
-      passDqTurn(*this, turn, tid, issuers);
+      passDqTurn(*this, turn, tid, alone);
     });
   };
-  // Each issuing thread waits until its reductions have read their rows.
+  // The issuer waits until its reduction has read the staging rows.
   auto waitDqFlushRead = [&] {
-    ifThen(cmp(Pred::slt, tid, c32(bM)), [&] {
-      asmVoid("cp.async.bulk.wait_group.read 0;", "", {});
-    });
+    ifThen(isIssuer,
+           [&] { asmVoid("cp.async.bulk.wait_group.read 0;", "", {}); });
   };
 
   // dQ to the staging rows ([block_m][d] f32, rows padded): rows (64 g
@@ -416,7 +414,19 @@ void WgmmaMainBuilder::build(StringRef name) {
       return out;
     });
 
-    dp = waitGroups(0, dp);
+    // Accumulators packed in pairs are the A fragments of the next
+    // products (four per k16 step over the query columns).
+    auto pack = [&](ArrayRef<Value> x) {
+      SmallVector<Value> packed(x.size() / 2);
+      for (size_t i = 0; i < packed.size(); ++i)
+        packed[i] = packPair(x[2 * i], x[2 * i + 1]);
+      return packed;
+    };
+    // dV += P^T dO runs while dS^T is computed and stored.
+    SmallVector<Value> probPacked = pack(prob);
+    dv = issueProduct(overQueries, dv, Value(), probPacked,
+                      descriptorAt(doAt, Major::MN, bM * kRowBytes));
+    dp = waitGroups(1, dp);
     SmallVector<Value> ds(prob.size());
     for (int64_t j = 0; j < sTiles; ++j)
       for (int64_t e = 0; e < 2; ++e) {
@@ -427,19 +437,7 @@ void WgmmaMainBuilder::build(StringRef name) {
               b, loc, prob[i], arith::SubFOp::create(b, loc, dp[i], dCol));
         }
       }
-    // Accumulators packed in pairs are the A fragments of the next
-    // products (four per k16 step over the query columns).
-    auto pack = [&](ArrayRef<Value> x) {
-      SmallVector<Value> packed(x.size() / 2);
-      for (size_t i = 0; i < packed.size(); ++i)
-        packed[i] = packPair(x[2 * i], x[2 * i + 1]);
-      return packed;
-    };
-    SmallVector<Value> probPacked = pack(prob), dsPacked = pack(ds);
-    dv = issueProduct(overQueries, dv, Value(), probPacked,
-                      descriptorAt(doAt, Major::MN, bM * kRowBytes));
-    dk = issueProduct(overQueries, dk, Value(), dsPacked,
-                      descriptorAt(qAt, Major::MN, bM * kRowBytes));
+    SmallVector<Value> dsPacked = pack(ds);
 
     // dS^T to shared memory, [key][query] in panels of 64 queries: row r's
     // 16-byte chunk c sits at chunk c ^ (r % 8), and r % 8 is quadRow.
@@ -460,22 +458,22 @@ void WgmmaMainBuilder::build(StringRef name) {
     waitDqFlushRead();
     gpu::BarrierOp::create(b, loc);
 
+    // dQ, then dK += dS^T Q: dQ goes to the staging rows while dK runs;
+    // the next step adds them into the workspace after its first barrier.
     SmallVector<Value> dq = issueProduct(dqProduct, {}, dsA, {}, kB);
-    SmallVector<Value> all(dk);
-    all.append(dv.begin(), dv.end());
-    all.append(dq.begin(), dq.end());
-    all = waitGroups(0, all);
-    dk.assign(all.begin(), all.begin() + d / 2);
-    dv.assign(all.begin() + d / 2, all.begin() + d);
-    dq.assign(all.begin() + d, all.end());
-
-    // The next step adds them into the workspace, after its first barrier.
+    dk = issueProduct(overQueries, dk, Value(), dsPacked,
+                      descriptorAt(qAt, Major::MN, bM * kRowBytes));
+    SmallVector<Value> done(dv);
+    done.append(dq.begin(), dq.end());
+    done = waitGroups(1, done);
+    dv.assign(done.begin(), done.begin() + d / 2);
+    dq.assign(done.begin() + d / 2, done.end());
     stageDq(dq);
+    dk = waitGroups(0, dk);
     SmallVector<Value> next(dk);
     next.append(dv.begin(), dv.end());
     return next;
   };
-
 
   SmallVector<Value> result;
   {
@@ -497,7 +495,8 @@ void WgmmaMainBuilder::build(StringRef name) {
     gpu::BarrierOp::create(b, loc);
     ifThen(cmp(Pred::sgt, steps, c64(0)), [&] {
       flushDq(sub(steps, c64(1)));
-      asmVoid("cp.async.bulk.wait_group 0;", "", {});
+      ifThen(isIssuer,
+             [&] { asmVoid("cp.async.bulk.wait_group 0;", "", {}); });
     });
   }
 

@@ -52,9 +52,25 @@ struct BackwardKernelNames {
   static BackwardKernelNames of(llvm::StringRef base);
 };
 
+/// How the f32 dQ accumulator lays out the rows of one (batch, head): row
+/// r starts at float ((batch * heads + head) * rowsPerHead(seqlen_q) + r)
+/// * rowFloats. mma_sync families: dense rows (rowFloats = head_dim,
+/// rowMultiple 1). wgmma families: each row padded like the kernel's
+/// shared staging rows and the rows rounded up to block_m, so that a query
+/// block's rows are one contiguous range of the workspace, added by one
+/// bulk reduction. The padding takes additions but is never read.
+struct DqAccumLayout {
+  int64_t rowFloats = 0, rowMultiple = 1;
+  static DqAccumLayout of(const AttentionSpec &spec, const TileConfig &config);
+  uint64_t rowsPerHead(int64_t seqlenQ) const {
+    return static_cast<uint64_t>((seqlenQ + rowMultiple - 1) / rowMultiple *
+                                 rowMultiple);
+  }
+};
+
 /// The f32 workspace of one backward call, in this order (each part 256-
 /// byte aligned): D [batch, heads, seqlen_q] and the dQ accumulator
-/// [batch, heads, seqlen_q, head_dim], both contiguous; for a
+/// (DqAccumLayout), both contiguous; for a
 /// deterministic config also the turn counters, i32 [batch, heads,
 /// ceil(seqlen_q / block_m)] (turnsOffset 0 otherwise). The preprocess
 /// kernel writes D and zeroes the accumulator and the counters.

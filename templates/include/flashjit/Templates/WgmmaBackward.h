@@ -18,9 +18,10 @@
 //   dS^T to shared memory, then dQ = dS K (A = dS^T read MN-major): each
 //   warpgroup a half of the columns (block_m 64) or of the rows (128),
 //   staged in shared memory as f32 rows and added into the f32 workspace
-//   during the next step, one bulk reduction per row
-//   (cp.reduce.async.bulk .add.f32), far cheaper than per-element
-//   reductions (docs/backward.md has the measurements).
+//   during the next step by one bulk reduction of the whole tile
+//   (cp.reduce.async.bulk .add.f32; the workspace's rows are padded and
+//   rounded up like the staging rows, DqAccumLayout), far cheaper than
+//   per-element reductions (docs/backward.md has the measurements).
 // Deterministic variant (wgmma_bwd_det): the blocks that add into one
 // query block of dQ take turns, highest key block first, as
 // mma_sync_bwd_det's do; a block's turn ends once its bulk reductions
@@ -62,7 +63,8 @@ public:
   static constexpr int kComputeCapability = 90;
   static constexpr int64_t kBlockN = 128;
   static constexpr int64_t kWarps = 8;
-  /// Bytes after each f32 row of the dQ staging rows (bank spread).
+  /// Bytes after each f32 row of the dQ staging rows (bank spread) and of
+  /// the workspace's dQ accumulator rows (DqAccumLayout).
   static constexpr int64_t kDqRowPadding = 32;
   static std::vector<int64_t> headDims() { return {64, 128}; }
 
