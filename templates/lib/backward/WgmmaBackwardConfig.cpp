@@ -43,10 +43,11 @@ llvm::Error WgmmaBackward::checkConfig(const AttentionSpec &spec,
                       "{0} and warps {1}, got block_n {2} and {3} warps",
                       kBlockN, kWarps, config.blockN, config.warps)
             .str());
-  if (config.stages != 1 && config.stages != 2)
+  if (config.stages < 1 || config.stages > 3)
     return configError(
-        llvm::formatv("stages must be 1 (one Q and dO buffer) or 2 (the "
-                      "next query block loads during this one), got {0}",
+        llvm::formatv("stages must be 1 (one Q and dO buffer), 2 or 3 (the "
+                      "next one or two query blocks load during this one), "
+                      "got {0}",
                       config.stages)
             .str());
   const bool wide = config.blockM == 128 && spec.headDim == 64;
@@ -56,6 +57,15 @@ llvm::Error WgmmaBackward::checkConfig(const AttentionSpec &spec,
                       "S^T and dP^T share 255 registers), got {0} at head "
                       "dim {1}",
                       config.blockM, spec.headDim)
+            .str());
+  const unsigned bytes = resources(spec, config).sharedMemoryBytes;
+  if (bytes > kMaxSharedBytes)
+    return configError(
+        llvm::formatv("{0} stages at block_m {1}, head dim {2} need {3} bytes "
+                      "of shared memory, more than sm_90a's {4}: use fewer "
+                      "stages",
+                      config.stages, config.blockM, spec.headDim, bytes,
+                      kMaxSharedBytes)
             .str());
   return llvm::Error::success();
 }
@@ -85,7 +95,7 @@ std::vector<TileConfig> WgmmaBackward::candidates(const AttentionSpec &spec) {
   std::vector<TileConfig> out;
   out.push_back(defaultConfig(spec));
   for (int64_t blockM : {64, 128})
-    for (int64_t stages : {1, 2}) {
+    for (int64_t stages : {1, 2, 3}) {
       TileConfig c{family().str(), blockM, kBlockN, stages, kWarps};
       if (llvm::Error err = checkConfig(spec, c))
         llvm::consumeError(std::move(err));

@@ -10,8 +10,8 @@
 // 16 w + l / 4 (+ 8) and columns 8 j + 2 (l % 4) (+ 1).
 //
 // One step (a query block of one query head), all 256 threads (stages
-// 2): wait for this step's cp.async (started a step earlier); fence;
-// bar.sync; start the next step's; the previous step's staged dQ tile
+// 2 or 3): wait for this step's cp.async (started stages - 1 steps
+// earlier); fence; bar.sync; start those of step t + stages - 1; the previous step's staged dQ tile
 // into the workspace (one bulk reduction); S^T, dP^T issued; P^T after
 // S^T's wait; dV issued; dS^T after dP^T's wait, stored; fence; wait until
 // the reduction has read the staging rows; bar.sync; dQ and dK issued;
@@ -326,16 +326,17 @@ void WgmmaMainBuilder::build(StringRef name) {
       fenceProxyAsync();
       gpu::BarrierOp::create(b, loc);
     } else {
-      // This step's loads (started a step earlier) have landed for every
-      // thread; past the barrier every thread is also done with the
-      // previous step, whose buffer the next step's loads then reuse.
-      stage = toI32(remU(t, 2));
-      NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
+      // This step's loads (started stages - 1 steps earlier, one group per
+      // step) have landed for every thread; past the barrier every thread
+      // is also done with the previous step, whose buffer the loads of
+      // step t + stages - 1 then reuse.
+      stage = toI32(remU(t, stages));
+      NVVM::CpAsyncWaitGroupOp::create(b, loc, stages - 2);
       fenceProxyAsync();
       gpu::BarrierOp::create(b, loc);
-      Value next = add(t, c64(1));
-      ifThen(cmp(Pred::slt, next, steps),
-             [&] { loadStep(next, sub(c32(1), stage)); });
+      Value ahead = add(t, c64(stages - 1));
+      ifThen(cmp(Pred::slt, ahead, steps),
+             [&] { loadStep(ahead, toI32(remU(ahead, stages))); });
       NVVM::CpAsyncCommitGroupOp::create(b, loc);
     }
     // The previous step's dQ rows, staged and fenced before the barrier.
@@ -477,10 +478,14 @@ void WgmmaMainBuilder::build(StringRef name) {
 
   SmallVector<Value> result;
   {
-    // The first step's loads, in one group with K and V.
-    if (stages == 2)
-      ifThen(cmp(Pred::sgt, steps, c64(0)), [&] { loadStep(c64(0), c32(0)); });
-    NVVM::CpAsyncCommitGroupOp::create(b, loc);
+    // The first stages - 1 steps' loads, one group each (the first with K
+    // and V).
+    for (int64_t i = 0; i < std::max<int64_t>(stages - 1, 1); ++i) {
+      if (i < stages - 1)
+        ifThen(cmp(Pred::sgt, steps, c64(i)),
+               [&] { loadStep(c64(i), c32(i)); });
+      NVVM::CpAsyncCommitGroupOp::create(b, loc);
+    }
     SmallVector<Value> init(d, cF32(0.0f));
     auto loop = scf::ForOp::create(
         b, loc, cIdx(0), toIndex(steps), cIdx(1), init,

@@ -289,3 +289,55 @@ TEST_CASE("backward: argument checks before any launch") {
   a.lse.shape[2] = Sq + 1;
   refused(a, "the forward's tensors");
 }
+
+TEST_CASE("backward: the wgmma dQ accumulator holds whole tiles, and the "
+          "stages fit in shared memory") {
+  AttentionSpec spec = gqaSpec();
+  spec.headDim = 128;
+  const TileConfig wgmma{"wgmma_bwd", 64, 128, 2, 8};
+  const TileConfig mma{"mma_sync_bwd", 32, 128, 2, 8};
+  // Rows padded like the kernel's staging rows, seqlen_q rounded up to
+  // block_m: a query block's rows are one range.
+  DqAccumLayout padded = DqAccumLayout::of(spec, wgmma);
+  CHECK(padded.rowFloats ==
+        128 + WgmmaBackward::kDqRowPadding / int64_t(sizeof(float)));
+  CHECK(padded.rowMultiple == 64);
+  CHECK(padded.rowsPerHead(1000) == 1024);
+  CHECK(padded.rowsPerHead(1024) == 1024);
+  CHECK(padded.rowsPerHead(1) == 64);
+  DqAccumLayout dense = DqAccumLayout::of(spec, mma);
+  CHECK(dense.rowFloats == 128);
+  CHECK(dense.rowsPerHead(1000) == 1000);
+
+  const int64_t B = 2, Sq = 1000;
+  const uint64_t heads = uint64_t(B) * spec.numHeads;
+  auto part = [](uint64_t bytes) { return (bytes + 255) / 256 * 256; };
+  BackwardWorkspaceLayout w = BackwardWorkspaceLayout::of(spec, wgmma, B, Sq);
+  CHECK(w.dqAccumOffset == part(heads * Sq * 4));
+  CHECK(w.totalBytes ==
+        w.dqAccumOffset + part(heads * 1024 * padded.rowFloats * 4));
+  BackwardWorkspaceLayout m = BackwardWorkspaceLayout::of(spec, mma, B, Sq);
+  CHECK(m.totalBytes == m.dqAccumOffset + part(heads * Sq * 128 * 4));
+
+  // Stages 1 to 3 at both block_m; 4 neither fits nor is offered.
+  for (auto [d, blockM] : {std::pair<int64_t, int64_t>{128, 64}, {64, 128}}) {
+    spec.headDim = d;
+    for (int64_t stages = 1; stages <= 3; ++stages) {
+      TileConfig c{"wgmma_bwd", blockM, 128, stages, 8};
+      llvm::Error err = WgmmaBackward::checkConfig(spec, c);
+      CHECK_MESSAGE(!err, c.canonical());
+      llvm::consumeError(std::move(err));
+      CHECK(WgmmaBackward::resources(spec, c).sharedMemoryBytes <=
+            WgmmaBackward::kMaxSharedBytes);
+    }
+    llvm::Error four =
+        WgmmaBackward::checkConfig(spec, {"wgmma_bwd", blockM, 128, 4, 8});
+    REQUIRE(static_cast<bool>(four));
+    CHECK(llvm::toString(std::move(four)).find("stages must be 1") !=
+          std::string::npos);
+    bool offersThree = false;
+    for (const TileConfig &c : WgmmaBackward::candidates(spec))
+      offersThree |= c.stages == 3;
+    CHECK(offersThree);
+  }
+}

@@ -47,8 +47,9 @@ namespace flashjit {
 
 /// The sm_90a backward template, family "wgmma_bwd": block_n 128 key rows
 /// per block (64 per warpgroup, 8 warps), block_m 64 query rows per step
-/// or 128 at head dim 64 (the default there), stages 1 or 2 (2, the
-/// default: the next step's Q, dO, LSE and D load during this one).
+/// or 128 at head dim 64 (the default there), stages 1 to 3 (the Q, dO,
+/// LSE and D of the next stages - 1 steps load during this one; as many
+/// as fit in shared memory).
 class WgmmaBackward {
 public:
   static llvm::StringRef family() { return "wgmma_bwd"; }
@@ -63,6 +64,8 @@ public:
   static constexpr int kComputeCapability = 90;
   static constexpr int64_t kBlockN = 128;
   static constexpr int64_t kWarps = 8;
+  /// Shared memory one block may use on sm_90a (227 KB).
+  static constexpr unsigned kMaxSharedBytes = 232448;
   /// Bytes after each f32 row of the dQ staging rows (bank spread) and of
   /// the workspace's dQ accumulator rows (DqAccumLayout).
   static constexpr int64_t kDqRowPadding = 32;
