@@ -10,7 +10,10 @@
 #include "flashjit/Runtime/ForwardChecks.h"
 #include "flashjit/Runtime/Launch.h"
 #include "flashjit/Runtime/ModuleLoader.h"
+#include "flashjit/Runtime/ScopedContext.h"
+#include "flashjit/Runtime/TensorMaps.h"
 #include "flashjit/Templates/MmaSyncBackward.h"
+#include "flashjit/Templates/WgmmaBackward.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -21,6 +24,21 @@ namespace {
 
 llvm::Error invalid(const llvm::Twine &message) {
   return makeError(ErrorCode::InvalidArgument, message.str());
+}
+
+/// The layouts of the TMA maps of Q and dO that the wgmma main kernel
+/// takes (boxes of block_m rows x 64 columns), or an error naming the
+/// tensor and the requirement it breaks.
+llvm::Expected<std::array<TensorMapLayout, 2>>
+backwardTensorMapLayouts(const BackwardArgs &a, const TileConfig &config) {
+  const unsigned rows = static_cast<unsigned>(config.blockM);
+  auto q = tensorMapLayout(a.q, "q", rows, 64, config.family);
+  if (!q)
+    return q.takeError();
+  auto dO = tensorMapLayout(a.dO, "dO", rows, 64, config.family);
+  if (!dO)
+    return dO.takeError();
+  return std::array<TensorMapLayout, 2>{*q, *dO};
 }
 
 std::array<int64_t, 3> first3(const std::array<int64_t, 4> &s) {
@@ -116,6 +134,10 @@ llvm::Error BackwardKernel::check(const BackwardArgs &a) const {
         return invalid(llvm::formatv("{0} and {1} overlap in memory", name,
                                      grads[j].first));
   }
+  if (WgmmaBackward::owns(Info.config))
+    if (auto layouts = backwardTensorMapLayouts(a, Info.config); !layouts)
+      return makeError(ErrorCode::InvalidArgument,
+                       llvm::toString(layouts.takeError()));
   const size_t need = workspaceBytes(a.q.shape[0], a.q.shape[2]);
   if (!a.workspace)
     return invalid(llvm::formatv("the workspace is a null pointer: allocate "
@@ -193,13 +215,36 @@ llvm::Error BackwardKernel::backward(const BackwardArgs &a) const {
   convert.scale = static_cast<float>(scale);
 
   const int device = Module->deviceOrdinal();
+  // The wgmma kernel takes the maps of Q and dO after the other
+  // parameters (after the turn counters when deterministic).
+  auto mainPointers = main.paramPointers();
+  std::array<void *, BackwardMainArgs::kNumParams + 2> mainParams{};
+  std::copy(mainPointers.begin(), mainPointers.end(), mainParams.begin());
+  std::array<CUtensorMap, 2> maps{};
+  if (WgmmaBackward::owns(Info.config)) {
+    auto layouts = backwardTensorMapLayouts(a, Info.config);
+    if (!layouts)
+      return makeError(ErrorCode::InvalidArgument,
+                       llvm::toString(layouts.takeError()));
+    auto drv = CudaDriver::get();
+    if (!drv)
+      return withCode(ErrorCode::LaunchError, drv.takeError());
+    auto scope = ScopedContext::enterDevice(*drv, device);
+    if (!scope)
+      return withCode(ErrorCode::LaunchError, scope.takeError());
+    for (size_t i = 0; i < maps.size(); ++i)
+      if (auto err = encodeTensorMap(*drv, (*layouts)[i], maps[i]))
+        return withCode(ErrorCode::LaunchError, std::move(err));
+    const size_t at = BackwardMainArgs::kNumParams - (deterministic() ? 0 : 1);
+    mainParams[at] = &maps[0];
+    mainParams[at + 1] = &maps[1];
+  }
   auto prePointers = pre.paramPointers();
   if (auto err = launch(Preprocess, geometry.preprocess, prePointers.data(),
                         a.stream, device))
     return withCode(ErrorCode::LaunchError, std::move(err));
-  auto mainPointers = main.paramPointers();
-  if (auto err = launch(Module->function(), geometry.main,
-                        mainPointers.data(), a.stream, device))
+  if (auto err = launch(Module->function(), geometry.main, mainParams.data(),
+                        a.stream, device))
     return withCode(ErrorCode::LaunchError, std::move(err));
   auto convertPointers = convert.paramPointers();
   return withCode(ErrorCode::LaunchError,

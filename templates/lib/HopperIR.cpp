@@ -110,6 +110,16 @@ void HopperIR::barrierWait(Value bar, Value parity) {
                                         c32(kWaitTicks));
 }
 
+void HopperIR::tmaLoadBox(Value tensorMap, Value dst, Value bar,
+                          ValueRange coords) {
+  SmallVector<Value> operands = {dst, tensorMap};
+  operands.append(coords.begin(), coords.end());
+  operands.push_back(bar);
+  asmVoid("cp.async.bulk.tensor.4d.shared::cluster.global.tile."
+          "mbarrier::complete_tx::bytes [$0], [$1, {$2, $3, $4, $5}], [$6];",
+          "r,l,r,r,r,r,r", operands);
+}
+
 Value HopperIR::descriptor(Value address, Major major, int64_t panelBytes) {
   // Start address >> 4 in bits 0-13, leading byte offset >> 4 in 16-29,
   // stride byte offset >> 4 in 32-45, swizzle mode in 62-63. K-major

@@ -107,6 +107,10 @@ public:
   void barrierArriveCount(Value bar, Value count);
   /// Waits until the phase of the given parity (i32 0 or 1) has completed.
   void barrierWait(Value bar, Value parity);
+  /// TMA: the box of the 4-d `tensorMap` (a by-value kernel parameter) at
+  /// `coords` (4 i32, innermost first) to this block's shared address
+  /// `dst` (i32), completing its bytes on the mbarrier at `bar`.
+  void tmaLoadBox(Value tensorMap, Value dst, Value bar, ValueRange coords);
   /// bar.sync / bar.arrive on named barrier `id` (i32) for `threads`.
   void namedBarrierSync(Value id, int64_t threads);
   void namedBarrierArrive(Value id, int64_t threads);

@@ -19,16 +19,15 @@ void Builder::tmaLoad(Value tensorMap, Value dst, Value bar,
   // dst and bar are this block's shared::cta addresses, which are its own
   // shared::cluster addresses; multicast, each block of the mask receives
   // the box at the same offsets of its own shared memory.
+  if (!toCluster) {
+    tmaLoadBox(tensorMap, dst, bar, coords);
+    return;
+  }
   SmallVector<Value> operands = {dst, tensorMap};
   operands.append(coords.begin(), coords.end());
   operands.push_back(bar);
   const char *load = "cp.async.bulk.tensor.4d.shared::cluster.global.tile."
                      "mbarrier::complete_tx::bytes";
-  if (!toCluster) {
-    asmVoid(std::string(load) + " [$0], [$1, {$2, $3, $4, $5}], [$6];",
-            "r,l,r,r,r,r,r", operands);
-    return;
-  }
   operands.push_back(LLVM::ConstantOp::create(
       b, loc, b.getI16Type(),
       b.getI16IntegerAttr((1 << WgmmaForward::kClusterSize) - 1)));

@@ -30,12 +30,15 @@ struct MainParams {
   Value seqlenQ, seqlenK, scaleLog2, scale;
   /// The turn counters (deterministic variant only; null otherwise).
   Value turns;
+  /// The TMA maps of Q and dO (by-value parameters; wgmma kernels only).
+  SmallVector<Value, 2> tensorMaps;
 };
 /// Creates the main kernel `name` (BackwardMainArgs, with the turn
-/// counters when `deterministic`) of `threads` threads and moves the
-/// insertion point into its body.
+/// counters when `deterministic`, then the tensor maps of Q and dO when
+/// `withTensorMaps`) of `threads` threads and moves the insertion point
+/// into its body.
 MainParams beginMainKernel(KernelIR &ir, StringRef name, int64_t threads,
-                           bool deterministic);
+                           bool deterministic, bool withTensorMaps = false);
 /// Element `row` (i64) of (batch, head) in the [batch, heads, seqlen_q]
 /// layout of D in the workspace.
 Value workspaceRow(KernelIR &ir, Value seqlenQ, Value batch, Value head,

@@ -57,14 +57,20 @@ constexpr int64_t kAcc = mma_sync::kAccPerTile;
 } // namespace
 
 MainParams beginMainKernel(KernelIR &ir, StringRef name, int64_t threads,
-                           bool deterministic) {
+                           bool deterministic, bool withTensorMaps) {
   OpBuilder &b = ir.b;
   SmallVector<Type> argTypes(9, ir.globalPtr);
   argTypes.append(21, ir.i64);
   argTypes.append({ir.i32, ir.i32, ir.f32, ir.f32});
   if (deterministic)
     argTypes.push_back(ir.globalPtr);
+  const int32_t mapsAt = static_cast<int32_t>(argTypes.size());
+  if (withTensorMaps)
+    argTypes.append(2, LLVM::LLVMPointerType::get(b.getContext()));
   gpu::GPUFuncOp func = ir.beginKernel(name, argTypes, threads);
+  if (withTensorMaps)
+    func->setAttr("flashjit.tensor_map_args",
+                  b.getDenseI32ArrayAttr({mapsAt, mapsAt + 1}));
   ValueRange args = func.getBody().front().getArguments();
   MainParams p;
   p.q = args[0];
@@ -88,6 +94,8 @@ MainParams beginMainKernel(KernelIR &ir, StringRef name, int64_t threads,
   p.scale = args[33];
   if (deterministic)
     p.turns = args[34];
+  if (withTensorMaps)
+    p.tensorMaps.assign(args.begin() + mapsAt, args.begin() + mapsAt + 2);
   return p;
 }
 

@@ -10,9 +10,11 @@
 // 16 w + l / 4 (+ 8) and columns 8 j + 2 (l % 4) (+ 1).
 //
 // One step (a query block of one query head), all 256 threads (stages
-// 2 or 3): wait for this step's cp.async (started stages - 1 steps
-// earlier); fence; bar.sync; start those of step t + stages - 1; the previous step's staged dQ tile
-// into the workspace (one bulk reduction); S^T, dP^T issued; P^T after
+// 2 or 3): wait for this step's loads (started stages - 1 steps earlier:
+// Q and dO by TMA from thread 0 onto the stage's mbarrier, LSE and D by
+// cp.async); fence; bar.sync; start those of step t + stages - 1; the
+// previous step's staged dQ tile into the workspace (one bulk
+// reduction); S^T, dP^T issued; P^T after
 // S^T's wait; dV issued; dS^T after dP^T's wait, stored; fence; wait until
 // the reduction has read the staging rows; bar.sync; dQ and dK issued;
 // dQ, once done, to the staging rows while dK runs; wait for dK.
@@ -21,7 +23,8 @@
 // columns): K [128][d], V [128][d], per stage Q [block_m][d] and dO
 // [block_m][d], dS^T [128 keys][block_m queries], per stage LSE and D
 // (f32 [block_m] each), the dQ staging rows (f32 [block_m][d], each row
-// padded by kDqRowPadding bytes, as the workspace's rows are).
+// padded by kDqRowPadding bytes, as the workspace's rows are), an mbarrier
+// per stage. K and V load once by cp.async.
 #include "BackwardBuilder.h"
 
 #include "../HopperIR.h"
@@ -72,6 +75,7 @@ public:
     smallStageBytes = 2 * bM * 4;
     dqOff = lseOff + stages * smallStageBytes;
     dqRowBytes = d * 4 + kDqRowPadding;
+    barOff = dqOff + bM * dqRowBytes;
   }
 
   void build(StringRef name);
@@ -93,7 +97,7 @@ private:
   const TileConfig &cfg;
   const int64_t d, bM, bN, stages, threads;
   int64_t kOff, vOff, qOff, doOff, dsOff, lseOff, dOff, stageBytes,
-      smallStageBytes, dqOff, dqRowBytes;
+      smallStageBytes, dqOff, dqRowBytes, barOff;
 };
 
 void WgmmaMainBuilder::copySwizzled(Value base, ValueRange strides,
@@ -135,10 +139,23 @@ void WgmmaMainBuilder::build(StringRef name) {
                          /*addrSpace=*/3);
   OpBuilder::InsertionGuard funcGuard(b);
   const bool deterministic = MmaSyncBackward::isDeterministic(cfg);
-  MainParams p = beginMainKernel(*this, name, threads, deterministic);
+  MainParams p = beginMainKernel(*this, name, threads, deterministic,
+                                 /*withTensorMaps=*/true);
   alignSharedBase(smemName);
 
   Value tid = toI32(threadIdX());
+  Value isIssuer = cmp(Pred::eq, tid, c32(0));
+  // One mbarrier per stage: the TMA loads of a step's Q and dO complete
+  // their bytes on it; use k of stage s (step s + k stages) is phase k.
+  auto fullBarrier = [&](Value stage) {
+    return sharedAddress(add(c32(barOff), mul(stage, c32(8))));
+  };
+  ifThen(isIssuer, [&] {
+    for (int64_t s = 0; s < stages; ++s)
+      barrierInit(fullBarrier(c32(s)), 1);
+    NVVM::FenceMbarrierInitOp::create(b, loc);
+  });
+  gpu::BarrierOp::create(b, loc);
   Value warpgroup = divU(tid, 128);
   Value inGroup = remU(tid, 128);
   Value warp = divU(inGroup, 32), lane = remU(inGroup, 32);
@@ -175,10 +192,21 @@ void WgmmaMainBuilder::build(StringRef name) {
   // 0, so dS = 0 and nothing reaches dK, dV or dQ).
   auto loadStep = [&](Value t, Value stage) {
     Value head = headOf(t), m0 = firstRowOf(t);
-    copySwizzled(p.q, p.qStrides, batch, head, m0, p.seqlenQ, bM,
-                 inStage(qOff, stage, stageBytes));
-    copySwizzled(p.dO, p.dOStrides, batch, head, m0, p.seqlenQ, bM,
-                 inStage(doOff, stage, stageBytes));
+    // Q and dO by TMA from thread 0, 64-column panels of block_m rows
+    // (rows past seqlen_q arrive as zeros).
+    ifThen(isIssuer, [&] {
+      Value bar = fullBarrier(stage);
+      barrierExpect(bar, 2 * bM * d * 2);
+      for (auto [map, offset] : {std::pair{p.tensorMaps[0], qOff},
+                                 std::pair{p.tensorMaps[1], doOff}})
+        for (int64_t panel = 0; panel < d / kPanelCols; ++panel)
+          tmaLoadBox(map,
+                     sharedAddress(add(inStage(offset, stage, stageBytes),
+                                       c32(panel * bM * kRowBytes))),
+                     bar,
+                     {c32(panel * kPanelCols), toI32(m0), toI32(head),
+                      toI32(batch)});
+    });
     ifThen(cmp(Pred::slt, tid, c32(bM)), [&] {
       auto rowAt = [&](int64_t to) {
         return shared(
@@ -250,7 +278,6 @@ void WgmmaMainBuilder::build(StringRef name) {
   // (cp.reduce.async.bulk .add.f32; the L2 adds whole lines). Rows past
   // seqlen_q hold zeros and land in the rounding rows.
   const DqAccumLayout dqLayout = DqAccumLayout::of(spec, cfg);
-  Value isIssuer = cmp(Pred::eq, tid, c32(0));
   auto flushDq = [&](Value t) {
     Value m0 = firstRowOf(t), head = headOf(t);
     auto issue = [&] {
@@ -323,6 +350,7 @@ void WgmmaMainBuilder::build(StringRef name) {
       loadStep(t, stage);
       NVVM::CpAsyncCommitGroupOp::create(b, loc);
       NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
+      barrierWait(fullBarrier(stage), toI32(remU(t, 2)));
       fenceProxyAsync();
       gpu::BarrierOp::create(b, loc);
     } else {
@@ -332,6 +360,7 @@ void WgmmaMainBuilder::build(StringRef name) {
       // step t + stages - 1 then reuse.
       stage = toI32(remU(t, stages));
       NVVM::CpAsyncWaitGroupOp::create(b, loc, stages - 2);
+      barrierWait(fullBarrier(stage), toI32(remU(divU(t, stages), 2)));
       fenceProxyAsync();
       gpu::BarrierOp::create(b, loc);
       Value ahead = add(t, c64(stages - 1));

@@ -100,7 +100,9 @@ struct BackwardPreprocessArgs {
 /// V, dK, dV [batch, kv_heads, seqlen_k, d]; LSE f32 [batch, heads,
 /// seqlen_q] (the forward's, natural log); D and dQ accumulator from the
 /// workspace. Strides in elements, (batch, head, row). The deterministic
-/// kernel takes the turn counters last.
+/// kernel takes the turn counters next; the wgmma kernels then take the
+/// TMA maps of Q and dO by value (boxes of block_m rows x 64 columns,
+/// 128-byte swizzle), which the runtime appends.
 struct BackwardMainArgs {
   const void *q = nullptr, *k = nullptr, *v = nullptr, *dO = nullptr;
   void *dk = nullptr, *dv = nullptr;

@@ -9,8 +9,9 @@
 // The kernel: one block per (key block of 128 keys, KV head, batch), two
 // warpgroups of 64 key rows each. K and V stay in shared memory; for each
 // query head of the GQA group and each visible query block of block_m rows
-// (its Q, dO, LSE and D loaded with cp.async into 128-byte swizzled
-// shared tiles, the next block's during this one):
+// (its Q and dO loaded by TMA into 128-byte swizzled shared tiles, its LSE
+// and D with cp.async, the next block's during this one; the kernel takes
+// TMA maps of Q and dO after the other parameters):
 //   S^T  = K Q^T, dP^T = V dO^T     A and B from shared memory;
 //   P^T  = 2^(S^T c - LSE log2 e), dS^T = P^T (dP^T - D);
 //   dV  += P^T dO, dK += dS^T Q     A from registers (the accumulators of
