@@ -502,6 +502,19 @@ def _kernel_dltensor(name: str, t, device: int):
                             device)
 
 
+def _bind_plan(plan, owner, entry, dltensors, device):
+    """`plan` (a _Plan or _BackwardPlan) bound to `owner`'s library handle
+    and its C entry point `entry`, with the DLTensors it passes (their
+    data pointers are rewritten per call) on `device`."""
+    plan.lib = owner._lib
+    plan.fn = owner._lib.fn(entry)
+    plan.handle = owner._live()
+    plan.pointers = tuple(t.pointer for t in dltensors)
+    plan.tensors = tuple(t.tensor for t in dltensors)
+    plan.device = device
+    return plan
+
+
 class _Plan:
     """One call's shapes and options, prepared: the kernel's handle and C
     function, and DLTensors for q, k, v, o and lse of which only the data
@@ -544,13 +557,7 @@ def _make_plan(q, k, v, causal, scale, window, softcap, causal_align, score_mod,
                for name, t in (("q", q), ("k", k), ("v", v), ("o", o))]
     b, h, sq = lse_shape
     tensors.append(_device_dltensor(lse_shape, (h * sq, sq, 1), "f32", device))
-    plan = _Plan()
-    plan.lib = kernel._lib
-    plan.fn = kernel._lib.fn("flashjit_kernel_forward")
-    plan.handle = kernel._live()
-    plan.pointers = tuple(t.pointer for t in tensors)
-    plan.tensors = tuple(t.tensor for t in tensors)
-    plan.device = device
+    plan = _bind_plan(_Plan(), kernel, "flashjit_kernel_forward", tensors, device)
     plan.torch_device = q.device
     plan.lse_shape = lse_shape
     plan.scale = math.nan if scale is None else scale
@@ -672,13 +679,7 @@ def _make_backward_plan(q, k, v, o, lse, grad_o, grad_strides, causal, align, sc
                                   _DTYPES[grad_o.dtype], device))
     built += [_kernel_dltensor(name, t, device)
               for name, t in (("dq", dq), ("dk", dk), ("dv", dv))]
-    plan = _BackwardPlan()
-    plan.lib = backward._lib
-    plan.fn = backward._lib.fn("flashjit_backward_run")
-    plan.handle = backward._live()
-    plan.pointers = tuple(t.pointer for t in built)
-    plan.tensors = tuple(t.tensor for t in built)
-    plan.device = device
+    plan = _bind_plan(_BackwardPlan(), backward, "flashjit_backward_run", built, device)
     plan.workspace_bytes = backward.workspace_bytes(q.shape[0], q.shape[2])
     plan.scale = math.nan if scale is None else float(scale)
     plan._keep = (built, backward)

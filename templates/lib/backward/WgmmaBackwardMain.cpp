@@ -344,13 +344,15 @@ void WgmmaMainBuilder::build(StringRef name) {
     SmallVector<Value> dv(acc.begin() + d / 2, acc.end());
     Value m0 = firstRowOf(t);
     Value stage = c32(0);
+    // Step t is use t / stages of its stage's mbarrier: that phase's parity.
+    Value parity = toI32(remU(divU(t, stages), 2));
     if (stages == 1) {
       // Every thread is done with the previous step's buffers and dS^T.
       gpu::BarrierOp::create(b, loc);
       loadStep(t, stage);
       NVVM::CpAsyncCommitGroupOp::create(b, loc);
       NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
-      barrierWait(fullBarrier(stage), toI32(remU(t, 2)));
+      barrierWait(fullBarrier(stage), parity);
       fenceProxyAsync();
       gpu::BarrierOp::create(b, loc);
     } else {
@@ -360,7 +362,7 @@ void WgmmaMainBuilder::build(StringRef name) {
       // step t + stages - 1 then reuse.
       stage = toI32(remU(t, stages));
       NVVM::CpAsyncWaitGroupOp::create(b, loc, stages - 2);
-      barrierWait(fullBarrier(stage), toI32(remU(divU(t, stages), 2)));
+      barrierWait(fullBarrier(stage), parity);
       fenceProxyAsync();
       gpu::BarrierOp::create(b, loc);
       Value ahead = add(t, c64(stages - 1));
@@ -507,12 +509,13 @@ void WgmmaMainBuilder::build(StringRef name) {
 
   SmallVector<Value> result;
   {
-    // The first stages - 1 steps' loads, one group each (the first with K
-    // and V).
-    for (int64_t i = 0; i < std::max<int64_t>(stages - 1, 1); ++i) {
-      if (i < stages - 1)
-        ifThen(cmp(Pred::sgt, steps, c64(i)),
-               [&] { loadStep(c64(i), c32(i)); });
+    // The first stages - 1 steps' loads, one group each, the first with K
+    // and V (at stages 1, K and V alone).
+    if (stages == 1)
+      NVVM::CpAsyncCommitGroupOp::create(b, loc);
+    for (int64_t i = 0; i < stages - 1; ++i) {
+      ifThen(cmp(Pred::sgt, steps, c64(i)),
+             [&] { loadStep(c64(i), c32(i)); });
       NVVM::CpAsyncCommitGroupOp::create(b, loc);
     }
     SmallVector<Value> init(d, cF32(0.0f));
