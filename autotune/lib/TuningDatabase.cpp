@@ -159,22 +159,45 @@ llvm::Error TuningDatabase::upsert(TuningEntry entry) {
   return llvm::Error::success();
 }
 
-size_t TuningDatabase::replace(TuningEntry entry) {
-  size_t before = entries.size();
-  llvm::erase_if(entries, [&](const TuningEntry &existing) {
+namespace {
+/// Adds `entry` to `list` after removing the entries its bucket overlaps;
+/// returns how many were removed.
+size_t replaceIn(std::vector<TuningEntry> &list, TuningEntry entry) {
+  size_t before = list.size();
+  llvm::erase_if(list, [&](const TuningEntry &existing) {
     return existing.bucket.overlaps(entry.bucket);
   });
-  size_t removed = before - entries.size();
-  entries.push_back(std::move(entry));
+  size_t removed = before - list.size();
+  list.push_back(std::move(entry));
   return removed;
+}
+
+std::optional<TileConfig> lookupIn(const std::vector<TuningEntry> &list,
+                                   const AttentionSpec &spec, int64_t seqlen) {
+  for (const TuningEntry &entry : list)
+    if (entry.bucket.contains(spec, seqlen))
+      return entry.config;
+  return std::nullopt;
+}
+} // namespace
+
+size_t TuningDatabase::replace(TuningEntry entry) {
+  return replaceIn(entries, std::move(entry));
+}
+
+size_t TuningDatabase::replaceBackward(TuningEntry entry) {
+  return replaceIn(backwardEntries, std::move(entry));
 }
 
 std::optional<TileConfig> TuningDatabase::lookup(const AttentionSpec &spec,
                                                  int64_t seqlen) const {
-  for (const TuningEntry &entry : entries)
-    if (entry.bucket.contains(spec, seqlen))
-      return entry.config;
-  return std::nullopt;
+  return lookupIn(entries, spec, seqlen);
+}
+
+std::optional<TileConfig>
+TuningDatabase::lookupBackward(const AttentionSpec &spec,
+                               int64_t seqlen) const {
+  return lookupIn(backwardEntries, spec, seqlen);
 }
 
 std::optional<std::string>
@@ -205,7 +228,8 @@ TuningDatabase::isStaleFor(const GpuIdentity &current,
   return llvm::join(reasons, "; ") + "; run `flashjit autotune` again";
 }
 
-json TuningDatabase::toJson() const {
+namespace {
+json entriesToJson(const std::vector<TuningEntry> &entries) {
   json list = json::array();
   for (const TuningEntry &entry : entries) {
     json failed = json::array();
@@ -221,6 +245,41 @@ json TuningDatabase::toJson() const {
       item["heuristic_tflops"] = *entry.heuristicTflops;
     list.push_back(std::move(item));
   }
+  return list;
+}
+
+/// The entries of array field `field` (entryFromJson's form), buckets not
+/// overlapping; `required`: its absence is an error.
+llvm::Error entriesFromJson(const json &in, const char *field, bool required,
+                            std::vector<TuningEntry> &out) {
+  auto it = in.find(field);
+  if (it == in.end()) {
+    if (!required)
+      return llvm::Error::success();
+    auto missing = detail::requireField(in, "", field);
+    return missing.takeError();
+  }
+  if (!it->is_array())
+    return detail::fieldError(field, "expected an array, got " +
+                                         detail::describeJson(*it));
+  std::vector<ShapeBucket> buckets;
+  for (size_t i = 0; i < it->size(); ++i) {
+    auto entry =
+        entryFromJson((*it)[i], llvm::formatv("{0}[{1}]", field, i).str());
+    if (!entry)
+      return entry.takeError();
+    buckets.push_back(entry->bucket);
+    out.push_back(std::move(*entry));
+  }
+  if (!buckets.empty())
+    if (auto err = checkBuckets(buckets))
+      return detail::fieldError(field, toString(std::move(err)));
+  return llvm::Error::success();
+}
+} // namespace
+
+json TuningDatabase::toJson() const {
+  json list = entriesToJson(entries);
   json out = {{"format", kFormat},
               {"flashjit_version", flashjitVersion},
               {"gpu",
@@ -229,6 +288,8 @@ json TuningDatabase::toJson() const {
                  llvm::formatv("{0}.{1}", gpu.ccMajor, gpu.ccMinor).str()},
                 {"driver", gpu.driver}}},
               {"entries", list}};
+  if (!backwardEntries.empty())
+    out["backward_entries"] = entriesToJson(backwardEntries);
   if (!decodeEntries.empty()) {
     json decode = json::array();
     for (const DecodeTuningEntry &entry : decodeEntries)
@@ -273,24 +334,11 @@ llvm::Expected<TuningDatabase> TuningDatabase::fromJson(const json &in) {
   if (!gpu)
     return gpu.takeError();
   db.gpu = *gpu;
-  auto entriesField = requireField(in, "", "entries");
-  if (!entriesField)
-    return entriesField.takeError();
-  if (!(*entriesField)->is_array())
-    return fieldError("entries",
-                      "expected an array, got " + describeJson(**entriesField));
-  std::vector<ShapeBucket> buckets;
-  for (size_t i = 0; i < (*entriesField)->size(); ++i) {
-    auto entry = entryFromJson((**entriesField)[i],
-                               llvm::formatv("entries[{0}]", i).str());
-    if (!entry)
-      return entry.takeError();
-    buckets.push_back(entry->bucket);
-    db.entries.push_back(std::move(*entry));
-  }
-  if (!buckets.empty())
-    if (auto err = checkBuckets(buckets))
-      return fieldError("entries", toString(std::move(err)));
+  if (auto err = entriesFromJson(in, "entries", /*required=*/true, db.entries))
+    return err;
+  if (auto err = entriesFromJson(in, "backward_entries", /*required=*/false,
+                                 db.backwardEntries))
+    return err;
   if (auto it = in.find("decode_entries"); it != in.end()) {
     if (!it->is_array())
       return fieldError("decode_entries",

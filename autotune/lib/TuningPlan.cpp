@@ -7,6 +7,7 @@
 
 #include "flashjit/Autotune/ConfigJson.h"
 #include "flashjit/Autotune/Heuristic.h"
+#include "flashjit/Templates/MmaSyncBackward.h"
 
 #include <nlohmann/json.hpp>
 
@@ -68,16 +69,57 @@ BucketPlan planBucket(const ShapeBucket &bucket, const DeviceModel &device,
   return plan;
 }
 
+BucketPlan planBackwardBucket(const ShapeBucket &bucket,
+                              const DeviceModel &device,
+                              const PlanOptions &options) {
+  BucketPlan plan = representativeProblem(bucket, options);
+  plan.flops *= kBackwardFlopsPerForward;
+  auto target = Target::fromComputeCapability(device.ccMajor, device.ccMinor);
+  if (!target) {
+    plan.error = llvm::toString(target.takeError());
+    return plan;
+  }
+  if (llvm::Error err = MmaSyncBackward::supports(plan.spec, *target)) {
+    plan.error = llvm::toString(std::move(err));
+    return plan;
+  }
+  // The default's template only: where wgmma_bwd builds the spec, the
+  // mma_sync kernels are several times slower and not worth the time.
+  plan.heuristic = MmaSyncBackward::defaultConfig(plan.spec, *target);
+  for (const TileConfig &config :
+       MmaSyncBackward::candidates(plan.spec, *target)) {
+    if (config.family != plan.heuristic.family)
+      continue;
+    TemplateResources r = MmaSyncBackward::resources(plan.spec, config);
+    if (r.sharedMemoryBytes > device.sharedMemoryPerBlockOptin)
+      continue;
+    ++plan.fitting;
+    plan.candidates.push_back(config);
+  }
+  // The default first, then the others in the template's order.
+  auto it = llvm::find(plan.candidates, plan.heuristic);
+  if (it == plan.candidates.end())
+    plan.candidates.insert(plan.candidates.begin(), plan.heuristic);
+  else
+    std::rotate(plan.candidates.begin(), it, it + 1);
+  if (options.maxCandidates > 0 &&
+      plan.candidates.size() > options.maxCandidates)
+    plan.candidates.resize(options.maxCandidates);
+  return plan;
+}
+
 llvm::Expected<std::vector<BucketPlan>>
 planTuning(llvm::ArrayRef<ShapeBucket> buckets, const DeviceModel &device,
-           const PlanOptions &options) {
+           const PlanOptions &options, Pass pass) {
   if (auto err = checkBuckets(buckets))
     return err;
   if (auto err = device.validate())
     return err;
   std::vector<BucketPlan> plans;
   for (const ShapeBucket &bucket : buckets)
-    plans.push_back(planBucket(bucket, device, options));
+    plans.push_back(pass == Pass::Backward
+                        ? planBackwardBucket(bucket, device, options)
+                        : planBucket(bucket, device, options));
   return plans;
 }
 

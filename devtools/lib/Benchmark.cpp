@@ -5,12 +5,14 @@
 #include "flashjit/DevTools/Benchmark.h"
 
 #include "flashjit/Runtime/CudaDriver.h"
+#include "flashjit/DevTools/BackwardCheck.h"
 #include "flashjit/DevTools/DeviceBuffer.h"
 #include "flashjit/DevTools/Harness.h"
 #include "flashjit/DevTools/HostFloat.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -189,6 +191,20 @@ namespace {
 bool contextBroken(const CudaDriver &drv) {
   return drv.cuCtxSynchronize() != CUDA_SUCCESS;
 }
+
+/// A candidate's failure `message`: fatal when the CUDA context no longer
+/// works after it.
+llvm::Error measurementFailure(std::string message) {
+  auto drv = CudaDriver::get();
+  if (!drv) {
+    llvm::consumeError(drv.takeError());
+    return llvm::make_error<autotune::FatalMeasurementError>(message);
+  }
+  if (contextBroken(*drv))
+    return llvm::make_error<autotune::FatalMeasurementError>(
+        message + " (the CUDA context is unusable after it)");
+  return llvm::createStringError(message);
+}
 } // namespace
 
 llvm::Expected<autotune::Measurement>
@@ -202,16 +218,50 @@ measureCandidate(Context &ctx, Benchmark &bench,
                    "does not build: " + llvm::toString(kernel.takeError())));
   if (result)
     return autotune::Measurement{result->medianMs, result->tflops};
-  std::string message = llvm::toString(result.takeError());
-  auto drv = CudaDriver::get();
-  if (!drv) {
-    llvm::consumeError(drv.takeError());
-    return llvm::make_error<autotune::FatalMeasurementError>(message);
-  }
-  if (contextBroken(*drv))
-    return llvm::make_error<autotune::FatalMeasurementError>(
-        message + " (the CUDA context is unusable after it)");
-  return llvm::createStringError(message);
+  return measurementFailure(llvm::toString(result.takeError()));
+}
+
+llvm::Expected<autotune::Measurement>
+measureBackwardCandidate(Context &ctx, const autotune::BucketPlan &plan,
+                         const TileConfig &config,
+                         const BenchmarkOptions &options, uint64_t seed) {
+  auto forward = ctx.compile(plan.spec);
+  if (!forward)
+    return measurementFailure("the forward does not build: " +
+                              llvm::toString(forward.takeError()));
+  BackwardOptions backwardOptions;
+  backwardOptions.config = config;
+  auto backward = ctx.compileBackward(plan.spec, backwardOptions);
+  if (!backward)
+    return measurementFailure("does not build: " +
+                              llvm::toString(backward.takeError()));
+  // Checked against float64 at an odd length of at most 385 (two KV
+  // groups: the reference of a long sequence would take longer than the
+  // timing), then timed on the plan's shape with every output scanned for
+  // NaN.
+  BackwardCheckOptions check;
+  check.seed = seed;
+  check.batch = 1;
+  check.seqlenQ = check.seqlenK = std::min<int64_t>(plan.seqlen | 1, 385);
+  check.checkedGroups = 2;
+  auto checked = runAndCheckBackward(**forward, **backward, check);
+  if (!checked)
+    return measurementFailure(llvm::toString(checked.takeError()));
+  if (!checked->passed)
+    return measurementFailure("wrong results: " + checked->summary());
+  BackwardCheckOptions timed;
+  timed.seed = seed + 1;
+  timed.batch = plan.batch;
+  timed.seqlenQ = timed.seqlenK = plan.seqlen;
+  timed.checkedGroups = -1;
+  timed.warmup = options.timing.warmup;
+  timed.iterations = options.timing.iterations;
+  auto report = runAndCheckBackward(**forward, **backward, timed);
+  if (!report)
+    return measurementFailure(llvm::toString(report.takeError()));
+  if (!report->passed)
+    return measurementFailure("wrong results: " + report->summary());
+  return autotune::Measurement{report->medianMs, report->tflops};
 }
 
 } // namespace flashjit

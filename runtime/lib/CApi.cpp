@@ -475,18 +475,26 @@ flashjit_status_t compileBackward(const char *fn, flashjit_context_t ctx,
   flashjit_backward_options_t o;
   flashjit_backward_options_init(&o);
   if (given) {
-    if (auto err = checkStructSize(given, sizeof(o), sizeof(o),
-                                   "flashjit_backward_options_init",
-                                   "backward options"))
+    // API version 7's struct ends before seqlen.
+    if (auto err = checkStructSize(
+            given, offsetof(flashjit_backward_options_t, seqlen), sizeof(o),
+            "flashjit_backward_options_init", "backward options"))
       return fail(fn, std::move(err));
-    o = *given;
+    std::memcpy(&o, given, std::min(given->struct_size, sizeof(o)));
   }
+  if (o.seqlen < 0)
+    return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
+                "backward options seqlen is " + std::to_string(o.seqlen) +
+                    ": expected 0 (the default, 2048) or a length of at "
+                    "least 1");
   if (o.deterministic != 0 && o.deterministic != 1)
     return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
                 "backward options deterministic is " +
                     std::to_string(o.deterministic) + ": expected 0 or 1");
   flashjit::BackwardOptions options;
   options.deterministic = o.deterministic == 1;
+  if (o.seqlen > 0)
+    options.seqlen = o.seqlen;
   if (o.config && *o.config) {
     auto tile = flashjit::TileConfig::parse(o.config);
     if (!tile)

@@ -416,6 +416,8 @@ struct Context::KernelTable {
 struct Context::WarnedEntries {
   std::mutex mutex;
   std::set<size_t> entries;
+  /// Backward entries, by address in Tuned.
+  std::set<const void *> backwardEntries;
 };
 
 Context::~Context() {
@@ -789,17 +791,62 @@ Context::blockMaskBuilder(const AttentionSpec &spec) {
   return Kernels->builders.try_emplace(key, builder).first->second;
 }
 
-llvm::Expected<std::shared_ptr<const BackwardKernel>>
-Context::compileBackward(const AttentionSpec &spec,
-                         const BackwardOptions &options) {
+llvm::Expected<ResolvedConfig>
+Context::resolveBackwardConfig(const AttentionSpec &spec,
+                               const BackwardOptions &options) const {
   if (auto err = spec.validate())
     return withCode(ErrorCode::InvalidArgument, std::move(err));
   if (auto err = MmaSyncBackward::supports(spec, TargetChip))
     return withCode(ErrorCode::Unsupported, std::move(err));
-  TileConfig config = options.config.value_or(
-      MmaSyncBackward::defaultConfig(spec, TargetChip));
-  if (auto err = MmaSyncBackward::checkConfig(spec, config, TargetChip))
-    return withCode(ErrorCode::InvalidArgument, std::move(err));
+  if (options.seqlen && *options.seqlen < 1)
+    return makeError(ErrorCode::InvalidArgument,
+                     llvm::formatv("the backward's seqlen hint must be at "
+                                   "least 1, got {0}",
+                                   *options.seqlen));
+  if (options.config) {
+    if (auto err = MmaSyncBackward::checkConfig(spec, *options.config,
+                                                TargetChip))
+      return withCode(ErrorCode::InvalidArgument, std::move(err));
+    return ResolvedConfig{*options.config, {ConfigSource::Explicit, ""}};
+  }
+  const int64_t seqlen = options.seqlen.value_or(defaultSeqlen());
+  std::string why = "no tuning database";
+  if (!Tuned.path().empty()) {
+    if (const autotune::TuningEntry *entry = Tuned.findBackward(spec, seqlen)) {
+      std::string where =
+          llvm::formatv("tuning database '{0}', backward bucket {1}",
+                        Tuned.path(), entry->bucket.describe())
+              .str();
+      llvm::Error bad =
+          MmaSyncBackward::checkConfig(spec, entry->config, TargetChip);
+      if (!bad)
+        return ResolvedConfig{entry->config, {ConfigSource::Tuned, where}};
+      why = llvm::formatv("the tuned backward config {0} ({1}) cannot be "
+                          "built here: {2}",
+                          entry->config.canonical(), where,
+                          llvm::toString(std::move(bad)))
+                .str();
+      std::lock_guard<std::mutex> lock(Warned->mutex);
+      if (Warned->backwardEntries.insert(entry).second)
+        warn(why + "; using the default backward config");
+    } else {
+      why = llvm::formatv("the tuning database '{0}' has no backward bucket "
+                          "for {1} at seqlen {2}",
+                          Tuned.path(), spec.canonical(), seqlen)
+                .str();
+    }
+  }
+  return ResolvedConfig{MmaSyncBackward::defaultConfig(spec, TargetChip),
+                        {ConfigSource::Heuristic, why}};
+}
+
+llvm::Expected<std::shared_ptr<const BackwardKernel>>
+Context::compileBackward(const AttentionSpec &spec,
+                         const BackwardOptions &options) {
+  auto resolved = resolveBackwardConfig(spec, options);
+  if (!resolved)
+    return resolved.takeError();
+  TileConfig config = resolved->config;
   // The deterministic kernels are their own family: their own cache key.
   if (options.deterministic)
     config = MmaSyncBackward::withVariant(config, /*deterministic=*/true);

@@ -38,6 +38,7 @@ TunedConfigs TunedConfigs::open(const DatabaseLocation &location,
   }
   table.Path = location.path;
   table.Entries = std::move(db->entries);
+  table.BackwardEntries = std::move(db->backwardEntries);
   table.DecodeEntries = std::move(db->decodeEntries);
   return table;
 }
@@ -48,6 +49,14 @@ std::optional<size_t> TunedConfigs::find(const AttentionSpec &spec,
     if (Entries[i].bucket.contains(spec, seqlen))
       return i;
   return std::nullopt;
+}
+
+const autotune::TuningEntry *
+TunedConfigs::findBackward(const AttentionSpec &spec, int64_t seqlen) const {
+  for (const autotune::TuningEntry &entry : BackwardEntries)
+    if (entry.bucket.contains(spec, seqlen))
+      return &entry;
+  return nullptr;
 }
 
 std::vector<autotune::DecodeTuningEntry>

@@ -8,6 +8,7 @@
 #include "flashjit/Autotune/TuningPlan.h"
 #include "flashjit/Autotune/TuningRun.h"
 #include "flashjit/Compiler/ConfigChoice.h"
+#include "flashjit/DevTools/BackwardCheck.h"
 #include "flashjit/DevTools/Benchmark.h"
 
 #include "llvm/Support/FileSystem.h"
@@ -16,6 +17,53 @@
 
 using namespace flashjit;
 using namespace flashjit::test;
+
+namespace {
+/// A context reading `db`, saved in a folder of its own (removed with it),
+/// its warnings collected.
+struct TunedContext {
+  llvm::SmallString<128> dir;
+  std::vector<std::string> warnings;
+  std::unique_ptr<Context> ctx;
+  explicit TunedContext(const autotune::TuningDatabase &db) {
+    REQUIRE(!llvm::sys::fs::createUniqueDirectory("flashjit-tuning", dir));
+    std::string path = std::string(dir) + "/db.json";
+    REQUIRE_FALSE(bool(db.save(path)));
+    ContextOptions options;
+    options.cache.directory = std::string(dir) + "/cache";
+    options.tuning.database = path;
+    options.onWarning = [this](llvm::StringRef m) {
+      warnings.push_back(m.str());
+    };
+    auto made = Context::create(options);
+    REQUIRE(bool(made));
+    ctx = std::move(*made);
+  }
+  ~TunedContext() {
+    ctx.reset();
+    llvm::sys::fs::remove_directories(dir);
+  }
+};
+
+/// runTuning on one plan: its bucket's result, every candidate's figure
+/// or error as a message; the run not stopped and no candidate failed.
+autotune::BucketResult tuneOne(const autotune::BucketPlan &plan,
+                               autotune::MeasureFn measure) {
+  autotune::TuningRunResult run = autotune::runTuning(
+      {plan}, measure, [](const autotune::TuningProgress &) {}, {});
+  REQUIRE(run.buckets.size() == 1);
+  const autotune::BucketResult &result = run.buckets[0];
+  for (const autotune::CandidateResult &c : result.tried)
+    MESSAGE(c.config.canonical()
+            << ": "
+            << (c.measurement
+                    ? std::to_string(c.measurement->tflops) + " TFLOP/s"
+                    : c.error));
+  CHECK(run.stoppedBy.empty());
+  CHECK(result.failedCount() == 0);
+  return result;
+}
+} // namespace
 
 TEST_CASE("the benchmark checks and times a kernel, reusing its inputs") {
   AttentionSpec spec;
@@ -58,22 +106,10 @@ TEST_CASE("one bucket tuned on this GPU: the winner is at least as fast as "
   REQUIRE(bool(bench));
   BenchmarkOptions benchOptions;
   benchOptions.timing.iterations = 3;
-  autotune::TuningRunResult run = autotune::runTuning(
-      {plan},
-      [&](const autotune::BucketPlan &p, const TileConfig &c) {
+  autotune::BucketResult result =
+      tuneOne(plan, [&](const autotune::BucketPlan &p, const TileConfig &c) {
         return measureCandidate(ctx, **bench, p, c, benchOptions);
-      },
-      [](const autotune::TuningProgress &) {}, {});
-  REQUIRE(run.buckets.size() == 1);
-  const autotune::BucketResult &result = run.buckets[0];
-  for (const autotune::CandidateResult &c : result.tried)
-    MESSAGE(c.config.canonical()
-            << ": "
-            << (c.measurement
-                    ? std::to_string(c.measurement->tflops) + " TFLOP/s"
-                    : c.error));
-  CHECK(run.stoppedBy.empty());
-  CHECK(result.failedCount() == 0);
+      });
   auto entry = result.entry();
   REQUIRE(entry.has_value());
   REQUIRE(entry->heuristicTflops.has_value());
@@ -111,25 +147,15 @@ TEST_CASE("one bucket tuned on this GPU: the winner is at least as fast as "
   CHECK(tunedMedian <= heuristicMedian * (1 + kNoise));
 
   // A database with the entry, for this GPU, read by a new context.
-  llvm::SmallString<128> dir;
-  REQUIRE(!llvm::sys::fs::createUniqueDirectory("flashjit-tuning", dir));
-  std::string path = std::string(dir) + "/db.json";
   autotune::TuningDatabase db(gpuIdentity(*ctx.device()),
                               autotune::builtFlashjitVersion().str());
   db.entries.push_back(*entry);
-  REQUIRE_FALSE(bool(db.save(path)));
-  ContextOptions options;
-  options.cache.directory = std::string(dir) + "/cache";
-  options.tuning.database = path;
-  std::vector<std::string> warnings;
-  options.onWarning = [&](llvm::StringRef m) { warnings.push_back(m.str()); };
-  auto tuned = Context::create(options);
-  REQUIRE(bool(tuned));
+  TunedContext tuned(db);
   KernelOptions inBucket;
   inBucket.seqlen = 512;
-  auto kernel = (*tuned)->compile(plan.spec, inBucket);
+  auto kernel = tuned.ctx->compile(plan.spec, inBucket);
   REQUIRE(bool(kernel));
-  CHECK(warnings.empty());
+  CHECK(tuned.warnings.empty());
   CHECK((*kernel)->configOrigin().source == ConfigSource::Tuned);
   CHECK((*kernel)->info().config == entry->config);
   CheckOptions check;
@@ -139,5 +165,56 @@ TEST_CASE("one bucket tuned on this GPU: the winner is at least as fast as "
   auto report = runAndCheck(**kernel, check);
   REQUIRE(bool(report));
   CHECK_MESSAGE(report->passed, report->summary());
-  llvm::sys::fs::remove_directories(dir);
+}
+
+TEST_CASE("one backward bucket tuned on this GPU: every candidate checked "
+          "and timed, and compileBackward builds the winner") {
+  Context &ctx = gpuContext();
+  auto model = heuristicDeviceModel(ctx.target(), ctx.heuristicDevice());
+  REQUIRE(bool(model));
+  autotune::ShapeBucket bucket{64, DType::BF16, true, 1, 1024};
+  autotune::PlanOptions planOptions;
+  planOptions.maxCandidates = 3;
+  planOptions.tokens = 4096; // a short run: batch 8 x 512
+  autotune::BucketPlan plan =
+      autotune::planBackwardBucket(bucket, *model, planOptions);
+  REQUIRE_MESSAGE(plan.runnable(), plan.error);
+  CHECK(plan.candidates.front() == plan.heuristic);
+  BenchmarkOptions benchOptions;
+  benchOptions.timing.iterations = 3;
+  const uint64_t seed = freshSeed();
+  autotune::BucketResult result =
+      tuneOne(plan, [&](const autotune::BucketPlan &p, const TileConfig &c) {
+        return measureBackwardCandidate(ctx, p, c, benchOptions, seed);
+      });
+  CHECK(result.tried.size() == plan.candidates.size());
+  auto entry = result.entry();
+  REQUIRE(entry.has_value());
+  REQUIRE(entry->heuristicTflops.has_value());
+  CHECK(entry->tflops >= *entry->heuristicTflops);
+
+  // A database with the entry, read by a new context: compileBackward
+  // builds the winner for a length in the bucket, and it is exact.
+  autotune::TuningDatabase db(gpuIdentity(*ctx.device()),
+                              autotune::builtFlashjitVersion().str());
+  db.replaceBackward(*entry);
+  TunedContext tuned(db);
+  BackwardOptions inBucket;
+  inBucket.seqlen = 300;
+  auto resolved = tuned.ctx->resolveBackwardConfig(plan.spec, inBucket);
+  REQUIRE(bool(resolved));
+  CHECK(resolved->origin.source == ConfigSource::Tuned);
+  auto backward = tuned.ctx->compileBackward(plan.spec, inBucket);
+  REQUIRE(bool(backward));
+  CHECK(tuned.warnings.empty());
+  CHECK((*backward)->info().config == entry->config);
+  auto forward = tuned.ctx->compile(plan.spec);
+  REQUIRE(bool(forward));
+  BackwardCheckOptions check;
+  check.batch = 2;
+  check.seqlenQ = check.seqlenK = 300;
+  check.seed = freshSeed();
+  auto report = runAndCheckBackward(**forward, **backward, check);
+  REQUIRE(bool(report));
+  CHECK_MESSAGE(report->passed, report->summary());
 }

@@ -1,7 +1,8 @@
 //===- AutotuneCommand.cpp - `flashjit autotune` --------------------------===//
 // Why: operators tune once per GPU model. This measures the candidates of
 // every registered template on the local GPU for a set of shape buckets and
-// merges the winners into the tuning database the runtime reads first.
+// merges the winners into the tuning database the runtime reads first;
+// `--backward` does the same for the backward kernels (their own entries).
 // `--dry-run` prints the plan without a GPU. Bad input (an unknown --gpu, a
 // database that cannot be read, an empty bucket list, no GPU) is an error
 // that says what to change; a candidate that fails to compile or run is
@@ -97,6 +98,12 @@ static cl::opt<uint64_t> seed("seed", cl::desc("Input seed (default: random)"),
                               cl::cat(category));
 static cl::opt<bool> json("json", cl::desc("Print JSON on stdout"),
                           cl::sub(autotuneCommand), cl::cat(category));
+static cl::opt<bool> backwardPass(
+    "backward",
+    cl::desc("Tune the backward kernels (their own entries in the database; "
+             "BackwardOptions::seqlen picks the bucket) instead of the "
+             "forward"),
+    cl::sub(autotuneCommand), cl::cat(category));
 
 namespace {
 
@@ -250,8 +257,16 @@ int runAutotune() {
   auto existing = openExisting(location.path, summary.gpu, !dryRun);
   if (!existing)
     return reportError("autotune", existing.takeError());
+  if (backwardPass && decodeAutotuneRequested())
+    return reportError("autotune",
+                       optionError("--backward and --decode tune different "
+                                   "kernels: give one of them"));
+  if (backwardPass)
+    summary.pass = "backward";
   if (*existing)
-    summary.existingEntries = (*existing)->entries.size();
+    summary.existingEntries = backwardPass
+                                  ? (*existing)->backwardEntries.size()
+                                  : (*existing)->entries.size();
   if (decodeAutotuneRequested()) {
     DecodeAutotuneSettings settings;
     settings.headDims.assign(headDims.begin(), headDims.end());
@@ -270,7 +285,9 @@ int runAutotune() {
 
   autotune::PlanOptions planOptions;
   planOptions.maxCandidates = maxCandidates;
-  auto plans = autotune::planTuning(*buckets, *model, planOptions);
+  auto plans = autotune::planTuning(
+      *buckets, *model, planOptions,
+      backwardPass ? autotune::Pass::Backward : autotune::Pass::Forward);
   if (!plans)
     return reportError("autotune", plans.takeError());
   if (dryRun) {
@@ -281,14 +298,18 @@ int runAutotune() {
     return 0;
   }
 
-  auto bench = Benchmark::create(seed ? uint64_t(seed)
-                                      : uint64_t(std::random_device()()));
+  const uint64_t inputSeed =
+      seed ? uint64_t(seed) : uint64_t(std::random_device()());
+  auto bench = Benchmark::create(inputSeed);
   if (!bench)
     return reportError("autotune", bench.takeError());
   BenchmarkOptions benchOptions;
   benchOptions.timing.warmup = warmup;
   benchOptions.timing.iterations = iterations;
   auto measure = [&](const BucketPlan &plan, const TileConfig &config) {
+    if (backwardPass)
+      return measureBackwardCandidate(**ctx, plan, config, benchOptions,
+                                      inputSeed);
     return measureCandidate(**ctx, **bench, plan, config, benchOptions);
   };
   // Each measured bucket is merged and saved at once, so an interrupted
@@ -307,7 +328,10 @@ int runAutotune() {
     auto entry = bucket.entry();
     if (!entry || !saveError.empty())
       return;
-    db.replace(std::move(*entry));
+    if (backwardPass)
+      db.replaceBackward(std::move(*entry));
+    else
+      db.replace(std::move(*entry));
     ++written;
     if (auto err = db.save(location.path))
       saveError = llvm::toString(std::move(err));
@@ -318,14 +342,14 @@ int runAutotune() {
   bar.finish();
 
   bool savedOk = saveError.empty();
+  const size_t held =
+      savedOk ? (backwardPass ? db.backwardEntries.size() : db.entries.size())
+              : 0;
   if (json)
-    llvm::outs() << summaryToJson(summary, run, timeBudget,
-                                  savedOk ? db.entries.size() : 0)
-                        .dump(2)
+    llvm::outs() << summaryToJson(summary, run, timeBudget, held).dump(2)
                  << "\n";
   else
-    printSummaryText(llvm::outs(), summary, run,
-                     savedOk ? db.entries.size() : 0);
+    printSummaryText(llvm::outs(), summary, run, held);
   if (!savedOk)
     return reportError("autotune", optionError(saveError));
   if (written == 0)

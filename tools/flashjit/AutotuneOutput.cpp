@@ -97,8 +97,8 @@ void printPlanText(llvm::raw_ostream &os, const AutotuneContext &context,
   size_t total = 0;
   for (const BucketPlan &plan : plans)
     total += plan.candidates.size();
-  os << "would tune " << plans.size() << " bucket(s), " << total
-     << " candidate(s), on the " << context.gpu.name << " (compute capability "
+  os << "would tune the " << context.pass << " pass of " << plans.size()
+     << " bucket(s), " << total << " candidate(s), on the " << context.gpu.name << " (compute capability "
      << context.gpu.ccMajor << "." << context.gpu.ccMinor << ", "
      << context.modelSource << ")\n"
      << "database: " << context.databasePath;
@@ -135,6 +135,7 @@ json planToJson(const AutotuneContext &context,
     total += plan.candidates.size();
   }
   return {{"dry_run", true},
+          {"pass", context.pass},
           {"gpu", gpuToJson(context.gpu)},
           {"model_source", context.modelSource},
           {"database", context.databasePath},
@@ -150,8 +151,8 @@ void printSummaryText(llvm::raw_ostream &os, const AutotuneContext &context,
   size_t tuned = 0;
   for (const BucketResult &b : run.buckets)
     tuned += b.best.has_value();
-  os << "tuned " << tuned << " of " << run.buckets.size()
-     << " bucket(s) on the " << context.gpu.name << " (driver "
+  os << "tuned the " << context.pass << " pass of " << tuned << " of "
+     << run.buckets.size() << " bucket(s) on the " << context.gpu.name << " (driver "
      << context.gpu.driver << ") in " << formatDuration(run.seconds)
      << "; database " << context.databasePath << " now holds "
      << entriesInDatabase << " entries\n";
@@ -226,7 +227,8 @@ json summaryToJson(const AutotuneContext &context, const TuningRunResult &run,
                  {"error", b.error.empty() ? json(nullptr) : json(b.error)}};
     buckets.push_back(std::move(item));
   }
-  return {{"gpu", gpuToJson(context.gpu)},
+  return {{"pass", context.pass},
+          {"gpu", gpuToJson(context.gpu)},
           {"flashjit_version", autotune::builtFlashjitVersion().str()},
           {"database", context.databasePath},
           {"database_entries", entriesInDatabase},

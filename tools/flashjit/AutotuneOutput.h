@@ -46,6 +46,8 @@ struct AutotuneContext {
   std::string databasePath;
   /// Entries of the database the results merge into (none: a new one).
   std::optional<size_t> existingEntries;
+  /// The kernels tuned: "forward", or "backward" (--backward).
+  std::string pass = "forward";
 };
 
 void printPlanText(llvm::raw_ostream &os, const AutotuneContext &context,

@@ -27,6 +27,11 @@ int runBackwardCheck(Context &ctx, const AttentionSpec &spec,
     options.config = *config;
   }
   options.deterministic = request.deterministic;
+  // The tuned backward bucket of this run's length, where there is one.
+  options.seqlen = request.check.seqlenQ;
+  auto resolved = ctx.resolveBackwardConfig(spec, options);
+  if (!resolved)
+    return reportError("run", resolved.takeError());
   auto start = std::chrono::steady_clock::now();
   auto backward = ctx.compileBackward(spec, options);
   if (!backward)
@@ -45,6 +50,9 @@ int runBackwardCheck(Context &ctx, const AttentionSpec &spec,
                         {"device", ctx.device()->name},
                         {"arch", ctx.target().chip},
                         {"config", info.config.canonical()},
+                        {"config_source",
+                         configSourceName(resolved->origin.source)},
+                        {"config_detail", resolved->origin.detail},
                         {"deterministic", (*backward)->deterministic()},
                         {"forward_config", forward.info().config.canonical()},
                         {"batch", o.batch},
@@ -74,6 +82,7 @@ int runBackwardCheck(Context &ctx, const AttentionSpec &spec,
   } else {
     llvm::outs() << info.name << " on " << ctx.device()->name << " ("
                  << ctx.target().chip << ", " << info.config.canonical()
+                 << ", " << configSourceName(resolved->origin.source)
                  << "; forward " << forward.info().config.canonical() << ")\n"
                  << "  shape: batch " << o.batch << ", heads "
                  << spec.numHeads << "/" << spec.numKVHeads << ", seqlen "

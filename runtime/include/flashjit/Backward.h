@@ -61,6 +61,11 @@ struct BackwardOptions {
   /// default kernels: it changes the config's family to its template's
   /// deterministic one (wgmma_bwd_det, mma_sync_bwd_det).
   bool deterministic = false;
+  /// Without `config`: the sequence length the kernels are chosen for
+  /// (none: 2048). The tuning database's backward bucket of that length
+  /// (`flashjit autotune --backward`) gives the config where it has one,
+  /// else the default for the spec and chip does.
+  std::optional<int64_t> seqlen;
 };
 
 class BackwardKernel {

@@ -411,6 +411,14 @@ public:
   /// forward's) or compiled now, and loaded on the GPU, like compile().
   llvm::Expected<std::shared_ptr<const BackwardKernel>>
   compileBackward(const AttentionSpec &spec, const BackwardOptions &options);
+  /// The config compileBackward() would build and where it comes from (the
+  /// options' config; the tuning database's backward bucket of
+  /// options.seqlen; else the default), before the deterministic variant
+  /// is applied, without compiling. Errors: a bad spec, seqlen or config,
+  /// or a spec the backward does not support.
+  llvm::Expected<ResolvedConfig>
+  resolveBackwardConfig(const AttentionSpec &spec,
+                        const BackwardOptions &options) const;
 
   /// The decode (Flash-Decoding) kernels of `spec`, from memory, the disk
   /// cache or compiled now, like compile(); flashjit/Decode.h declares

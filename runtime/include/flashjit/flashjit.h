@@ -40,7 +40,7 @@ extern "C" {
 
 /* Raised when a function or a field is added (flashjit_get_version's
  * api_version tells what the loaded library implements). */
-#define FLASHJIT_C_API_VERSION 8
+#define FLASHJIT_C_API_VERSION 9
 
 typedef enum flashjit_status {
   FLASHJIT_STATUS_OK = 0,
@@ -461,6 +461,10 @@ typedef struct flashjit_backward_options {
    * a measured cost in time (docs/backward.md) and a little more
    * workspace (flashjit_backward_workspace_size counts it). */
   int32_t deterministic;
+  /* (API version 9) Without a config: the sequence length the kernels are
+   * chosen for, which picks the tuning database's backward bucket
+   * (`flashjit autotune --backward`); 0 (default): 2048. */
+  int64_t seqlen;
 } flashjit_backward_options_t;
 
 static inline void
@@ -468,6 +472,7 @@ flashjit_backward_options_init(flashjit_backward_options_t *options) {
   options->struct_size = sizeof(flashjit_backward_options_t);
   options->config = 0;
   options->deterministic = 0;
+  options->seqlen = 0;
 }
 
 /* flashjit_backward_compile with options (NULL: the defaults). */

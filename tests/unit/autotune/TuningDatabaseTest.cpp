@@ -348,3 +348,50 @@ TEST_CASE("filtering buckets by their description") {
                      "'d32 ' (the buckets are: d64 bf16 seqlen [1, 384); ") ==
         0);
 }
+
+TEST_CASE("backward entries: their own list, round-trip and lookup") {
+  TuningDatabase db = sampleDatabase();
+  TuningEntry backward;
+  backward.bucket = {128, DType::BF16, true, 768, 3072};
+  backward.config = {"wgmma_bwd", 64, 128, 3, 8};
+  backward.tflops = 470;
+  backward.heuristicTflops = 455;
+  CHECK(db.replaceBackward(backward) == 0);
+  // Another measurement over the same lengths supersedes it.
+  backward.bucket = {128, DType::BF16, true, 1536, 8192};
+  backward.config = {"wgmma_bwd", 64, 128, 1, 8};
+  CHECK(db.replaceBackward(backward) == 1);
+  REQUIRE(db.backwardEntries.size() == 1);
+  // The forward's entries are untouched and answer only forward lookups.
+  CHECK(db.entries.size() == 2);
+
+  json j = db.toJson();
+  REQUIRE(j.contains("backward_entries"));
+  CHECK(j["backward_entries"][0]["config"]["stages"] == 1);
+  auto loaded = TuningDatabase::fromJson(j);
+  REQUIRE_MESSAGE(static_cast<bool>(loaded),
+                  (loaded ? "" : llvm::toString(loaded.takeError())));
+  CHECK(loaded->toJson() == j);
+  auto hit = loaded->lookupBackward(spec(128, true), 2048);
+  REQUIRE(hit.has_value());
+  CHECK(hit->canonical() == "wgmma_bwd:m64:n128:s1:w8");
+  CHECK_FALSE(loaded->lookupBackward(spec(128, true), 1000).has_value());
+  CHECK_FALSE(loaded->lookupBackward(spec(128, false), 2048).has_value());
+  CHECK(loaded->lookup(spec(128, true), 2048) != hit);
+
+  // A database without backward entries writes no field, and reads back.
+  CHECK_FALSE(sampleDatabase().toJson().contains("backward_entries"));
+  // A wrong schema names the field.
+  json bad = j;
+  bad["backward_entries"] = 3;
+  auto refused = TuningDatabase::fromJson(bad);
+  REQUIRE_FALSE(static_cast<bool>(refused));
+  CHECK(llvm::toString(refused.takeError()).find("backward_entries") !=
+        std::string::npos);
+  bad = j;
+  bad["backward_entries"].push_back(bad["backward_entries"][0]);
+  refused = TuningDatabase::fromJson(bad);
+  REQUIRE_FALSE(static_cast<bool>(refused));
+  CHECK(llvm::toString(refused.takeError()).find("overlap") !=
+        std::string::npos);
+}

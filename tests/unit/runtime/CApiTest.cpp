@@ -12,6 +12,8 @@
 #include <dlfcn.h>
 #include <doctest/doctest.h>
 
+#include <cstddef>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -775,6 +777,22 @@ TEST_CASE("the deterministic backward through the C API: options struct") {
   CHECK(
       flashjit_backward_compile_with_options(c.ctx, &spec, nullptr, nullptr) ==
       FLASHJIT_STATUS_INVALID_ARGUMENT);
+  // API version 9's seqlen hint: a negative one is refused; a struct of
+  // version 7 (it ends before the hint) still reads.
+  flashjit_backward_options_init(&options);
+  options.seqlen = -1;
+  CHECK(flashjit_backward_compile_with_options(c.ctx, &spec, &options, &none) ==
+        FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(has(lastError(), "backward options seqlen is -1"));
+  options.seqlen = 512;
+  CHECK(flashjit_backward_compile_with_options(c.ctx, &spec, &options, &none) ==
+        FLASHJIT_STATUS_OK);
+  CHECK(flashjit_backward_release(none) == FLASHJIT_STATUS_OK);
+  flashjit_backward_options_init(&options);
+  options.struct_size = offsetof(flashjit_backward_options_t, seqlen);
+  CHECK(flashjit_backward_compile_with_options(c.ctx, &spec, &options, &none) ==
+        FLASHJIT_STATUS_OK);
+  CHECK(flashjit_backward_release(none) == FLASHJIT_STATUS_OK);
   for (flashjit_backward_t h : {plain, det, byNull})
     CHECK(flashjit_backward_release(h) == FLASHJIT_STATUS_OK);
 }

@@ -7,8 +7,10 @@
 #include "RuntimeTestUtil.h"
 
 #include "flashjit/Compiler/Compiler.h"
+#include "flashjit/Backward.h"
 #include "flashjit/FlashJIT.h"
 #include "flashjit/Runtime/KernelCache.h"
+#include "flashjit/Templates/MmaSyncBackward.h"
 
 #include <doctest/doctest.h>
 
@@ -267,4 +269,92 @@ TEST_CASE("an entry written by another generator is not served") {
   CHECK(servedFrom(versions.generator) == fresh + mark);
   // ...another generator's is not: the kernel is built again.
   CHECK(servedFrom("0123456789abcdef") == fresh);
+}
+
+TEST_CASE("the backward: the tuned entry of its bucket, by the seqlen hint") {
+  TempDir dir;
+  Warnings warnings;
+  // A backward entry beside a forward one of the same bucket: each pass
+  // reads its own.
+  const TileConfig forwardTuned = otherConfig(heuristicFor(d128Spec()));
+  TuningDatabase db = tunedDatabase(forwardTuned);
+  TuningEntry backward;
+  backward.bucket = {128, DType::BF16, false, 1024, 4096};
+  backward.config = {"wgmma_bwd", 64, 128, 3, 8};
+  backward.tflops = 520;
+  db.replaceBackward(backward);
+  TuningEntry unbuildable = backward;
+  unbuildable.bucket = {128, DType::BF16, false, 4096, std::nullopt};
+  unbuildable.config = {"wgmma_bwd", 96, 128, 2, 8};
+  db.replaceBackward(unbuildable);
+  std::string path = dir / "db.json";
+  REQUIRE(errorText(db.save(path)) == "");
+  auto ctx = makeContext(dir, warnings, path);
+  const TileConfig defaults =
+      MmaSyncBackward::defaultConfig(d128Spec(), ctx->target());
+  REQUIRE(defaults != backward.config);
+
+  // No hint: 2048, in [1024, 4096).
+  auto resolved = ctx->resolveBackwardConfig(d128Spec(), {});
+  REQUIRE(static_cast<bool>(resolved));
+  CHECK(resolved->config == backward.config);
+  CHECK(resolved->origin.source == ConfigSource::Tuned);
+  CHECK(resolved->origin.detail.find("backward bucket d128 bf16 seqlen "
+                                     "[1024, 4096)") != std::string::npos);
+  auto kernel = ctx->compileBackward(d128Spec(), {});
+  REQUIRE_MESSAGE(static_cast<bool>(kernel),
+                  (kernel ? "" : llvm::toString(kernel.takeError())));
+  CHECK((*kernel)->info().config == backward.config);
+  // The forward still builds its own entry.
+  CHECK(compileOk(*ctx, d128Spec())->info().config == forwardTuned);
+  // Deterministic: the tuned tile sizes in the deterministic family.
+  BackwardOptions det;
+  det.deterministic = true;
+  auto detKernel = ctx->compileBackward(d128Spec(), det);
+  REQUIRE(static_cast<bool>(detKernel));
+  CHECK((*detKernel)->info().config.family == "wgmma_bwd_det");
+  CHECK((*detKernel)->info().config.stages == 3);
+
+  // Outside every bucket, and causal (another bucket): the default.
+  BackwardOptions shortRun;
+  shortRun.seqlen = 512;
+  resolved = ctx->resolveBackwardConfig(d128Spec(), shortRun);
+  REQUIRE(static_cast<bool>(resolved));
+  CHECK(resolved->config == defaults);
+  CHECK(resolved->origin.source == ConfigSource::Heuristic);
+  CHECK(resolved->origin.detail.find("no backward bucket") !=
+        std::string::npos);
+  AttentionSpec causal = d128Spec();
+  causal.causal = true;
+  resolved = ctx->resolveBackwardConfig(causal, {});
+  REQUIRE(static_cast<bool>(resolved));
+  CHECK(resolved->config ==
+        MmaSyncBackward::defaultConfig(causal, ctx->target()));
+  CHECK(warnings.size() == 0);
+
+  // A tuned config this flashjit cannot build: the default, one warning.
+  BackwardOptions longRun;
+  longRun.seqlen = 16384;
+  for (int i = 0; i < 2; ++i) {
+    resolved = ctx->resolveBackwardConfig(d128Spec(), longRun);
+    REQUIRE(static_cast<bool>(resolved));
+    CHECK(resolved->config == defaults);
+    CHECK(resolved->origin.detail.find("cannot be built here") !=
+          std::string::npos);
+  }
+  CHECK(warnings.size() == 1);
+
+  // A named config wins; a bad hint is an error.
+  BackwardOptions named;
+  named.config = TileConfig{"wgmma_bwd", 64, 128, 1, 8};
+  resolved = ctx->resolveBackwardConfig(d128Spec(), named);
+  REQUIRE(static_cast<bool>(resolved));
+  CHECK(resolved->config == *named.config);
+  CHECK(resolved->origin.source == ConfigSource::Explicit);
+  BackwardOptions badHint;
+  badHint.seqlen = 0;
+  auto bad = ctx->compileBackward(d128Spec(), badHint);
+  REQUIRE_FALSE(static_cast<bool>(bad));
+  CHECK(llvm::toString(bad.takeError()) ==
+        "the backward's seqlen hint must be at least 1, got 0");
 }

@@ -61,6 +61,10 @@ struct TuningDatabase {
   GpuIdentity gpu;
   std::string flashjitVersion;
   std::vector<TuningEntry> entries;
+  /// The backward kernels' winners (`flashjit autotune --backward`): the
+  /// same buckets, backward configs (wgmma_bwd, mma_sync_bwd), TFLOP/s by
+  /// the backward's convention (2.5 x the forward's FLOPs).
+  std::vector<TuningEntry> backwardEntries;
   /// Decode kernels' winners (`flashjit autotune --decode`), by bucket.
   std::vector<DecodeTuningEntry> decodeEntries;
 
@@ -71,12 +75,18 @@ struct TuningDatabase {
   /// new measurement supersedes the old ones, whatever their ranges);
   /// returns how many were removed.
   size_t replace(TuningEntry entry);
+  /// replace() for the backward entries.
+  size_t replaceBackward(TuningEntry entry);
   /// Adds a decode entry after removing those whose bucket overlaps it;
   /// returns how many were removed.
   size_t replaceDecode(DecodeTuningEntry entry);
   /// The tuned config of the bucket holding (spec, seqlen), if any.
   std::optional<TileConfig> lookup(const AttentionSpec &spec,
                                    int64_t seqlen) const;
+  /// The tuned backward config of the bucket holding (spec, seqlen), if
+  /// any.
+  std::optional<TileConfig> lookupBackward(const AttentionSpec &spec,
+                                           int64_t seqlen) const;
   /// Why the database does not apply to this GPU, driver and flashjit (each
   /// difference named), or std::nullopt when it does.
   std::optional<std::string> isStaleFor(const GpuIdentity &current,
@@ -84,8 +94,9 @@ struct TuningDatabase {
 
   /// {"format": 1, "flashjit_version", "gpu": {"name", "cc", "driver"},
   ///  "entries": [{"bucket", "config", "tflops", "heuristic_tflops",
-  ///  "failed": [{"config", "error"}]}]}, and "decode_entries" (read when
-  ///  present, written when not empty: decodeEntryToJson's form).
+  ///  "failed": [{"config", "error"}]}]}, "backward_entries" (the same
+  ///  form) and "decode_entries" (decodeEntryToJson's form), both read when
+  ///  present and written when not empty.
   nlohmann::json toJson() const;
   /// Reads toJson()'s form; errors name the field ("entries[2].config.block_m:
   /// expected an integer ...").

@@ -69,11 +69,23 @@ BucketPlan representativeProblem(const ShapeBucket &bucket,
 BucketPlan planBucket(const ShapeBucket &bucket, const DeviceModel &device,
                       const PlanOptions &options = {});
 
+/// The backward's rate convention (FlashAttention): 2.5 x the forward's
+/// FLOPs.
+constexpr double kBackwardFlopsPerForward = 2.5;
+/// The plan of one bucket's backward pass on the device: the backward's
+/// default config for the spec on the device's target first, then the
+/// other candidates of the same template (MmaSyncBackward::candidates)
+/// that fit its shared memory; `flops` by the backward's convention.
+BucketPlan planBackwardBucket(const ShapeBucket &bucket,
+                              const DeviceModel &device,
+                              const PlanOptions &options = {});
+/// Which kernels a plan tunes.
+enum class Pass { Forward, Backward };
 /// The plans of a bucket list (checked with checkBuckets first: an empty or
 /// overlapping list is an error), in the list's order.
 llvm::Expected<std::vector<BucketPlan>>
 planTuning(llvm::ArrayRef<ShapeBucket> buckets, const DeviceModel &device,
-           const PlanOptions &options = {});
+           const PlanOptions &options = {}, Pass pass = Pass::Forward);
 
 /// {"bucket", "spec", "batch", "seqlen", "flops", "heuristic",
 ///  "candidates": [...], "fitting", "skipped_templates", "error"}.

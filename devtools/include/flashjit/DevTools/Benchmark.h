@@ -90,6 +90,15 @@ llvm::Expected<autotune::Measurement>
 measureCandidate(Context &ctx, Benchmark &bench,
                  const autotune::BucketPlan &plan, const TileConfig &config,
                  const BenchmarkOptions &options);
+/// The measurement of `flashjit autotune --backward`: builds the backward
+/// of the plan's spec with `config` (and the default forward), checks dQ,
+/// dK and dV against float64 at an odd length up to 385 (inputs from
+/// `seed`), then times it on the plan's shape (outputs scanned for NaN);
+/// TFLOP/s by the backward's convention. Errors as measureCandidate's.
+llvm::Expected<autotune::Measurement>
+measureBackwardCandidate(Context &ctx, const autotune::BucketPlan &plan,
+                         const TileConfig &config,
+                         const BenchmarkOptions &options, uint64_t seed);
 
 } // namespace flashjit
 

@@ -35,6 +35,9 @@ public:
 
   /// The index of the entry whose bucket holds (spec, seqlen).
   std::optional<size_t> find(const AttentionSpec &spec, int64_t seqlen) const;
+  /// The backward entry whose bucket holds (spec, seqlen), if any.
+  const autotune::TuningEntry *findBackward(const AttentionSpec &spec,
+                                            int64_t seqlen) const;
   const autotune::TuningEntry &entry(size_t index) const {
     return Entries[index];
   }
@@ -49,6 +52,7 @@ public:
 private:
   std::string Path;
   std::vector<autotune::TuningEntry> Entries;
+  std::vector<autotune::TuningEntry> BackwardEntries;
   std::vector<autotune::DecodeTuningEntry> DecodeEntries;
 };
 
