@@ -143,21 +143,28 @@ class Context:
         return Kernel(self._lib, out, spec, self.device)
 
     def compile_backward(self, spec: AttentionSpec, *, config: Optional[str] = None,
-                         deterministic: bool = False) -> "Backward":
+                         deterministic: bool = False,
+                         seqlen: Optional[int] = None) -> "Backward":
         """The backward kernels of `spec` (dQ, dK, dV; docs/backward.md),
         compiled or taken from the cache. config: None for the default, or
         a tile config of family wgmma_bwd or mma_sync_bwd. deterministic:
         dq, dk and dv bitwise equal run to run, at a measured cost in
-        time (wgmma_bwd_det or mma_sync_bwd_det kernels). A spec the
-        backward does not support (windows, mods, block masks, head dim
-        256) raises UnsupportedError saying which part."""
+        time (wgmma_bwd_det or mma_sync_bwd_det kernels). seqlen: without
+        a config, the sequence length whose tuning-database bucket gives
+        the config (`flashjit autotune --backward`; None: 2048; C API 9).
+        A spec the backward does not support (windows, mods, block masks,
+        head dim 256) raises UnsupportedError saying which part."""
         if not isinstance(spec, AttentionSpec):
             raise TypeError(f"spec must be a flashjit.AttentionSpec, got {type(spec).__name__}")
         if config is not None and not isinstance(config, str):
             raise TypeError(f"config must be a str or None, got {type(config).__name__}")
+        if seqlen is not None and (not isinstance(seqlen, int) or isinstance(seqlen, bool)
+                                   or seqlen < 1):
+            raise ValueError(f"seqlen must be a positive int or None, got {seqlen!r}")
         c_spec = spec.to_c()
         options = _BackwardOptions(ctypes.sizeof(_BackwardOptions),
-                                   config.encode() if config else None, int(bool(deterministic)))
+                                   config.encode() if config else None, int(bool(deterministic)),
+                                   seqlen or 0)
         out = ctypes.c_void_p()
         self._lib.check(self._lib.fn("flashjit_backward_compile_with_options")(
             self._live(), ctypes.byref(c_spec), ctypes.byref(options), ctypes.byref(out)))
@@ -289,9 +296,9 @@ class Kernel(_Handle):
 
 
 class _BackwardOptions(ctypes.Structure):
-    """flashjit_backward_options_t (C API version 7)."""
+    """flashjit_backward_options_t (C API version 7; seqlen: version 9)."""
     _fields_ = [("struct_size", ctypes.c_size_t), ("config", ctypes.c_char_p),
-                ("deterministic", ctypes.c_int32)]
+                ("deterministic", ctypes.c_int32), ("seqlen", ctypes.c_int64)]
 
 
 class Backward(_Handle):

@@ -281,6 +281,10 @@ def test_backward_compiles_and_its_checks_reach_python(ctx, has_gpu):
     backward = ctx.compile_backward(spec)
     assert backward.workspace_bytes(1, 16) >= 4 * 4 * 16 * 129  # D and the f32 dQ
     assert ctx.compile_backward(spec, deterministic=True).deterministic
+    assert ctx.compile_backward(spec, seqlen=4096).workspace_bytes(1, 16) > 0
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match="seqlen"):
+            ctx.compile_backward(spec, seqlen=bad)
     dev = FakeDevice()
     q, k, v, o, lse = dev.problem()
     dout, dq = dev.tensor((1, 4, 16, 128)), dev.tensor((1, 4, 16, 128))
