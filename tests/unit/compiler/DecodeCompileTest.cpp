@@ -148,6 +148,28 @@ TEST_CASE("decode: tiling packs a KV group's heads x tokens as rows") {
       }
 }
 
+TEST_CASE("decode: paged caches with pages shorter than the tile keep "
+          "three buffers") {
+  // Head dim 128, one token of GQA 32/8: 128-key tiles, two buffers.
+  DecodeTiling contiguous = decodeTiling(decodeSpec(128, DType::BF16, 32, 8, 1));
+  REQUIRE(contiguous.blockN == 128);
+  CHECK(contiguous.stages == 2);
+  for (int64_t page : {16, 32, 64}) {
+    DecodeSpec spec = decodeSpec(128, DType::BF16, 32, 8, 1, page);
+    DecodeTiling t = decodeTiling(spec);
+    INFO(spec.canonical());
+    CHECK(t.blockN == 128);
+    CHECK(t.stages == 3);
+    CHECK(t.sharedBytes(spec) <= 227u * 1024);
+  }
+  // Pages of a whole tile or more, and an explicit stage count: as asked.
+  CHECK(decodeTiling(decodeSpec(128, DType::BF16, 32, 8, 1, 128)).stages == 2);
+  CHECK(decodeTiling(decodeSpec(128, DType::BF16, 32, 8, 1, 256)).stages == 2);
+  DecodeSpec two = decodeSpec(128, DType::BF16, 32, 8, 1, 16);
+  two.stages = 2;
+  CHECK(decodeTiling(two).stages == 2);
+}
+
 TEST_CASE("decode: the split rule fills the GPU and stops at full waves") {
   DecodeSpec spec = decodeSpec(128, DType::BF16, 32, 8, 1);
   const int64_t resident = 2 * 132; // an H100 holding two blocks per SM
