@@ -239,16 +239,22 @@ measureBackwardCandidate(Context &ctx, const autotune::BucketPlan &plan,
   // groups: the reference of a long sequence would take longer than the
   // timing), then timed on the plan's shape with every output scanned for
   // NaN.
+  auto run = [&](const BackwardCheckOptions &o)
+      -> llvm::Expected<BackwardCheckReport> {
+    auto report = runAndCheckBackward(**forward, **backward, o);
+    if (!report)
+      return measurementFailure(llvm::toString(report.takeError()));
+    if (!report->passed)
+      return measurementFailure("wrong results: " + report->summary());
+    return report;
+  };
   BackwardCheckOptions check;
   check.seed = seed;
   check.batch = 1;
   check.seqlenQ = check.seqlenK = std::min<int64_t>(plan.seqlen | 1, 385);
   check.checkedGroups = 2;
-  auto checked = runAndCheckBackward(**forward, **backward, check);
-  if (!checked)
-    return measurementFailure(llvm::toString(checked.takeError()));
-  if (!checked->passed)
-    return measurementFailure("wrong results: " + checked->summary());
+  if (auto checked = run(check); !checked)
+    return checked.takeError();
   BackwardCheckOptions timed;
   timed.seed = seed + 1;
   timed.batch = plan.batch;
@@ -256,11 +262,9 @@ measureBackwardCandidate(Context &ctx, const autotune::BucketPlan &plan,
   timed.checkedGroups = -1;
   timed.warmup = options.timing.warmup;
   timed.iterations = options.timing.iterations;
-  auto report = runAndCheckBackward(**forward, **backward, timed);
+  auto report = run(timed);
   if (!report)
-    return measurementFailure(llvm::toString(report.takeError()));
-  if (!report->passed)
-    return measurementFailure("wrong results: " + report->summary());
+    return report.takeError();
   return autotune::Measurement{report->medianMs, report->tflops};
 }
 

@@ -17,7 +17,9 @@
 
 #include "llvm/Support/FormatVariadic.h"
 
+#include <array>
 #include <cmath>
+#include <optional>
 
 namespace flashjit {
 namespace {
@@ -88,7 +90,17 @@ size_t BackwardKernel::workspaceBytes(int64_t batch, int64_t seqlenQ) const {
       .totalBytes;
 }
 
-llvm::Error BackwardKernel::check(const BackwardArgs &a) const {
+namespace {
+/// The TMA map layouts of Q and dO a wgmma main kernel takes (none for the
+/// mma_sync kernels).
+using MapLayouts = std::optional<std::array<TensorMapLayout, 2>>;
+
+/// BackwardKernel::check()'s checks of `a` for `kernel`; on success the
+/// map layouts, which backward() encodes without computing them again.
+llvm::Expected<MapLayouts> checkBackwardArgs(const BackwardKernel &kernel,
+                                             const BackwardArgs &a) {
+  const AttentionSpec &spec = kernel.spec();
+  const TileConfig &config = kernel.info().config;
   // q, k, v, o and lse as the forward took and gave them.
   ForwardArgs forward;
   forward.q = a.q;
@@ -97,12 +109,12 @@ llvm::Error BackwardKernel::check(const BackwardArgs &a) const {
   forward.o = a.o;
   forward.lse = a.lse;
   forward.scale = a.scale;
-  if (auto err = checkForwardArgs(Spec, forward))
+  if (auto err = checkForwardArgs(spec, forward))
     return invalid("the forward's tensors: " + llvm::toString(std::move(err)));
   const std::pair<const char *, const TensorRef *> grads[] = {
       {"dO", &a.dO}, {"dq", &a.dq}, {"dk", &a.dk}, {"dv", &a.dv}};
   for (auto [name, t] : grads) {
-    if (auto err = checkTensorRef(name, *t, Spec))
+    if (auto err = checkTensorRef(name, *t, spec))
       return withCode(ErrorCode::InvalidArgument, std::move(err));
     const TensorRef &like = t == &a.dk || t == &a.dv ? a.k : a.q;
     if (t->shape != like.shape)
@@ -134,11 +146,15 @@ llvm::Error BackwardKernel::check(const BackwardArgs &a) const {
         return invalid(llvm::formatv("{0} and {1} overlap in memory", name,
                                      grads[j].first));
   }
-  if (WgmmaBackward::owns(Info.config))
-    if (auto layouts = backwardTensorMapLayouts(a, Info.config); !layouts)
+  MapLayouts layouts;
+  if (WgmmaBackward::owns(config)) {
+    auto maps = backwardTensorMapLayouts(a, config);
+    if (!maps)
       return makeError(ErrorCode::InvalidArgument,
-                       llvm::toString(layouts.takeError()));
-  const size_t need = workspaceBytes(a.q.shape[0], a.q.shape[2]);
+                       llvm::toString(maps.takeError()));
+    layouts = *maps;
+  }
+  const size_t need = kernel.workspaceBytes(a.q.shape[0], a.q.shape[2]);
   if (!a.workspace)
     return invalid(llvm::formatv("the workspace is a null pointer: allocate "
                                  "workspaceBytes(batch, seqlen_q) = {0} bytes "
@@ -150,12 +166,18 @@ llvm::Error BackwardKernel::check(const BackwardArgs &a) const {
     return invalid(llvm::formatv("the workspace has {0} bytes; this problem "
                                  "needs workspaceBytes(batch, seqlen_q) = {1}",
                                  a.workspaceBytes, need));
-  return llvm::Error::success();
+  return layouts;
+}
+} // namespace
+
+llvm::Error BackwardKernel::check(const BackwardArgs &a) const {
+  return checkBackwardArgs(*this, a).takeError();
 }
 
 llvm::Error BackwardKernel::backward(const BackwardArgs &a) const {
-  if (auto err = check(a))
-    return err;
+  auto layouts = checkBackwardArgs(*this, a);
+  if (!layouts)
+    return layouts.takeError();
   if (!Module)
     return makeError(ErrorCode::NoDevice, "cannot launch " + Info.name +
                                               ": no GPU is available (" +
@@ -221,11 +243,7 @@ llvm::Error BackwardKernel::backward(const BackwardArgs &a) const {
   std::array<void *, BackwardMainArgs::kNumParams + 2> mainParams{};
   std::copy(mainPointers.begin(), mainPointers.end(), mainParams.begin());
   std::array<CUtensorMap, 2> maps{};
-  if (WgmmaBackward::owns(Info.config)) {
-    auto layouts = backwardTensorMapLayouts(a, Info.config);
-    if (!layouts)
-      return makeError(ErrorCode::InvalidArgument,
-                       llvm::toString(layouts.takeError()));
+  if (*layouts) {
     auto drv = CudaDriver::get();
     if (!drv)
       return withCode(ErrorCode::LaunchError, drv.takeError());
@@ -233,7 +251,7 @@ llvm::Error BackwardKernel::backward(const BackwardArgs &a) const {
     if (!scope)
       return withCode(ErrorCode::LaunchError, scope.takeError());
     for (size_t i = 0; i < maps.size(); ++i)
-      if (auto err = encodeTensorMap(*drv, (*layouts)[i], maps[i]))
+      if (auto err = encodeTensorMap(*drv, (**layouts)[i], maps[i]))
         return withCode(ErrorCode::LaunchError, std::move(err));
     const size_t at = BackwardMainArgs::kNumParams - (deterministic() ? 0 : 1);
     mainParams[at] = &maps[0];

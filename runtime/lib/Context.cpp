@@ -376,6 +376,27 @@ llvm::Error checkTunedConfig(const AttentionSpec &spec,
     return err;
   return (*tmpl)->checkConfig(spec, config);
 }
+
+/// The config of `entry`, a tuning database's (at `path`) entry of the
+/// bucket a request falls in, unless `unbuildable` says it cannot be built
+/// here: then none, and `why` says so. `kind` names the entries in the
+/// texts ("" for the forward's, "backward " for the backward's).
+std::optional<ResolvedConfig>
+tunedEntryConfig(llvm::StringRef path, const autotune::TuningEntry &entry,
+                 llvm::Error unbuildable, llvm::StringRef kind,
+                 std::string &why) {
+  std::string where = llvm::formatv("tuning database '{0}', {1}bucket {2}",
+                                    path, kind, entry.bucket.describe())
+                          .str();
+  if (!unbuildable)
+    return ResolvedConfig{entry.config, {ConfigSource::Tuned, where}};
+  why = llvm::formatv("the tuned {0}config {1} ({2}) cannot be built here: "
+                      "{3}",
+                      kind, entry.config.canonical(), where,
+                      llvm::toString(std::move(unbuildable)))
+            .str();
+  return std::nullopt;
+}
 } // namespace
 
 /// Kernels already handed out, by the fields of the spec, its variant
@@ -415,9 +436,13 @@ struct Context::KernelTable {
 
 struct Context::WarnedEntries {
   std::mutex mutex;
-  std::set<size_t> entries;
-  /// Backward entries, by address in Tuned.
-  std::set<const void *> backwardEntries;
+  /// Entries of Tuned (forward and backward), by address.
+  std::set<const void *> entries;
+  /// Whether `entry` is warned about for the first time.
+  bool first(const void *entry) {
+    std::lock_guard<std::mutex> lock(mutex);
+    return entries.insert(entry).second;
+  }
 };
 
 Context::~Context() {
@@ -534,19 +559,11 @@ Context::resolveConfig(const AttentionSpec &spec,
   if (!Tuned.path().empty()) {
     if (auto index = Tuned.find(spec, seqlen)) {
       const autotune::TuningEntry &entry = Tuned.entry(*index);
-      std::string where = llvm::formatv("tuning database '{0}', bucket {1}",
-                                        Tuned.path(), entry.bucket.describe())
-                              .str();
-      llvm::Error bad = checkTunedConfig(spec, entry.config, TargetChip);
-      if (!bad)
-        return ResolvedConfig{entry.config, {ConfigSource::Tuned, where}};
-      why = llvm::formatv("the tuned config {0} ({1}) cannot be built here: "
-                          "{2}",
-                          entry.config.canonical(), where,
-                          llvm::toString(std::move(bad)))
-                .str();
-      std::lock_guard<std::mutex> lock(Warned->mutex);
-      if (Warned->entries.insert(*index).second)
+      if (auto tuned = tunedEntryConfig(
+              Tuned.path(), entry,
+              checkTunedConfig(spec, entry.config, TargetChip), "", why))
+        return *tuned;
+      if (Warned->first(&entry))
         warn(why + "; using the heuristic's tile config");
     } else {
       why = llvm::formatv("the tuning database '{0}' has no bucket for {1} "
@@ -812,22 +829,14 @@ Context::resolveBackwardConfig(const AttentionSpec &spec,
   const int64_t seqlen = options.seqlen.value_or(defaultSeqlen());
   std::string why = "no tuning database";
   if (!Tuned.path().empty()) {
-    if (const autotune::TuningEntry *entry = Tuned.findBackward(spec, seqlen)) {
-      std::string where =
-          llvm::formatv("tuning database '{0}', backward bucket {1}",
-                        Tuned.path(), entry->bucket.describe())
-              .str();
-      llvm::Error bad =
-          MmaSyncBackward::checkConfig(spec, entry->config, TargetChip);
-      if (!bad)
-        return ResolvedConfig{entry->config, {ConfigSource::Tuned, where}};
-      why = llvm::formatv("the tuned backward config {0} ({1}) cannot be "
-                          "built here: {2}",
-                          entry->config.canonical(), where,
-                          llvm::toString(std::move(bad)))
-                .str();
-      std::lock_guard<std::mutex> lock(Warned->mutex);
-      if (Warned->backwardEntries.insert(entry).second)
+    if (const autotune::TuningEntry *entry =
+            Tuned.findBackward(spec, seqlen)) {
+      if (auto tuned = tunedEntryConfig(
+              Tuned.path(), *entry,
+              MmaSyncBackward::checkConfig(spec, entry->config, TargetChip),
+              "backward ", why))
+        return *tuned;
+      if (Warned->first(entry))
         warn(why + "; using the default backward config");
     } else {
       why = llvm::formatv("the tuning database '{0}' has no backward bucket "

@@ -155,6 +155,9 @@ llvm::Error checkNumbers() {
   if (!gpuName.empty() && !dryRun)
     return optionError("--gpu plans for another GPU and goes with --dry-run; "
                        "without it, flashjit autotune measures the local GPU");
+  if (backwardPass && decodeAutotuneRequested())
+    return optionError("--backward and --decode tune different kernels: give "
+                       "one of them");
   return llvm::Error::success();
 }
 
@@ -257,10 +260,6 @@ int runAutotune() {
   auto existing = openExisting(location.path, summary.gpu, !dryRun);
   if (!existing)
     return reportError("autotune", existing.takeError());
-  if (backwardPass && decodeAutotuneRequested())
-    return reportError("autotune",
-                       optionError("--backward and --decode tune different "
-                                   "kernels: give one of them"));
   if (backwardPass)
     summary.pass = "backward";
   if (*existing)

@@ -98,9 +98,9 @@ void printPlanText(llvm::raw_ostream &os, const AutotuneContext &context,
   for (const BucketPlan &plan : plans)
     total += plan.candidates.size();
   os << "would tune the " << context.pass << " pass of " << plans.size()
-     << " bucket(s), " << total << " candidate(s), on the " << context.gpu.name << " (compute capability "
-     << context.gpu.ccMajor << "." << context.gpu.ccMinor << ", "
-     << context.modelSource << ")\n"
+     << " bucket(s), " << total << " candidate(s), on the "
+     << context.gpu.name << " (compute capability " << context.gpu.ccMajor
+     << "." << context.gpu.ccMinor << ", " << context.modelSource << ")\n"
      << "database: " << context.databasePath;
   if (context.existingEntries)
     os << " (" << *context.existingEntries << " entries, results merge in)\n";

@@ -178,9 +178,8 @@ DecodeTiling decodeTiling(const DecodeSpec &spec) {
   // Head dim 256: two buffers of 64-key tiles (three would pass 227 KiB).
   // A paged cache whose pages are shorter than the tile keeps three: each
   // tile's rows then come from several pages, whose block-table reads come
-  // before the copies, and a third buffer hides them (pages of 16 tokens
-  // read 0.88-0.92 of a contiguous cache with two 128-key buffers, 0.96-
-  // 0.98 with three; docs/inference.md).
+  // before the copies, and a third buffer hides them (measured in
+  // docs/inference.md).
   const bool splitPages = spec.pageSize > 0 && spec.pageSize < t.blockN;
   t.stages = spec.stages > 0 ? spec.stages
              : (spec.headDim == 256 && t.blockN == 64) ||

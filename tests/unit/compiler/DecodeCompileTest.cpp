@@ -151,7 +151,8 @@ TEST_CASE("decode: tiling packs a KV group's heads x tokens as rows") {
 TEST_CASE("decode: paged caches with pages shorter than the tile keep "
           "three buffers") {
   // Head dim 128, one token of GQA 32/8: 128-key tiles, two buffers.
-  DecodeTiling contiguous = decodeTiling(decodeSpec(128, DType::BF16, 32, 8, 1));
+  DecodeTiling contiguous =
+      decodeTiling(decodeSpec(128, DType::BF16, 32, 8, 1));
   REQUIRE(contiguous.blockN == 128);
   CHECK(contiguous.stages == 2);
   for (int64_t page : {16, 32, 64}) {
