@@ -27,7 +27,7 @@ STATUS_NAMES = {
     7: "internal error",
 }
 OK, INVALID_ARGUMENT, UNSUPPORTED, NO_DEVICE = 0, 1, 2, 3
-C_API_VERSION = 9
+C_API_VERSION = 10
 
 DTYPE_CODES = {"f16": 1, "bf16": 2}  # flashjit_dtype_t
 CAPTURE_DTYPES = {"f32": 1, "i32": 2}  # flashjit_capture_dtype_t
@@ -65,7 +65,8 @@ SPEC_V2_SIZE = 400
 SPEC_OFFSETS = {"num_kv_heads": 32, "causal_align": 40, "num_captures": 44,
                 "window_left": 48, "window_right": 56, "score_mod": 64, "mask_mod": 72,
                 "capture_dtype": 80, "capture_rank": 112, "capture_shape": 144,
-                "sparse_block_m": 400, "sparse_block_n": 408, "varlen": 416}
+                "sparse_block_m": 400, "sparse_block_n": 408, "varlen": 416,
+                "page_size": 424}
 
 
 class TensorArg:
@@ -475,8 +476,8 @@ def self_test(path=None, out=print):
 
     check("sizeof(DLTensor) is 48 bytes", ctypes.sizeof(DLTensor) == 48,
           str(ctypes.sizeof(DLTensor)))
-    check("sizeof(flashjit_attention_spec_t) is 424 bytes",
-          ctypes.sizeof(AttentionSpec) == 424, str(ctypes.sizeof(AttentionSpec)))
+    check("sizeof(flashjit_attention_spec_t) is 432 bytes",
+          ctypes.sizeof(AttentionSpec) == 432, str(ctypes.sizeof(AttentionSpec)))
     offsets = {name: getattr(AttentionSpec, name).offset for name in SPEC_OFFSETS}
     check("the spec's fields sit at flashjit.h's offsets", offsets == SPEC_OFFSETS, str(offsets))
     lib = Library(path)
@@ -518,7 +519,7 @@ def self_test(path=None, out=print):
     check("head dim 48 is unsupported", st == UNSUPPORTED and "head dim 48" in msg,
           f"{STATUS_NAMES.get(st)}: {msg}")
     # The library reads struct_size from this struct: a nonzero byte past
-    # what it knows (416 bytes) must be refused.
+    # what it knows (its sizeof) must be refused.
     class Longer(ctypes.Structure):
         _fields_ = [("spec", AttentionSpec), ("future", ctypes.c_int64)]
     longer = Longer(make_spec(d, "bf16", False, h, h), 7)

@@ -230,7 +230,7 @@ evaluateConfig(const KernelTemplate &tmpl, const AttentionSpec &spec,
   report.clusterSize = tmpl.clusterSize();
   report.unmaskedSmallHead = !spec.hasStructuralMask() && spec.headDim < 128;
   report.varlenBoxLoads =
-      spec.varlen && tmpl.tensorMapBoxes(config).has_value();
+      spec.varlen && tmpl.tensorMapBoxes(spec, config).has_value();
   report.rightBound = spec.hasRightBound();
   report.computedWork = computedScores(spec, config, shape.seqlen);
   report.diagonalAligned =

@@ -126,7 +126,8 @@ buildDescription(MLIRContext &ctx, const AttentionSpec &spec,
           ? b.getDenseI64ArrayAttr({spec.sparseBlockM, spec.sparseBlockN})
           : DenseI64ArrayAttr(),
       config ? toAttr(&ctx, *config) : attn::TileConfigAttr(),
-      spec.varlen ? b.getUnitAttr() : UnitAttr());
+      spec.varlen ? b.getUnitAttr() : UnitAttr(),
+      spec.paged() ? b.getI64IntegerAttr(spec.pageSize) : IntegerAttr());
   Type idx = b.getIndexType(), f32 = b.getF32Type();
   if (!spec.scoreMod.empty()) {
     SmallVector<Type> types = {f32, idx, idx, idx, idx};

@@ -60,6 +60,71 @@ bool emptyRow(const AttentionSpec &spec, int64_t row, int64_t lq,
   return row + diagonal < 0;
 }
 
+/// A paged KV cache holding packed keys: the sequences' pages in a
+/// shuffled pool with spare pages, the block table and the key counts.
+struct PagedCache {
+  std::vector<uint16_t> k, v;
+  std::vector<int32_t> table, kvLens;
+  int64_t pages = 0, maxPages = 0;
+};
+
+PagedCache pageKeys(const std::vector<uint16_t> &kBits,
+                    const std::vector<uint16_t> &vBits, DType dtype,
+                    llvm::ArrayRef<int32_t> cuK, int64_t pageSize,
+                    int64_t rowWords, std::mt19937_64 &rng) {
+  const int64_t B = cuK.size() - 1;
+  PagedCache c;
+  int64_t used = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t pages = (cuK[b + 1] - cuK[b] + pageSize - 1) / pageSize;
+    used += pages;
+    c.maxPages = std::max(c.maxPages, pages + 1);
+  }
+  c.pages = used + B + 2;
+  std::vector<int32_t> order(c.pages);
+  for (int64_t i = 0; i < c.pages; ++i)
+    order[i] = static_cast<int32_t>(i);
+  std::shuffle(order.begin(), order.end(), rng);
+  // Unused pages are NaN (0xFFFF in f16 and bf16); a sequence's last page
+  // holds finite values past its keys, as the contract asks.
+  const size_t poolWords = size_t(c.pages * pageSize * rowWords);
+  c.k.assign(poolWords, 0xFFFF);
+  c.v.assign(poolWords, 0xFFFF);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  c.table.assign(size_t(B * c.maxPages), 0);
+  c.kvLens.resize(B);
+  int64_t next = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t length = cuK[b + 1] - cuK[b];
+    c.kvLens[b] = static_cast<int32_t>(length);
+    const int64_t pages = (length + pageSize - 1) / pageSize;
+    for (int64_t slot = 0; slot < c.maxPages; ++slot) {
+      int32_t &entry = c.table[b * c.maxPages + slot];
+      if (slot >= pages) {
+        // Never read for a key: out of range, either way.
+        entry = slot % 2 ? -1 : static_cast<int32_t>(c.pages + slot);
+        continue;
+      }
+      entry = order[next++];
+      for (int64_t r = 0; r < pageSize; ++r) {
+        const int64_t key = slot * pageSize + r;
+        for (int64_t w = 0; w < rowWords; ++w) {
+          const size_t to = size_t((entry * pageSize + r) * rowWords + w);
+          if (key < length) {
+            const size_t from = size_t((cuK[b] + key) * rowWords + w);
+            c.k[to] = kBits[from];
+            c.v[to] = vBits[from];
+          } else {
+            c.k[to] = floatToBits(dtype, normal(rng));
+            c.v[to] = floatToBits(dtype, normal(rng));
+          }
+        }
+      }
+    }
+  }
+  return c;
+}
+
 } // namespace
 
 llvm::Expected<std::vector<int64_t>> parseVarlenLengths(llvm::StringRef text) {
@@ -130,21 +195,36 @@ runAndCheckVarlen(const Kernel &kernel, const VarlenCheckOptions &opt) {
   const size_t oWords = size_t((Tq + kGuardRows) * H * D);
   const size_t lseWords = size_t(H * Tq + kGuardRows);
 
+  // Paged: K and V move to a pool, cuKDev holds the key counts.
+  PagedCache paged;
+  const std::vector<uint16_t> *kUp = &kBits, *vUp = &vBits;
+  const std::vector<int32_t> *keysUp = &cuK;
+  if (spec.paged()) {
+    paged = pageKeys(kBits, vBits, spec.dtype, cuK, spec.pageSize, Hkv * D,
+                     rng);
+    kUp = &paged.k;
+    vUp = &paged.v;
+    keysUp = &paged.kvLens;
+    out.poolPages = paged.pages;
+    out.maxPages = paged.maxPages;
+  }
   DeviceBuffer q(drv), k(drv), v(drv), o(drv), lse(drv), cuQDev(drv),
-      cuKDev(drv);
+      cuKDev(drv), tableDev(drv);
   for (auto [buf, bytes] :
-       {std::pair{&q, qBits.size() * 2}, std::pair{&k, kBits.size() * 2},
-        std::pair{&v, vBits.size() * 2}, std::pair{&o, oWords * 2},
+       {std::pair{&q, qBits.size() * 2}, std::pair{&k, kUp->size() * 2},
+        std::pair{&v, vUp->size() * 2}, std::pair{&o, oWords * 2},
         std::pair{&lse, lseWords * 4}, std::pair{&cuQDev, cuQ.size() * 4},
-        std::pair{&cuKDev, cuK.size() * 4}})
+        std::pair{&cuKDev, keysUp->size() * 4},
+        std::pair{&tableDev, paged.table.size() * 4}})
     if (auto err = buf->allocate(bytes))
       return std::move(err);
   for (auto [buf, host] :
        {std::pair{&q, (const void *)qBits.data()},
-        std::pair{&k, (const void *)kBits.data()},
-        std::pair{&v, (const void *)vBits.data()},
+        std::pair{&k, (const void *)kUp->data()},
+        std::pair{&v, (const void *)vUp->data()},
         std::pair{&cuQDev, (const void *)cuQ.data()},
-        std::pair{&cuKDev, (const void *)cuK.data()}})
+        std::pair{&cuKDev, (const void *)keysUp->data()},
+        std::pair{&tableDev, (const void *)paged.table.data()}})
     if (buf->bytes() > 0)
       if (auto err =
               FLASHJIT_CU(drv, cuMemcpyHtoD, buf->ptr(), host, buf->bytes()))
@@ -157,13 +237,20 @@ runAndCheckVarlen(const Kernel &kernel, const VarlenCheckOptions &opt) {
 
   VarlenForwardArgs args;
   args.packed.q = TensorRef::packed(q.data(), spec.dtype, Tq, H, D);
-  args.packed.k = TensorRef::packed(k.data(), spec.dtype, Tk, Hkv, D);
-  args.packed.v = TensorRef::packed(v.data(), spec.dtype, Tk, Hkv, D);
+  const int64_t kRows = spec.paged() ? paged.pages * spec.pageSize : Tk;
+  args.packed.k = TensorRef::packed(k.data(), spec.dtype, kRows, Hkv, D);
+  args.packed.v = TensorRef::packed(v.data(), spec.dtype, kRows, Hkv, D);
   args.packed.o = TensorRef::packed(o.data(), spec.dtype, Tq, H, D);
   args.packed.lse = LseRef::packed(static_cast<float *>(lse.data()), H, Tq);
   args.packed.scale = opt.scale.value_or(spec.defaultScale());
   args.cuSeqlensQ = static_cast<const int32_t *>(cuQDev.data());
-  args.cuSeqlensK = static_cast<const int32_t *>(cuKDev.data());
+  if (spec.paged()) {
+    args.kvLens = static_cast<const int32_t *>(cuKDev.data());
+    args.blockTable = static_cast<const int32_t *>(tableDev.data());
+    args.maxPages = paged.maxPages;
+  } else {
+    args.cuSeqlensK = static_cast<const int32_t *>(cuKDev.data());
+  }
   args.batch = B;
   args.maxSeqlenQ = out.maxSeqlenQ;
   if (auto err = kernel.forwardVarlen(args))

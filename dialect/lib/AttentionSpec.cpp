@@ -144,6 +144,18 @@ llvm::Error AttentionSpec::validate() const {
     return llvm::createStringError(
         "varlen attention takes no score_mod, mask_mod or block mask yet: "
         "use the dense (padded) form for those variants");
+  if (pageSize != 0 &&
+      (pageSize < 16 || pageSize > 256 || (pageSize & (pageSize - 1)) != 0))
+    return llvm::createStringError(
+        llvm::formatv("page size {0}: paged K/V takes a power of two from 16 "
+                      "to 256 tokens per page, or 0 for packed K/V",
+                      pageSize)
+            .str());
+  if (pageSize != 0 && !varlen)
+    return llvm::createStringError(
+        "a paged KV cache (page size set) is read by varlen kernels only: "
+        "set varlen too, or use a decode kernel (DecodeSpec) for 1 to 16 "
+        "query tokens per sequence");
   return llvm::Error::success();
 }
 
@@ -168,6 +180,8 @@ std::string variantText(const AttentionSpec &s) {
     text += ";mask_mod=" + s.maskMod;
   if (s.varlen)
     text += ";varlen";
+  if (s.paged())
+    text += llvm::formatv(";page={0}", s.pageSize).str();
   return text;
 }
 } // namespace
@@ -187,7 +201,9 @@ std::string AttentionSpec::kernelName() const {
           : "_v" + llvm::utohexstr(llvm::xxh3_64bits(variant), /*LowerCase=*/true);
   return llvm::formatv("flashjit_fwd_d{0}_{1}{2}_h{3}_kv{4}{5}{6}", headDim,
                        dtypeName(dtype), causal ? "_causal" : "", numHeads,
-                       numKVHeads, varlen ? "_varlen" : "", suffix)
+                       numKVHeads,
+                       varlen ? (paged() ? "_varlen_paged" : "_varlen") : "",
+                       suffix)
       .str();
 }
 

@@ -51,6 +51,8 @@ flashjit::AttentionSpec AttentionOp::getSpec() {
   spec.causalAlign = getBottomRight() ? flashjit::CausalAlign::BottomRight
                                       : flashjit::CausalAlign::TopLeft;
   spec.varlen = getVarlen();
+  if (auto page = getPageSizeAttr())
+    spec.pageSize = page.getInt();
   if (auto left = getWindowLeftAttr())
     spec.windowLeft = left.getInt();
   if (auto right = getWindowRightAttr())
@@ -160,6 +162,15 @@ LogicalResult AttentionOp::verify() {
       return emitOpError() << "sparse_block is " << block
                            << ": expected [block_m, block_n], each a multiple "
                               "of 16 from 16 to 4096";
+  }
+  if (auto page = getPageSizeAttr()) {
+    const int64_t p = page.getInt();
+    if (p < 16 || p > 256 || (p & (p - 1)) != 0)
+      return emitOpError() << "page_size is " << p
+                           << ": expected a power of two from 16 to 256";
+    if (!getVarlen())
+      return emitOpError() << "page_size is for varlen attention (paged K/V "
+                              "of packed sequences): add varlen";
   }
   if (getBottomRight() && !getCausal() && !getWindowLeft() && !getWindowRight())
     return emitOpError() << "bottom_right aligns a causal mask or a window, "

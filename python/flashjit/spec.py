@@ -62,6 +62,8 @@ class CSpec(ctypes.Structure):
         ("sparse_block_n", ctypes.c_int64),
         # C API version 8 (varlen kernels; not set from Python yet)
         ("varlen", ctypes.c_int32),
+        # C API version 10 (paged K/V of varlen kernels; not set from Python yet)
+        ("page_size", ctypes.c_int64),
     ]
 
 
@@ -70,7 +72,8 @@ SPEC_SIZES = {
     1: CSpec.num_kv_heads.offset + ctypes.sizeof(ctypes.c_int64),
     2: CSpec.capture_shape.offset + CSpec.capture_shape.size,
     3: CSpec.varlen.offset,
-    8: ctypes.sizeof(CSpec),
+    8: CSpec.page_size.offset,
+    10: ctypes.sizeof(CSpec),
 }
 
 

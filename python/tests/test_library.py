@@ -121,11 +121,11 @@ def test_spec_struct_matches_the_header():
                 "num_kv_heads": 32, "causal_align": 40, "num_captures": 44, "window_left": 48,
                 "window_right": 56, "score_mod": 64, "mask_mod": 72, "capture_dtype": 80,
                 "capture_rank": 112, "capture_shape": 144, "sparse_block_m": 400,
-                "sparse_block_n": 408, "varlen": 416}
+                "sparse_block_n": 408, "varlen": 416, "page_size": 424}
     for field, offset in expected.items():
         assert getattr(CSpec, field).offset == offset, field
-    assert ctypes.sizeof(CSpec) == 424
-    assert SPEC_SIZES == {1: 40, 2: 400, 3: 416, 8: 424}
+    assert ctypes.sizeof(CSpec) == 432
+    assert SPEC_SIZES == {1: 40, 2: 400, 3: 416, 8: 424, 10: 432}
     if HEADER.exists():  # every field of the header is in the struct, in order
         body = HEADER.read_text().split("typedef struct flashjit_attention_spec {")[1]
         body = body.split("} flashjit_attention_spec_t;")[0]

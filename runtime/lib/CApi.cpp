@@ -89,6 +89,7 @@ readSpec(const flashjit_attention_spec_t *given) {
     return invalid(
         llvm::formatv("spec varlen is {0}: expected 0 or 1", s.varlen));
   spec.varlen = s.varlen == 1;
+  spec.pageSize = s.page_size;
   if (s.num_captures < 0 || s.num_captures > 8)
     return invalid(llvm::formatv("spec num_captures is {0}: expected 0 to 8",
                                  s.num_captures));

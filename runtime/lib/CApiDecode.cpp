@@ -59,22 +59,6 @@ readDecodeSpec(const flashjit_decode_spec_t *given) {
   return spec;
 }
 
-/// An i32 tensor of rank `rank` whose last dimension is contiguous.
-llvm::Expected<flashjit::CapturedRef>
-readIndexTensor(const char *name, const DLTensor *t, int rank, int device) {
-  auto ref = flashjit::toCapturedRef(name, t, device);
-  if (!ref)
-    return ref.takeError();
-  if (ref->dtype != flashjit::CaptureDType::I32 || ref->rank != rank ||
-      ref->strides[rank - 1] != 1)
-    return flashjit::makeError(
-        ErrorCode::InvalidArgument,
-        llvm::formatv("{0} must be a {1}-D int32 tensor with a contiguous "
-                      "last dimension",
-                      name, rank));
-  return *ref;
-}
-
 flashjit_status_t decodeStep(const char *fn, flashjit_decode_kernel_t kernel,
                              const DLTensor *q, const DLTensor *k,
                              const DLTensor *v, const DLTensor *kvLens,

@@ -1,13 +1,15 @@
 //===- CApiSupport.h - what every C API function is made of ------*- C++
 //-*-===//
-// Why: the C API spans several files (CApi.cpp, CApiDecode.cpp); each
-// function turns llvm::Errors into a status and the thread-local last
-// error, and lets no exception out, the same way. Private to
-// libflashjit.so.
+// Why: the C API spans several files (CApi.cpp, CApiDecode.cpp,
+// CApiVarlen.cpp); each function turns llvm::Errors into a status and the
+// thread-local last error, and lets no exception out, the same way, and
+// reads index tensors by the same rules. Private to libflashjit.so.
 #ifndef FLASHJIT_RUNTIME_LIB_CAPISUPPORT_H
 #define FLASHJIT_RUNTIME_LIB_CAPISUPPORT_H
 
 #include "flashjit/flashjit.h"
+
+#include "DLPackTensors.h"
 
 #include "flashjit/FlashJIT.h"
 #include "flashjit/Runtime/ErrorCode.h"
@@ -121,6 +123,22 @@ inline llvm::Error checkStructSize(const void *given, size_t oldest,
                            " bytes this flashjit (C API version " +
                            std::to_string(FLASHJIT_C_API_VERSION) + ") knows");
   return llvm::Error::success();
+}
+
+/// An i32 tensor of rank `rank` on `device` whose last dimension is
+/// contiguous (kv_lens, block tables).
+inline llvm::Expected<CapturedRef>
+readIndexTensor(const char *name, const DLTensor *t, int rank, int device) {
+  auto ref = toCapturedRef(name, t, device);
+  if (!ref)
+    return ref.takeError();
+  if (ref->dtype != CaptureDType::I32 || ref->rank != rank ||
+      ref->strides[rank - 1] != 1)
+    return makeError(ErrorCode::InvalidArgument,
+                     std::string(name) + " must be a " +
+                         std::to_string(rank) +
+                         "-D int32 tensor with a contiguous last dimension");
+  return *ref;
 }
 
 } // namespace flashjit::capi

@@ -1,8 +1,9 @@
 //===- CApiVarlen.cpp - the varlen part of flashjit.h ---------------------===//
-// Why: flashjit_kernel_forward_varlen over Kernel::forwardVarlen, in the C
-// API's manner: the packed 3-D tensors become the batch-1 views the C++
-// call takes, the offsets are checked as DLTensors (int32, [batch + 1], on
-// the device), errors are a status and the last error.
+// Why: flashjit_kernel_forward_varlen and _paged over Kernel::forwardVarlen,
+// in the C API's manner: the packed 3-D tensors (and paged K/V pools) become
+// the batch-1 views the C++ call takes, the offsets, lengths and block
+// table are checked as DLTensors (int32, on the device), errors are a
+// status and the last error.
 #include "CApiSupport.h"
 #include "DLPackTensors.h"
 
@@ -69,6 +70,93 @@ llvm::Expected<const int32_t *> readOffsets(const char *name,
   return static_cast<const int32_t *>(ref->data);
 }
 
+/// A paged pool [pages, page_size, kv_heads, head_dim] as the packed
+/// [pages * page_size, kv_heads, head_dim] tensor it is when its pages are
+/// evenly strided. `shape` and `strides` hold the view's arrays.
+llvm::Expected<DLTensor> poolAsPacked(const char *name, const DLTensor *t,
+                                      std::array<int64_t, 3> &shape,
+                                      std::array<int64_t, 3> &strides) {
+  if (!t)
+    return invalid(llvm::formatv("{0} is a null pointer", name));
+  if (t->ndim != 4 || !t->shape)
+    return invalid(llvm::formatv(
+        "{0} has {1} dimensions: a paged cache is [pages, page_size, "
+        "kv_heads, head_dim]",
+        name, t->ndim));
+  std::array<int64_t, 4> given{};
+  int64_t stride = 1;
+  for (int d = 3; d >= 0; --d) {
+    given[d] = t->strides ? t->strides[d] : stride;
+    stride *= t->shape[d];
+  }
+  if (given[0] != t->shape[1] * given[1])
+    return invalid(llvm::formatv(
+        "{0}'s pages are {1} elements apart, but a page of {2} rows spans "
+        "{3}: pass a pool whose pages follow one another",
+        name, given[0], t->shape[1], t->shape[1] * given[1]));
+  DLTensor view = *t;
+  view.ndim = 3;
+  shape = {t->shape[0] * t->shape[1], t->shape[2], t->shape[3]};
+  strides = {given[1], given[2], given[3]};
+  view.shape = shape.data();
+  view.strides = strides.data();
+  return view;
+}
+
+/// q, k, v and o (3-D packed, or k and v paged pools) and lse into
+/// args.packed.
+llvm::Error readPacked(const DLTensor *q, const DLTensor *k,
+                       const DLTensor *v, const DLTensor *o,
+                       const DLTensor *lse, int device, bool pools,
+                       flashjit::VarlenForwardArgs &args) {
+  const std::pair<const char *, const DLTensor *> tensors[] = {
+      {"q", q}, {"k", k}, {"v", v}, {"o", o}};
+  flashjit::TensorRef *refs[] = {&args.packed.q, &args.packed.k,
+                                 &args.packed.v, &args.packed.o};
+  for (size_t i = 0; i < 4; ++i) {
+    auto [name, tensor] = tensors[i];
+    std::array<int64_t, 3> poolShape, poolStrides;
+    DLTensor pool;
+    if (pools && (i == 1 || i == 2)) {
+      auto packed = poolAsPacked(name, tensor, poolShape, poolStrides);
+      if (!packed)
+        return packed.takeError();
+      pool = *packed;
+      tensor = &pool;
+    }
+    std::array<int64_t, 4> shape, strides;
+    auto view = batchOneView(name, tensor, 3, shape, strides);
+    if (!view)
+      return view.takeError();
+    auto ref = flashjit::toTensorRef(name, &*view, device);
+    if (!ref)
+      return ref.takeError();
+    *refs[i] = *ref;
+  }
+  std::array<int64_t, 4> lseShape, lseStrides;
+  auto lseView = batchOneView("lse", lse, 2, lseShape, lseStrides);
+  if (!lseView)
+    return lseView.takeError();
+  auto lseRef = flashjit::toLseRef("lse", &*lseView, device);
+  if (!lseRef)
+    return lseRef.takeError();
+  args.packed.lse = *lseRef;
+  return llvm::Error::success();
+}
+
+/// The scale (NaN: the spec's default), the stream and the launch.
+flashjit_status_t launch(const char *fn, flashjit_kernel_t kernel,
+                         flashjit::VarlenForwardArgs &args,
+                         int64_t maxSeqlenQ, double scale, void *stream) {
+  args.maxSeqlenQ = maxSeqlenQ;
+  if (!std::isnan(scale))
+    args.packed.scale = scale;
+  args.packed.stream = static_cast<CUstream>(stream);
+  if (auto err = kernel->kernel->forwardVarlen(args))
+    return fail(fn, std::move(err));
+  return succeed();
+}
+
 } // namespace
 
 extern "C" {
@@ -84,29 +172,8 @@ flashjit_status_t flashjit_kernel_forward_varlen(
                   "kernel is a null handle");
     const int device = kernel->device;
     flashjit::VarlenForwardArgs args;
-    const std::pair<const char *, const DLTensor *> tensors[] = {
-        {"q", q}, {"k", k}, {"v", v}, {"o", o}};
-    flashjit::TensorRef *refs[] = {&args.packed.q, &args.packed.k,
-                                   &args.packed.v, &args.packed.o};
-    for (size_t i = 0; i < 4; ++i) {
-      std::array<int64_t, 4> shape, strides;
-      auto view =
-          batchOneView(tensors[i].first, tensors[i].second, 3, shape, strides);
-      if (!view)
-        return fail(fn, view.takeError());
-      auto ref = flashjit::toTensorRef(tensors[i].first, &*view, device);
-      if (!ref)
-        return fail(fn, ref.takeError());
-      *refs[i] = *ref;
-    }
-    std::array<int64_t, 4> lseShape, lseStrides;
-    auto lseView = batchOneView("lse", lse, 2, lseShape, lseStrides);
-    if (!lseView)
-      return fail(fn, lseView.takeError());
-    auto lseRef = flashjit::toLseRef("lse", &*lseView, device);
-    if (!lseRef)
-      return fail(fn, lseRef.takeError());
-    args.packed.lse = *lseRef;
+    if (auto err = readPacked(q, k, v, o, lse, device, /*pools=*/false, args))
+      return fail(fn, std::move(err));
     int64_t entriesQ = 0, entriesK = 0;
     auto cuQ = readOffsets("cu_seqlens_q", cu_seqlens_q, device, entriesQ);
     if (!cuQ)
@@ -123,13 +190,63 @@ flashjit_status_t flashjit_kernel_forward_varlen(
     args.cuSeqlensQ = *cuQ;
     args.cuSeqlensK = *cuK;
     args.batch = entriesQ - 1;
-    args.maxSeqlenQ = max_seqlen_q;
-    if (!std::isnan(scale))
-      args.packed.scale = scale;
-    args.packed.stream = static_cast<CUstream>(stream);
-    if (auto err = kernel->kernel->forwardVarlen(args))
+    return launch(fn, kernel, args, max_seqlen_q, scale, stream);
+  });
+}
+
+flashjit_status_t flashjit_kernel_forward_paged(
+    flashjit_kernel_t kernel, const DLTensor *q, const DLTensor *k,
+    const DLTensor *v, DLTensor *o, DLTensor *lse,
+    const DLTensor *cu_seqlens_q, const DLTensor *kv_lens,
+    const DLTensor *block_table, int64_t max_seqlen_q, double scale,
+    void *stream) {
+  return guarded(__func__, [&](const char *fn) {
+    if (!kernel)
+      return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
+                  "kernel is a null handle");
+    const flashjit::AttentionSpec &spec = kernel->kernel->spec();
+    if (!spec.paged())
+      return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
+                  "the kernel's spec has no page size: launch a varlen "
+                  "kernel of packed K/V with flashjit_kernel_forward_varlen");
+    const int device = kernel->device;
+    flashjit::VarlenForwardArgs args;
+    if (auto err = readPacked(q, k, v, o, lse, device, /*pools=*/true, args))
       return fail(fn, std::move(err));
-    return succeed();
+    if (k->shape[1] != spec.pageSize || v->shape[1] != spec.pageSize)
+      return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
+                  llvm::formatv("k and v have pages of {0} and {1} tokens, "
+                                "the kernel's spec {2}",
+                                k->shape[1], v->shape[1], spec.pageSize)
+                      .str());
+    int64_t entriesQ = 0;
+    auto cuQ = readOffsets("cu_seqlens_q", cu_seqlens_q, device, entriesQ);
+    if (!cuQ)
+      return fail(fn, cuQ.takeError());
+    const int64_t batch = entriesQ - 1;
+    auto lens = readIndexTensor("kv_lens", kv_lens, 1, device);
+    if (!lens)
+      return fail(fn, lens.takeError());
+    auto table = readIndexTensor("block_table", block_table, 2, device);
+    if (!table)
+      return fail(fn, table.takeError());
+    if (lens->shape[0] != batch || table->shape[0] != batch)
+      return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
+                  llvm::formatv("kv_lens has {0} entries and block_table "
+                                "{1} rows for the {2} sequences of "
+                                "cu_seqlens_q",
+                                lens->shape[0], table->shape[0], batch)
+                      .str());
+    if (table->strides[0] != table->shape[1])
+      return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
+                  "block_table must be contiguous: [batch, max_pages], rows "
+                  "max_pages entries apart");
+    args.cuSeqlensQ = *cuQ;
+    args.kvLens = static_cast<const int32_t *>(lens->data);
+    args.blockTable = static_cast<const int32_t *>(table->data);
+    args.maxPages = table->shape[1];
+    args.batch = batch;
+    return launch(fn, kernel, args, max_seqlen_q, scale, stream);
   });
 }
 

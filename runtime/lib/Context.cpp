@@ -204,7 +204,7 @@ Kernel::Kernel(AttentionSpec spec, KernelInfo info, std::string ptx,
   // hand with a family no template has launches without maps or counter.
   bool takesTiles = false;
   if (const KernelTemplate *tmpl = lookupTemplate(Info.config.family)) {
-    MapBoxes = tmpl->tensorMapBoxes(Info.config);
+    MapBoxes = tmpl->tensorMapBoxes(Spec, Info.config);
     Persistent = tmpl->persistent();
     takesTiles = tmpl->takesTilesFromCounter();
   }
@@ -334,8 +334,14 @@ llvm::Error Kernel::launchOwn(const ForwardArgs &args,
     // The kernel reads its sequence's rows from the offsets; the packed
     // lengths in the seqlens bound them. The grid covers the longest.
     params.args.batch = static_cast<int32_t>(varlen->batch);
-    params.variant.cuSeqlens = {varlen->cuSeqlensQ, varlen->cuSeqlensK};
     params.variant.varlen = true;
+    params.variant.cuSeqlens = {varlen->cuSeqlensQ, varlen->cuSeqlensK};
+    if (Spec.paged()) {
+      params.variant.cuSeqlens[1] = varlen->kvLens;
+      params.variant.blockTable = varlen->blockTable;
+      params.variant.maxPages = varlen->maxPages;
+      params.variant.paged = true;
+    }
     geometry = forwardGeometry(Info, varlen->batch, varlen->maxSeqlenQ, 0);
   } else {
     geometry = forwardGeometry(Info, args.q.shape[0], args.q.shape[2],

@@ -44,6 +44,10 @@ unsigned VariantLaunchParams::appendPointers(void **p, unsigned i) {
   if (varlen)
     for (const void *&offsets : cuSeqlens)
       p[i++] = &offsets;
+  if (paged) {
+    p[i++] = &blockTable;
+    p[i++] = &maxPages;
+  }
   return i;
 }
 

@@ -49,8 +49,13 @@ llvm::Error Kernel::checkVarlen(const VarlenForwardArgs &args) const {
   if (args.maxSeqlenQ < 1)
     return invalid(llvm::formatv("max_seqlen_q must be at least 1, got {0}",
                                  args.maxSeqlenQ));
-  for (auto [name, offsets] : {std::pair{"cu_seqlens_q", args.cuSeqlensQ},
-                               std::pair{"cu_seqlens_k", args.cuSeqlensK}}) {
+  if (auto err = checkPagedArgs(args))
+    return err;
+  const char *keysName = Spec.paged() ? "kv_lens" : "cu_seqlens_k";
+  const int32_t *keys = Spec.paged() ? args.kvLens : args.cuSeqlensK;
+  for (auto [name, offsets] :
+       {std::pair{"cu_seqlens_q", args.cuSeqlensQ}, std::pair{keysName, keys},
+        std::pair{"block_table", Spec.paged() ? args.blockTable : keys}}) {
     if (!offsets)
       return invalid(llvm::Twine(name) + " is a null pointer");
     if (reinterpret_cast<uintptr_t>(offsets) % 4 != 0)
@@ -71,6 +76,45 @@ llvm::Error Kernel::checkVarlen(const VarlenForwardArgs &args) const {
   // The packed views, as forward() checks its tensors.
   if (auto err = checkForwardArgs(Spec, p))
     return withCode(ErrorCode::InvalidArgument, std::move(err));
+  return llvm::Error::success();
+}
+
+llvm::Error Kernel::checkPagedArgs(const VarlenForwardArgs &args) const {
+  auto invalid = [](const llvm::Twine &message) {
+    return makeError(ErrorCode::InvalidArgument, message);
+  };
+  if (!Spec.paged()) {
+    if (args.kvLens || args.blockTable || args.maxPages != 0)
+      return invalid(Info.name +
+                     " reads packed K/V (cu_seqlens_k): kv_lens, "
+                     "block_table and max_pages are for kernels compiled "
+                     "with a page size (AttentionSpec::pageSize)");
+    return llvm::Error::success();
+  }
+  if (args.cuSeqlensK)
+    return invalid(llvm::formatv(
+        "{0} reads a paged KV cache: give each sequence's keys as kv_lens "
+        "and its pages as block_table, not cu_seqlens_k",
+        Info.name));
+  const int64_t capacity = INT32_MAX / Spec.pageSize;
+  if (args.maxPages < 1 || args.maxPages > capacity)
+    return invalid(llvm::formatv(
+        "max_pages {0} is out of range: the block table's row holds 1 to "
+        "{1} pages of {2} tokens",
+        args.maxPages, capacity, Spec.pageSize));
+  const int64_t poolRows = args.packed.k.shape[2];
+  if (poolRows % Spec.pageSize != 0 || args.packed.v.shape[2] != poolRows)
+    return invalid(llvm::formatv(
+        "the K and V pools hold {0} and {1} tokens: each must be whole "
+        "pages of {2} tokens, the same for both (TensorRef::packed(pool, "
+        "dtype, pages * pageSize, kvHeads, headDim))",
+        poolRows, args.packed.v.shape[2], Spec.pageSize));
+  // A TMA box's row coordinate is 32-bit, and the row past the pool must
+  // be one too.
+  if (poolRows > INT32_MAX - 256)
+    return invalid(llvm::formatv(
+        "the pools hold {0} tokens: at most {1} per launch",
+        poolRows, INT32_MAX - 256));
   return llvm::Error::success();
 }
 

@@ -34,6 +34,8 @@ void KernelIR::appendVariantArgTypes(SmallVectorImpl<Type> &argTypes) {
     }
   if (spec.varlen)
     argTypes.append(2, globalPtr);
+  if (spec.paged())
+    argTypes.append({globalPtr, i64});
 }
 
 void KernelIR::bindVariantArgs(ValueRange args, unsigned at,
@@ -56,6 +58,10 @@ void KernelIR::bindVariantArgs(ValueRange args, unsigned at,
   if (spec.varlen) {
     p.cuSeqlensQ = args[at++];
     p.cuSeqlensK = args[at++];
+  }
+  if (spec.paged()) {
+    p.blockTable = args[at++];
+    p.maxPages = args[at++];
   }
 }
 
@@ -157,7 +163,22 @@ scf::IfOp KernelIR::beginVarlenSequence(ForwardParams &p,
     return std::make_pair(start, sub(end, start));
   };
   auto [qStart, qLength] = rowsOf(p.cuSeqlensQ, p.seqlenQ);
-  auto [kStart, kLength] = rowsOf(p.cuSeqlensK, p.seqlenK);
+  Value kStart, kLength;
+  if (spec.paged()) {
+    // The sequence's key count, at most what its row of the table holds;
+    // K and V stay the pool (pagedKey finds each key's row).
+    Value raw = LLVM::LoadOp::create(
+        b, loc, i32, globalAddress(p.cuSeqlensK, i32, at.batch),
+        /*alignment=*/4);
+    Value capacity = mul(p.maxPages, c64(spec.pageSize));
+    kLength = minS(
+        maxS(arith::ExtSIOp::create(b, loc, i64, raw).getResult(), c64(0)),
+        capacity);
+    p.poolRows = p.seqlenK;
+    p.blockTable = globalAddress(p.blockTable, i32, mul(at.batch, p.maxPages));
+  } else {
+    std::tie(kStart, kLength) = rowsOf(p.cuSeqlensK, p.seqlenK);
+  }
   p.qRowBase = qStart;
   p.kRowBase = kStart;
   p.seqlenQ = qLength;
@@ -170,8 +191,13 @@ scf::IfOp KernelIR::beginVarlenSequence(ForwardParams &p,
   rebase(p.q, p.qStrides, elt, qStart);
   rebase(p.o, p.oStrides, elt, qStart);
   rebase(p.lse, p.lseStrides, f32, qStart);
-  rebase(p.k, p.kStrides, elt, kStart);
-  rebase(p.v, p.vStrides, elt, kStart);
+  if (spec.paged()) {
+    p.kStrides[0] = c64(0);
+    p.vStrides[0] = c64(0);
+  } else {
+    rebase(p.k, p.kStrides, elt, kStart);
+    rebase(p.v, p.vStrides, elt, kStart);
+  }
   auto guard = scf::IfOp::create(
       b, loc,
       cmp(arith::CmpIPredicate::slt, mul(at.queryBlock, c64(blockM)),
@@ -179,6 +205,27 @@ scf::IfOp KernelIR::beginVarlenSequence(ForwardParams &p,
       /*withElse=*/false);
   b.setInsertionPoint(guard.thenBlock()->getTerminator());
   return guard;
+}
+
+PagedKey KernelIR::pagedKey(const ForwardParams &p, Value key) {
+  Value inSequence = cmp(arith::CmpIPredicate::slt, key, p.seqlenK);
+  // Keys past the length read slot 0 of the row, which every sequence
+  // with keys has; the result is discarded for them.
+  Value slot = arith::SelectOp::create(b, loc, inSequence,
+                                       divU(key, spec.pageSize), c64(0));
+  Value page = arith::ExtSIOp::create(
+      b, loc, i64,
+      LLVM::LoadOp::create(b, loc, i32, globalAddress(p.blockTable, i32, slot),
+                           /*alignment=*/4));
+  Value pages = divU(p.poolRows, spec.pageSize);
+  Value inPool = arith::AndIOp::create(
+      b, loc, cmp(arith::CmpIPredicate::sge, page, c64(0)),
+      cmp(arith::CmpIPredicate::slt, page, pages));
+  PagedKey k;
+  k.valid = arith::AndIOp::create(b, loc, inSequence, inPool);
+  Value row = add(mul(page, c64(spec.pageSize)), remU(key, spec.pageSize));
+  k.row = arith::SelectOp::create(b, loc, k.valid, row, p.poolRows);
+  return k;
 }
 
 Value KernelIR::c64(int64_t v) {

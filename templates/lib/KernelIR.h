@@ -44,6 +44,20 @@ struct ForwardParams {
   /// memory), and once KernelIR::beginVarlenSequence has run, the first row
   /// of the block's sequence in the packed Q and O, and in K and V (i64).
   mlir::Value cuSeqlensQ, cuSeqlensK, qRowBase, kRowBase;
+  /// Paged K/V (AttentionSpec::pageSize): the block table (i32 [batch,
+  /// maxPages] in global memory; cuSeqlensK then holds the sequences' key
+  /// counts, i32 [batch]) and its row length (i64); once
+  /// beginVarlenSequence has run, the block's row of the table and the
+  /// pool's rows (i64; pages x page size: the packed K length).
+  mlir::Value blockTable, maxPages, poolRows;
+};
+
+/// Where one key of a paged sequence lives (KernelIR::pagedKey).
+struct PagedKey {
+  /// The key's row in the pool (i64).
+  mlir::Value row;
+  /// Whether it is one of the sequence's keys in a page of the pool (i1).
+  mlir::Value valid;
 };
 
 /// The K/V tiles one query block visits, `count` of them (i64, at least
@@ -104,11 +118,20 @@ public:
   /// lengths (end at least start), become the seqlens, the row bases and
   /// the tensors' bases (batch strides 0). Returns the scf.if that holds
   /// the kernel's body: blocks past their sequence's last query block
-  /// (query block * `blockM` >= its length) do nothing. The insertion point
+  /// (query block * `blockM` >= its length) do nothing. Paged (AttentionSpec
+  /// ::pageSize), K and V stay the pool, the key count comes from the
+  /// sequence's length in cuSeqlensK (clamped to [0, maxPages x page size])
+  /// and blockTable moves to the sequence's row. The insertion point
   /// moves into it; the caller places the kernel's return after it.
   mlir::scf::IfOp beginVarlenSequence(ForwardParams &p,
                                       const BlockCoordinates &at,
                                       int64_t blockM);
+  /// Paged K/V, after beginVarlenSequence: where key `key` (i64) of the
+  /// block's sequence lives. A key past the sequence's length or in a page
+  /// id outside [0, pages) is not valid; its row is then the first past
+  /// the pool (a TMA box there reads zeros); for a key past the length the
+  /// table's slot 0 is read (every row has one) and its entry unused.
+  PagedKey pagedKey(const ForwardParams &p, mlir::Value key);
   /// The tile numbering of a persistent kernel with `blockM` query rows per
   /// tile (PersistentTiles.cpp).
   PersistentTiles persistentTiles(const ForwardParams &p, int64_t blockM);

@@ -67,6 +67,13 @@ protected:
   void copyTileClamped(Value base, ValueRange strides, Value batch,
                        Value head, Value firstRow, Value end, int64_t rows,
                        Value tileOffset);
+  /// A tile of `rows` keys of K or V (`base`, `strides` of p's K or V)
+  /// from `firstKey` on: copyTile, or for a paged K/V (AttentionSpec::
+  /// pageSize) one 16-byte cp.async per chunk from the row pagedKey finds,
+  /// zero-filled for keys past the length and pages outside the pool.
+  void copyKvTile(const ForwardParams &p, Value base, ValueRange strides,
+                  Value batch, Value head, Value firstKey, int64_t rows,
+                  Value tileOffset);
   /// ldmatrix.x4 at `byteOffset` (i32) of shared memory.
   SmallVector<Value, 4> ldmatrix(Value byteOffset, bool transpose);
   /// D = A B + C for one m16n8k16 step; A, B packed pairs as i32.

@@ -100,11 +100,11 @@ void Builder::build(StringRef name, const ModRegions &mods) {
   // ---- prologue: Q and K[0] into shared ------------------------------------
   copyTile(p.q, p.qStrides, at.batch, at.head, m0, p.seqlenQ, cfg.blockM,
            c64(qTileOffset));
-  copyTile(p.k, p.kStrides, at.batch, at.kvHead, firstKey, p.seqlenK,
-           cfg.blockN, c64(kTileOffset));
+  copyKvTile(p, p.k, p.kStrides, at.batch, at.kvHead, firstKey, cfg.blockN,
+             c64(kTileOffset));
   if (doubleBuffered)
-    copyTile(p.v, p.vStrides, at.batch, at.kvHead, firstKey, p.seqlenK,
-             cfg.blockN, c64(vTileOffset));
+    copyKvTile(p, p.v, p.vStrides, at.batch, at.kvHead, firstKey, cfg.blockN,
+               c64(vTileOffset));
   NVVM::CpAsyncCommitGroupOp::create(b, loc);
   NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
   gpu::BarrierOp::create(b, loc);
@@ -169,11 +169,11 @@ void Builder::build(StringRef name, const ModRegions &mods) {
           b.setInsertionPoint(more.thenBlock()->getTerminator());
           Value n1 = spec.isBlockSparse() ? keyOf(nextTile)
                                           : add(n0, c64(cfg.blockN));
-          copyTile(p.k, p.kStrides, at.batch, at.kvHead, n1, p.seqlenK,
-                   cfg.blockN, add(c64(kTileOffset), offset));
+          copyKvTile(p, p.k, p.kStrides, at.batch, at.kvHead, n1, cfg.blockN,
+                     add(c64(kTileOffset), offset));
           if (doubleBuffered)
-            copyTile(p.v, p.vStrides, at.batch, at.kvHead, n1, p.seqlenK,
-                     cfg.blockN, add(c64(vTileOffset), offset));
+            copyKvTile(p, p.v, p.vStrides, at.batch, at.kvHead, n1, cfg.blockN,
+                       add(c64(vTileOffset), offset));
         };
         if (doubleBuffered) {
           // K[j] and V[j] have landed, and every warp is done with tile
@@ -188,8 +188,8 @@ void Builder::build(StringRef name, const ModRegions &mods) {
           vTile = add(vLane, bufferOffset);
         } else {
           // One buffer: V[j] streams in while S and the softmax compute.
-          copyTile(p.v, p.vStrides, at.batch, at.kvHead, n0, p.seqlenK,
-                   cfg.blockN, c64(vTileOffset));
+          copyKvTile(p, p.v, p.vStrides, at.batch, at.kvHead, n0,
+                     cfg.blockN, c64(vTileOffset));
         }
         NVVM::CpAsyncCommitGroupOp::create(b, loc);
 

@@ -82,6 +82,38 @@ void Builder::copyTileClamped(Value base, ValueRange strides, Value batch,
   }
 }
 
+void Builder::copyKvTile(const ForwardParams &p, Value base,
+                         ValueRange strides, Value batch, Value head,
+                         Value firstKey, int64_t rows, Value tileOffset) {
+  if (!spec.paged())
+    return copyTile(base, strides, batch, head, firstKey, p.seqlenK, rows,
+                    tileOffset);
+  const int64_t chunksPerRow = d / 8;
+  const int64_t chunks = rows * chunksPerRow;
+  // Zero-filled chunks still name an address: the pool's first row.
+  Value safe = globalAddress(base, elt, rowOffset(strides, c64(0), head,
+                                                  c64(0)));
+  for (int64_t first = 0; first < chunks; first += threads) {
+    OpBuilder::InsertionGuard guard(b);
+    Value chunk = add(tid, c64(first));
+    if (first + threads > chunks) {
+      auto inRange = scf::IfOp::create(
+          b, loc, cmp(Pred::slt, chunk, c64(chunks)), /*withElse=*/false);
+      b.setInsertionPoint(inRange.thenBlock()->getTerminator());
+    }
+    Value row = divU(chunk, chunksPerRow);
+    Value column = mul(remU(chunk, chunksPerRow), c64(8));
+    PagedKey key = pagedKey(p, add(firstKey, row));
+    Value src = globalAddress(
+        base, elt, add(rowOffset(strides, c64(0), head, key.row), column));
+    src = arith::SelectOp::create(b, loc, key.valid, src, safe);
+    Value bytes = arith::SelectOp::create(b, loc, key.valid, c32(16), c32(0));
+    Value dst = toI32(add(
+        tileOffset, mul(add(mul(row, c64(rowElems)), column), c64(eltBytes))));
+    cpAsync16(dst, src, bytes);
+  }
+}
+
 void Builder::cpAsync16(Value dst, Value src, Value bytes) {
   if (l2PrefetchBytes == 0 && !l2Policy) {
     NVVM::CpAsyncOp::create(b, loc, sharedAddress(dst), src, /*size=*/16,

@@ -124,6 +124,14 @@ private:
                    Value bar, Value row0, Value head, Value batch,
                    int64_t rows);
 
+  /// tmaLoadTile for a paged K or V (AttentionSpec::pageSize): keys [key0,
+  /// key0 + block_n) of the block's sequence (key0 i64), one box of
+  /// min(page size, block_n) rows per page they span (KernelIR::pagedKey:
+  /// keys past the length and pages outside the pool read zeros).
+  void tmaLoadPagedTile(const ForwardParams &p, Value tensorMap,
+                        int64_t dstOffset, Value dynamicOffset, Value bar,
+                        Value key0, Value head);
+
   // ---- clusters (WgmmaInstructions.cpp) ----------------------------------
   /// This block's rank in its cluster (i32).
   Value clusterRank();

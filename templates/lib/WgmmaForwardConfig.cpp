@@ -109,12 +109,16 @@ bool WgmmaForward::stagesOutputApart(const AttentionSpec &spec,
 }
 
 std::optional<TensorMapBoxes>
-WgmmaForward::tensorMapBoxes(const TileConfig &config) const {
+WgmmaForward::tensorMapBoxes(const AttentionSpec &spec,
+                             const TileConfig &config) const {
   TensorMapBoxes boxes;
   // Each consumer warpgroup loads its own 64 rows of Q.
   boxes.qRows = static_cast<unsigned>(kRowsPerWarpgroup);
   // In a cluster each block loads its share of the K/V tile rows for all.
   boxes.kvRows = static_cast<unsigned>(config.blockN / clusterSize());
+  // Paged K/V: one box per page the tile spans (tmaLoadPagedTile).
+  if (spec.paged())
+    boxes.kvRows = std::min<unsigned>(boxes.kvRows, spec.pageSize);
   // Each consumer warpgroup stores its own 64 rows of O.
   boxes.oRows = static_cast<unsigned>(kRowsPerWarpgroup);
   boxes.cols = static_cast<unsigned>(kPanelCols);
@@ -152,6 +156,14 @@ llvm::Error WgmmaForward::checkConfig(const AttentionSpec &spec,
         llvm::formatv("block_n must be a multiple of 16 from 16 to {0}, got "
                       "{1}",
                       kMaxBlockN, config.blockN)
+            .str());
+  if (spec.paged() && config.blockN % spec.pageSize != 0 &&
+      spec.pageSize % config.blockN != 0)
+    return configError(
+        llvm::formatv("block_n {0} and pages of {1} tokens: a K/V tile must "
+                      "hold whole pages or lie in one page (block_n a "
+                      "multiple or a divisor of the page size)",
+                      config.blockN, spec.pageSize)
             .str());
   if (Kind == Grid::Cluster && spec.hasStructuralMask())
     return configError(

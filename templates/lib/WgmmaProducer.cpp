@@ -63,10 +63,14 @@ void Builder::emitProducer(const ForwardParams &p, Value tid) {
     Value full = isK ? kFull(s) : vFull(s);
     barrierWait(isK ? kEmpty(s) : vEmpty(s), freeParity);
     barrierExpect(full, kvTileBytes);
-    tmaLoadTile(isK ? kMap : vMap, isK ? layout.k : layout.v,
-                mul(s, c32(kvTileBytes)), full,
-                boxRow(toI64(mul(j, c32(cfg.blockN))), p.kRowBase), at.kvHead,
-                boxBatch(at), cfg.blockN);
+    Value key = toI64(mul(j, c32(cfg.blockN)));
+    if (spec.paged())
+      tmaLoadPagedTile(p, isK ? kMap : vMap, isK ? layout.k : layout.v,
+                       mul(s, c32(kvTileBytes)), full, key, at.kvHead);
+    else
+      tmaLoadTile(isK ? kMap : vMap, isK ? layout.k : layout.v,
+                  mul(s, c32(kvTileBytes)), full, boxRow(key, p.kRowBase),
+                  at.kvHead, boxBatch(at), cfg.blockN);
     // The slot's arrivals of the idle consumers, counted in the phase the
     // load fills: the producer waited for the previous one above.
     if (idle)

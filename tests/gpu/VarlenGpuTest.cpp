@@ -3,13 +3,17 @@
 // with (empty sequences, one token, lengths no tile divides, up to 9000 in
 // one batch), chunked prefill (fewer queries than keys, causal from the
 // bottom right), GQA and MHA, every head dim and both dtypes, in both
-// families that build varlen kernels: outputs poisoned with NaN first,
+// families that build varlen kernels, with K and V packed or in a paged
+// cache (shuffled pages, unused ones NaN): outputs poisoned with NaN first,
 // poisoned rows past the ends of O and LSE left untouched, every sequence
 // compared (runAndCheckVarlen), NaN never passes.
 #include "GpuTestUtil.h"
 
 #include "flashjit/DevTools/VarlenHarness.h"
 
+#include "flashjit/Templates/KernelTemplate.h"
+
+#include <optional>
 #include <string>
 
 using namespace flashjit;
@@ -17,7 +21,8 @@ using namespace flashjit::test;
 
 namespace {
 AttentionSpec makeSpec(int64_t d, DType dtype, int64_t heads, int64_t kvHeads,
-                       bool causal, bool bottomRight = false) {
+                       bool causal, bool bottomRight = false,
+                       int64_t pageSize = 0) {
   AttentionSpec s;
   s.headDim = d;
   s.dtype = dtype;
@@ -26,13 +31,16 @@ AttentionSpec makeSpec(int64_t d, DType dtype, int64_t heads, int64_t kvHeads,
   s.causal = causal;
   s.causalAlign = bottomRight ? CausalAlign::BottomRight : CausalAlign::TopLeft;
   s.varlen = true;
+  s.pageSize = pageSize;
   return s;
 }
 
-std::shared_ptr<const Kernel> varlenKernel(const AttentionSpec &spec,
-                                           const std::string &family) {
+std::shared_ptr<const Kernel>
+varlenKernel(const AttentionSpec &spec, const std::string &family,
+             std::optional<TileConfig> config = std::nullopt) {
   KernelOptions options;
   options.family = family;
+  options.config = config;
   options.perLengthConfig = false;
   auto kernel = gpuContext().compile(spec, options);
   REQUIRE_MESSAGE(bool(kernel), llvm::toString(kernel.takeError()));
@@ -41,7 +49,8 @@ std::shared_ptr<const Kernel> varlenKernel(const AttentionSpec &spec,
 
 void checkVarlen(const AttentionSpec &spec, const std::string &family,
                  std::vector<int64_t> lengthsQ,
-                 std::vector<int64_t> lengthsK = {}, int64_t rows = 16) {
+                 std::vector<int64_t> lengthsK = {}, int64_t rows = 16,
+                 std::optional<TileConfig> config = std::nullopt) {
   VarlenCheckOptions o;
   o.lengthsQ = std::move(lengthsQ);
   o.lengthsK = std::move(lengthsK);
@@ -52,7 +61,7 @@ void checkVarlen(const AttentionSpec &spec, const std::string &family,
     lens += std::to_string(o.lengthsQ[i]) +
             (o.lengthsK.empty() ? "" : "x" + std::to_string(o.lengthsK[i])) +
             " ";
-  auto kernel = varlenKernel(spec, family);
+  auto kernel = varlenKernel(spec, family, config);
   INFO(spec.canonical() << " " << kernel->info().config.canonical()
                         << " lengths " << lens << "seed " << o.seed);
   auto report = runAndCheckVarlen(*kernel, o);
@@ -101,6 +110,51 @@ TEST_CASE("varlen: many short sequences") {
   for (const char *family : kFamilies)
     checkVarlen(makeSpec(128, DType::BF16, 16, 4, /*causal=*/true), family,
                 lengths, {}, 8);
+}
+
+TEST_CASE("varlen paged: chunked prefill from pages of 16, 64 and 256") {
+  for (const char *family : kFamilies)
+    for (int64_t page : {16, 64, 256})
+      checkVarlen(makeSpec(128, DType::BF16, 32, 8, /*causal=*/true,
+                           /*bottomRight=*/true, page),
+                  family, {1, 17, 0, 1000, 300, 4097, 2, 7},
+                  {1, 1000, 5, 1017, 4096, 4097, 9000, 0});
+}
+
+TEST_CASE("varlen paged: head dims 64 and 256, MHA and MQA, f16, unmasked") {
+  for (const char *family : kFamilies)
+    for (int64_t d : {64, 256})
+      for (auto [heads, kvHeads] :
+           {std::pair<int64_t, int64_t>{8, 8}, {8, 1}})
+        checkVarlen(makeSpec(d, DType::F16, heads, kvHeads, /*causal=*/false,
+                             /*bottomRight=*/false, d == 64 ? 32 : 16),
+                    family, {17, 0, 1000, 1, 129}, {17, 3, 1000, 4097, 129});
+}
+
+TEST_CASE("varlen paged: every wgmma candidate that pages of 16 and 256 "
+          "allow") {
+  const KernelTemplate *tmpl = lookupTemplate("wgmma");
+  REQUIRE(tmpl);
+  for (int64_t page : {16, 256})
+    for (bool causal : {false, true}) {
+      AttentionSpec spec = makeSpec(128, DType::BF16, 8, 2, causal,
+                                    /*bottomRight=*/true, page);
+      for (const TileConfig &config : tmpl->candidates(spec)) {
+        if (llvm::Error err = tmpl->checkConfig(spec, config)) {
+          llvm::consumeError(std::move(err));
+          continue;
+        }
+        checkVarlen(spec, "wgmma", {300, 0, 1000}, {333, 17, 1000}, 8,
+                    config);
+      }
+    }
+}
+
+TEST_CASE("varlen paged: a 100k-key cache") {
+  for (const char *family : kFamilies)
+    checkVarlen(makeSpec(128, DType::BF16, 32, 8, /*causal=*/true,
+                         /*bottomRight=*/true, 64),
+                family, {16, 1}, {100000, 1000}, 8);
 }
 
 TEST_CASE("varlen: launches that mix up dense and varlen kernels are refused") {

@@ -61,6 +61,9 @@ int runDecode(const DecodeRunSettings &settings);
 /// --varlen was given (VarlenCommand.cpp): the spec is varlen
 /// (AttentionSpec::varlen), and run checks a packed batch.
 bool varlenRequested();
+/// --page-size (DecodeCommand.cpp): decode's cache, and a varlen spec's
+/// paged K/V (AttentionSpec::pageSize).
+int64_t pageSizeOption();
 /// The settings `run --varlen` shares with `run`.
 struct VarlenRunSettings {
   uint64_t seed = 1;

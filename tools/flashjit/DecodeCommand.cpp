@@ -34,11 +34,14 @@ static cl::list<int64_t>
           cl::desc("Decode: KV length of every sequence, or one per "
                    "sequence (comma-separated, as many as --batch)"),
           cl::CommaSeparated, cl::sub(runCommand), cl::cat(category));
-static cl::opt<int64_t> pageSize("page-size",
-                                 cl::desc("Decode: tokens per page of a paged "
-                                          "KV cache (16-256; 0: contiguous)"),
-                                 cl::init(0), cl::sub(compileCommand),
-                                 cl::sub(runCommand), cl::cat(category));
+static cl::opt<int64_t> pageSize(
+    "page-size",
+    cl::desc("Decode and varlen: tokens per page of a paged KV cache "
+             "(decode 16-256, varlen a power of two 16-256; 0: contiguous)"),
+    cl::init(0), cl::sub(compileCommand), cl::sub(runCommand),
+    cl::cat(category));
+
+int64_t pageSizeOption() { return pageSize; }
 static cl::opt<int64_t> splits("splits",
                                cl::desc("Decode: splits of the KV length "
                                         "(0: the rule)"),

@@ -187,6 +187,9 @@ llvm::Expected<AttentionSpec> specFromOptions() {
   if (auto err = applyVariantOptions(spec))
     return std::move(err);
   spec.varlen = varlenRequested();
+  // --page-size is the decode cache's with --decode (DecodeCommand.cpp).
+  if (!decodeRequested())
+    spec.pageSize = pageSizeOption();
   if (auto err = spec.validate())
     return std::move(err);
   return spec;

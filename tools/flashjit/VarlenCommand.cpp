@@ -1,7 +1,8 @@
 //===- VarlenCommand.cpp - `flashjit compile|run --varlen` ----------------===//
 // Why: varlen kernels (AttentionSpec::varlen) from the command line:
 // `compile --varlen` prints their PTX, `run --varlen 17,0,1000` checks a
-// packed batch of those lengths against the float64 reference and times it.
+// packed batch of those lengths against the float64 reference and times it;
+// with --page-size the keys come from a paged cache (chunked prefill).
 #include "Commands.h"
 
 #include "flashjit/DevTools/VarlenHarness.h"
@@ -102,6 +103,9 @@ int runVarlen(const AttentionSpec &spec, const VarlenRunSettings &settings) {
         {"total_q", report->totalQ},
         {"total_k", report->totalK},
         {"max_seqlen_q", report->maxSeqlenQ},
+        {"page_size", spec.pageSize},
+        {"pool_pages", report->poolPages},
+        {"max_pages", report->maxPages},
         {"heads", spec.numHeads},
         {"kv_heads", spec.numKVHeads},
         {"head_dim", spec.headDim},
@@ -128,8 +132,12 @@ int runVarlen(const AttentionSpec &spec, const VarlenRunSettings &settings) {
                  << ")\n"
                  << "  varlen: " << report->sequences << " sequences, "
                  << report->totalQ << " query and " << report->totalK
-                 << " key tokens, longest query " << report->maxSeqlenQ
-                 << "\n"
+                 << " key tokens, longest query " << report->maxSeqlenQ;
+    if (spec.paged())
+      llvm::outs() << "; keys in pages of " << spec.pageSize << " (pool of "
+                   << report->poolPages << ", " << report->maxPages
+                   << " per table row, shuffled)";
+    llvm::outs() << "\n"
                  << "  kernel ready in " << llvm::format("%.2f", compileMs)
                  << " ms\n"
                  << "  check: " << r.summary() << ", "

@@ -157,8 +157,17 @@ struct ForwardArgs {
 /// shorter or empty sequences and nothing is written outside o and lse.
 struct VarlenForwardArgs {
   ForwardArgs packed;
-  /// Device i32 [batch + 1] each, 4-byte aligned.
+  /// Device i32 [batch + 1] each, 4-byte aligned. A paged kernel takes
+  /// no cuSeqlensK (null): its keys are given below.
   const int32_t *cuSeqlensQ = nullptr, *cuSeqlensK = nullptr;
+  /// Paged K/V (AttentionSpec::pageSize; null/0 otherwise): packed.k and
+  /// packed.v are the pools, TensorRef::packed(pool, dtype, pages *
+  /// pageSize, kvHeads, headDim) of [pages, pageSize, kv_heads, head_dim]
+  /// caches. kvLens: device i32 [batch], each sequence's keys (the new
+  /// query tokens' included); blockTable: device i32 [batch, maxPages],
+  /// its page ids in key order.
+  const int32_t *kvLens = nullptr, *blockTable = nullptr;
+  int64_t maxPages = 0;
   /// Sequences (0: nothing is launched); at most 65535 (CUDA's grid z).
   int64_t batch = 0;
   /// The longest query length of the batch (as FlashAttention's
@@ -247,6 +256,9 @@ public:
   llvm::Error forwardVarlen(const VarlenForwardArgs &args) const;
   /// The checks of forwardVarlen() alone (no device needed).
   llvm::Error checkVarlen(const VarlenForwardArgs &args) const;
+  /// checkVarlen's part for paged K/V (AttentionSpec::pageSize), and that
+  /// a kernel of packed K/V gets no paged arguments.
+  llvm::Error checkPagedArgs(const VarlenForwardArgs &args) const;
   /// The call goes to kernelForLengths(Sq, Sk); the checks and the launch
   /// below are that kernel's.
   /// The checks of forward() alone (no device needed).

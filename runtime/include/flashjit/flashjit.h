@@ -40,7 +40,7 @@ extern "C" {
 
 /* Raised when a function or a field is added (flashjit_get_version's
  * api_version tells what the loaded library implements). */
-#define FLASHJIT_C_API_VERSION 9
+#define FLASHJIT_C_API_VERSION 10
 
 typedef enum flashjit_status {
   FLASHJIT_STATUS_OK = 0,
@@ -111,6 +111,11 @@ typedef struct flashjit_attention_spec {
   /* 1: the varlen kernel, launched with flashjit_kernel_forward_varlen on
    * packed sequences; 0 (default): dense. */
   int32_t varlen;
+  /* ---- API version 10: paged KV caches for varlen kernels */
+  /* Tokens per page (a power of two from 16 to 256) of the K/V cache a
+   * varlen kernel reads (flashjit_kernel_forward_paged); 0 (default):
+   * packed K/V. */
+  int64_t page_size;
 } flashjit_attention_spec_t;
 
 /* Element types of captured tensors. */
@@ -136,6 +141,7 @@ flashjit_attention_spec_init(flashjit_attention_spec_t *spec) {
   spec->sparse_block_m = 0;
   spec->sparse_block_n = 0;
   spec->varlen = 0;
+  spec->page_size = 0;
   for (int i = 0; i < 8; ++i) {
     spec->capture_dtype[i] = 0;
     spec->capture_rank[i] = 0;
@@ -278,6 +284,28 @@ FLASHJIT_API flashjit_status_t flashjit_kernel_forward_varlen(
     const DLTensor *v, DLTensor *o, DLTensor *lse,
     const DLTensor *cu_seqlens_q, const DLTensor *cu_seqlens_k,
     int64_t max_seqlen_q, double scale, void *stream);
+
+/* (API version 10) A paged varlen kernel's launch (spec varlen 1 and a
+ * page_size): chunked prefill of packed queries against a paged KV cache
+ * (docs/inference.md):
+ *   q, o, lse, cu_seqlens_q, max_seqlen_q: as flashjit_kernel_forward_varlen
+ *   k, v:  [pages, page_size, num_kv_heads, head_dim] pools, the pages
+ *          evenly strided (stride 0 = page_size x stride 1)
+ *   kv_lens: kDLInt 32 bits [batch]: each sequence's keys, the new query
+ *          tokens' included (bottom-right causal_align for chunked prefill)
+ *   block_table: kDLInt 32 bits [batch, max_pages], contiguous: the page
+ *          ids of each sequence's keys, in order.
+ * kv_lens and block_table are read on the GPU only: a length is clamped to
+ * [0, max_pages x page_size], a page id outside [0, pages) reads zeros, and
+ * nothing is written outside o and lse. The rows of a sequence's last page
+ * past its length are read and must hold finite values (as a zeroed or
+ * reused pool does; NaN there would reach o). */
+FLASHJIT_API flashjit_status_t flashjit_kernel_forward_paged(
+    flashjit_kernel_t kernel, const DLTensor *q, const DLTensor *k,
+    const DLTensor *v, DLTensor *o, DLTensor *lse,
+    const DLTensor *cu_seqlens_q, const DLTensor *kv_lens,
+    const DLTensor *block_table, int64_t max_seqlen_q, double scale,
+    void *stream);
 
 /* flashjit_kernel_forward with the spec's captured tensors: `captures`
  * holds num_captures DLTensors (kDLFloat 32 or kDLInt 32 bits as the spec

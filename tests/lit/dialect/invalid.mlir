@@ -252,3 +252,19 @@ func.func @sparse_block(%q: tensor<2x8x64x64xbf16>, %s: f32) {
   %o, %lse = attn.attention %q, %q, %q scale %s {sparse_block = array<i64: 128, 100>} : tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16> -> tensor<2x8x64x64xbf16>, tensor<2x8x64xf32>
   return
 }
+
+// -----
+
+func.func @page_size_power(%q: tensor<1x8x?x64xbf16>, %s: f32) {
+  // expected-error @+1 {{'attn.attention' op page_size is 48: expected a power of two from 16 to 256}}
+  %o, %lse = attn.attention %q, %q, %q scale %s {varlen, page_size = 48} : tensor<1x8x?x64xbf16>, tensor<1x8x?x64xbf16>, tensor<1x8x?x64xbf16> -> tensor<1x8x?x64xbf16>, tensor<1x8x?xf32>
+  return
+}
+
+// -----
+
+func.func @page_size_dense(%q: tensor<2x8x64x64xbf16>, %s: f32) {
+  // expected-error @+1 {{'attn.attention' op page_size is for varlen attention (paged K/V of packed sequences): add varlen}}
+  %o, %lse = attn.attention %q, %q, %q scale %s {page_size = 16} : tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16> -> tensor<2x8x64x64xbf16>, tensor<2x8x64xf32>
+  return
+}

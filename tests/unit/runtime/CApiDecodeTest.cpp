@@ -2,7 +2,7 @@
 // libflashjit.so as another language loads it: specs checked field by
 // field, DLPack tensors translated and checked before anything launches,
 // and no device reported as such.
-#include "flashjit/flashjit.h"
+#include "CApiTestUtil.h"
 
 #include <doctest/doctest.h>
 
@@ -11,31 +11,9 @@
 #include <string>
 #include <vector>
 
+using namespace flashjit::test;
+
 namespace {
-
-bool has(const std::string &text, const std::string &part) {
-  return text.find(part) != std::string::npos;
-}
-
-/// A row-major DLTensor over a fake device address.
-struct FakeTensor {
-  std::vector<int64_t> shape;
-  DLTensor dl{};
-  FakeTensor(uintptr_t address, std::vector<int64_t> extents, DLDataType type)
-      : shape(std::move(extents)) {
-    dl.data = reinterpret_cast<void *>(address);
-    dl.device = {kDLCUDA, 0};
-    dl.ndim = static_cast<int32_t>(shape.size());
-    dl.dtype = type;
-    dl.shape = shape.data();
-    dl.strides = nullptr;
-  }
-  FakeTensor(const FakeTensor &) = delete;
-};
-
-constexpr DLDataType kBF16{kDLBfloat, 16, 1};
-constexpr DLDataType kF32{kDLFloat, 32, 1};
-constexpr DLDataType kI32{kDLInt, 32, 1};
 
 struct DecodeCtx {
   flashjit_context_t ctx = nullptr;

@@ -247,7 +247,7 @@ TEST_CASE("the launch's parameter array: kernel parameters, then the maps") {
   auto pointers = params.pointers();
   static_assert(pointers.size() == ForwardKernelArgs::kNumParams +
                                        kNumTensorMaps + kMaxCaptures * 5 + 4 * 5 +
-                                       2);
+                                       2 + 2);
   for (unsigned i = 0; i < ForwardKernelArgs::kNumParams; ++i)
     CHECK(pointers[i] == kernelParams[i]);
   for (unsigned i = ForwardKernelArgs::kNumParams; i < pointers.size(); ++i)
@@ -262,6 +262,17 @@ TEST_CASE("the launch's parameter array: kernel parameters, then the maps") {
   CHECK(pointers[first + 3] == &params.maps.o);
   for (unsigned i = first; i < pointers.size(); ++i)
     CHECK(reinterpret_cast<uintptr_t>(pointers[i]) % 64 == 0);
+
+  // A paged varlen launch: the offsets (the key counts second), then the
+  // block table and its row length.
+  params.hasTensorMaps = false;
+  params.variant.varlen = params.variant.paged = true;
+  pointers = params.pointers();
+  CHECK(pointers[first] == &params.variant.cuSeqlens[0]);
+  CHECK(pointers[first + 1] == &params.variant.cuSeqlens[1]);
+  CHECK(pointers[first + 2] == &params.variant.blockTable);
+  CHECK(pointers[first + 3] == &params.variant.maxPages);
+  CHECK(pointers[first + 4] == nullptr);
 }
 
 TEST_CASE("encoding tensor maps without a driver says so") {
@@ -290,7 +301,7 @@ TEST_CASE("a kernel takes the tensor maps its template names for its config") {
     info.name = "k";
     info.config = configs.front();
     Kernel kernel(spec, info, "", nullptr, "no GPU here");
-    auto expected = tmpl->tensorMapBoxes(info.config);
+    auto expected = tmpl->tensorMapBoxes(spec, info.config);
     INFO(info.config.canonical());
     REQUIRE(kernel.tensorMapBoxes().has_value() == expected.has_value());
     if (expected) {

@@ -1,7 +1,8 @@
 // Why: a varlen kernel must have a name and cache key of its own (dense
 // kernels keep theirs), only the families that build varlen kernels may be
 // asked for one, and a varlen launch must refuse bad arguments on the host
-// with a message that says what is wrong, before anything reaches the GPU.
+// with a message that says what is wrong, before anything reaches the GPU;
+// so must a paged one (AttentionSpec::pageSize), whose kernels differ.
 #include "RuntimeTestUtil.h"
 
 #include "flashjit/Runtime/ErrorCode.h"
@@ -168,4 +169,100 @@ TEST_CASE("varlen: host checks of a launch") {
   REQUIRE(static_cast<bool>(notVarlen));
   CHECK(llvm::toString(std::move(notVarlen)).find("not a varlen kernel") !=
         std::string::npos);
+}
+
+TEST_CASE("varlen paged: name, key, spec rules and host checks of a launch") {
+  AttentionSpec spec = varlenSpec();
+  spec.pageSize = 16;
+  REQUIRE_FALSE(static_cast<bool>(spec.validate()));
+  AttentionSpec packed = varlenSpec();
+  CHECK(spec.kernelName().find("_varlen_paged_v") != std::string::npos);
+  CHECK(spec.canonical() == packed.canonical() + ";page=16");
+  auto specError = [](AttentionSpec s) {
+    llvm::Error err = s.validate();
+    return err ? llvm::toString(std::move(err)) : std::string();
+  };
+  for (int64_t bad : {8, 48, 512, -16}) {
+    AttentionSpec s = spec;
+    s.pageSize = bad;
+    CHECK(specError(s).find("a power of two from 16 to 256") !=
+          std::string::npos);
+  }
+  AttentionSpec dense = spec;
+  dense.varlen = false;
+  CHECK(specError(dense).find("read by varlen kernels only") !=
+        std::string::npos);
+
+  TempDir dir;
+  Warnings warnings;
+  ContextOptions options;
+  options.chip = "sm_90a";
+  options.cache = cacheOptions(dir / "cache", warnings);
+  options.onWarning = warningSink(warnings);
+  auto ctx = Context::create(options);
+  REQUIRE(static_cast<bool>(ctx));
+  // A tile holds whole pages or lies in one: block_n 176 takes pages of
+  // 16, not 64.
+  KernelOptions n176;
+  n176.config = TileConfig{"wgmma", 128, 176, 2, 12};
+  CHECK(static_cast<bool>((*ctx)->compile(spec, n176)));
+  AttentionSpec page64 = spec;
+  page64.pageSize = 64;
+  auto refused = (*ctx)->compile(page64, n176);
+  REQUIRE_FALSE(static_cast<bool>(refused));
+  CHECK(llvm::toString(refused.takeError()).find("whole pages") !=
+        std::string::npos);
+  for (const char *family : {"wgmma", "mma_sync"}) {
+    KernelOptions ko;
+    ko.family = family;
+    auto kernel = (*ctx)->compile(spec, ko);
+    REQUIRE(static_cast<bool>(kernel));
+    const Kernel &k = **kernel;
+    if (auto boxes = k.tensorMapBoxes())
+      CHECK(boxes->kvRows == 16u);
+    auto errorOf = [&](const VarlenForwardArgs &a) {
+      llvm::Error err = k.checkVarlen(a);
+      return err ? llvm::toString(std::move(err)) : std::string();
+    };
+    // A pool of 60 pages of 16 tokens, 8 pages per table row.
+    VarlenForwardArgs a = goodArgs(spec, 1000, 960);
+    a.cuSeqlensK = nullptr;
+    a.kvLens = static_cast<const int32_t *>(fake(8));
+    a.blockTable = static_cast<const int32_t *>(fake(9));
+    a.maxPages = 8;
+    CHECK_MESSAGE(errorOf(a).empty(), errorOf(a));
+    VarlenForwardArgs b = a;
+    b.cuSeqlensK = static_cast<const int32_t *>(fake(7));
+    CHECK(errorOf(b).find("not cu_seqlens_k") != std::string::npos);
+    b = a;
+    b.maxPages = 0;
+    CHECK(errorOf(b).find("max_pages 0 is out of range") != std::string::npos);
+    b.maxPages = int64_t(1) << 28;
+    CHECK(errorOf(b).find("out of range") != std::string::npos);
+    b = goodArgs(spec, 1000, 970);
+    b.cuSeqlensK = nullptr;
+    b.kvLens = a.kvLens;
+    b.blockTable = a.blockTable;
+    b.maxPages = 8;
+    CHECK(errorOf(b).find("whole pages of 16 tokens") != std::string::npos);
+    b = a;
+    b.kvLens = nullptr;
+    CHECK(errorOf(b).find("kv_lens is a null pointer") != std::string::npos);
+    b = a;
+    b.blockTable = reinterpret_cast<const int32_t *>(
+        static_cast<const char *>(fake(9)) + 2);
+    CHECK(errorOf(b).find("block_table is not 4-byte aligned") !=
+          std::string::npos);
+  }
+  // Paged arguments to a kernel of packed K/V.
+  KernelOptions wgmma;
+  wgmma.family = "wgmma";
+  auto packedKernel = (*ctx)->compile(packed, wgmma);
+  REQUIRE(static_cast<bool>(packedKernel));
+  VarlenForwardArgs a = goodArgs(packed, 1000, 3000);
+  a.blockTable = static_cast<const int32_t *>(fake(9));
+  llvm::Error err = (*packedKernel)->checkVarlen(a);
+  REQUIRE(static_cast<bool>(err));
+  CHECK(llvm::toString(std::move(err)).find(
+            "kernels compiled with a page size") != std::string::npos);
 }

@@ -3,7 +3,9 @@
 // the same loop as Harness.h for packed batches: random packed inputs,
 // poisoned outputs (with poisoned rows past their ends, which must stay
 // untouched), one launch, each sequence against the float64 reference, and
-// CUDA-event timing with medians.
+// CUDA-event timing with medians. A paged kernel's keys go to shuffled
+// pages of a pool whose unused pages hold NaN (a read of one fails the
+// check), with out-of-range ids in the table slots past each sequence.
 #ifndef FLASHJIT_DEVTOOLS_VARLENHARNESS_H
 #define FLASHJIT_DEVTOOLS_VARLENHARNESS_H
 
@@ -36,6 +38,8 @@ struct VarlenCheckReport {
   /// Poisoned words past the ends of O and LSE that the launch changed.
   int64_t writtenOutside = 0;
   int64_t sequences = 0, totalQ = 0, totalK = 0, maxSeqlenQ = 0;
+  /// A paged kernel's pool (pages, some unused) and block table row.
+  int64_t poolPages = 0, maxPages = 0;
 };
 
 /// "17,0,1000" as lengths; an error names a bad entry.

@@ -97,6 +97,12 @@ struct AttentionSpec {
   /// cumulative offsets at launch (Kernel::forwardVarlen). Its own kernel
   /// name and cache key; no mods or block mask (validate() says so).
   bool varlen = false;
+  /// Paged K/V for varlen attention (chunked prefill on a KV cache): K and
+  /// V are pools of pages of pageSize tokens ([pages * pageSize, kv_heads,
+  /// head_dim] packed), each sequence's pages named by a block table and
+  /// its key count by kvLens at launch (VarlenForwardArgs). A power of two
+  /// from 16 to 256; 0: K and V packed like Q (cu_seqlens_k).
+  int64_t pageSize = 0;
 
   /// Checks what every template needs: head dim a multiple of 8 in
   /// [8, 256], heads positive, heads a multiple of KV heads, window
@@ -119,6 +125,7 @@ struct AttentionSpec {
     return hasRightBound() || hasLeftBound() || isBlockSparse();
   }
   bool hasMods() const { return !scoreMod.empty() || !maskMod.empty(); }
+  bool paged() const { return pageSize > 0; }
   /// Whether some query row may keep no key at all (its O is then 0 and
   /// its LSE -inf): a mask_mod, a window, a bottom-right diagonal, a
   /// block mask, or varlen (a sequence may have no keys).

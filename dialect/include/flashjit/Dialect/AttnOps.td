@@ -35,7 +35,12 @@ def Attn_AttentionOp : Attn_Op<"attention", [
     `varlen` packs the batch's sequences along the sequence dimension (batch
     1, `[1, heads, total_tokens, head_dim]`): each launch gives every
     sequence's rows by cumulative offsets, and each sequence is attended
-    alone (its own causal diagonal); no mods or block mask.
+    alone (its own causal diagonal); no mods or block mask. With
+    `page_size = P` (varlen only; a power of two from 16 to 256) the key
+    and value operands are pools of pages of P tokens (`[1, kv_heads,
+    pages * P, head_dim]`), each launch naming every sequence's pages by a
+    block table and its keys by a length (chunked prefill on a paged KV
+    cache).
 
     The optional `score_mod` region rewrites each score: its block
     arguments are `(score: f32, b: index, h: index, q_idx: index,
@@ -86,7 +91,8 @@ def Attn_AttentionOp : Attn_Op<"attention", [
     OptionalAttr<I64Attr>:$window_right,
     OptionalAttr<DenseI64ArrayAttr>:$sparse_block,
     OptionalAttr<Attn_TileConfigAttr>:$config,
-    UnitAttr:$varlen);
+    UnitAttr:$varlen,
+    OptionalAttr<I64Attr>:$page_size);
   let results = (outs AnyRankedTensor:$output, AnyRankedTensor:$lse);
   let regions = (region MaxSizedRegion<1>:$score_mod,
                         MaxSizedRegion<1>:$mask_mod);

@@ -37,8 +37,13 @@ struct VariantLaunchParams {
   /// A varlen kernel's cumulative offsets of Q and K (the last parameters).
   std::array<const void *, 2> cuSeqlens{};
   bool varlen = false;
+  /// A paged kernel's block table and its row length (after the offsets;
+  /// cuSeqlens[1] then holds the key counts).
+  const void *blockTable = nullptr;
+  int64_t maxPages = 0;
+  bool paged = false;
 
-  static constexpr unsigned kMaxParams = kMaxCaptures * 5 + 4 * 5 + 2;
+  static constexpr unsigned kMaxParams = kMaxCaptures * 5 + 4 * 5 + 2 + 2;
   /// Copies `captures` (at most kMaxCaptures, as checked before) and, when
   /// its kv_num_blocks is given, `mask`.
   void fill(llvm::ArrayRef<CapturedRef> captures, const BlockMaskRef &mask);

@@ -59,10 +59,11 @@ public:
   /// compute capability (sm_90a, for wgmma and setmaxnreg), which newer
   /// chips do not run.
   virtual bool needsArchSpecificTarget() const { return false; }
-  /// The tensor maps a kernel of this config takes (KernelABI.h), or none
-  /// when it loads through plain pointers.
+  /// The tensor maps a kernel of this spec and config takes (KernelABI.h),
+  /// or none when it loads through plain pointers.
   virtual std::optional<TensorMapBoxes>
-  tensorMapBoxes(const TileConfig &config) const {
+  tensorMapBoxes(const AttentionSpec &spec, const TileConfig &config) const {
+    (void)spec;
     (void)config;
     return std::nullopt;
   }

@@ -108,7 +108,8 @@ public:
   bool supportsVarlen() const override { return Kind == Grid::PerTile; }
   std::vector<int64_t> headDims() const override { return {64, 128, 256}; }
   std::optional<TensorMapBoxes>
-  tensorMapBoxes(const TileConfig &config) const override;
+  tensorMapBoxes(const AttentionSpec &spec,
+                 const TileConfig &config) const override;
   llvm::Error checkConfig(const AttentionSpec &spec,
                           const TileConfig &config) const override;
   TemplateResources resources(const AttentionSpec &spec,
