@@ -124,13 +124,16 @@ private:
                    Value bar, Value row0, Value head, Value batch,
                    int64_t rows);
 
-  /// tmaLoadTile for a paged K or V (AttentionSpec::pageSize): keys [key0,
-  /// key0 + block_n) of the block's sequence (key0 i64), one box of
-  /// min(page size, block_n) rows per page they span (KernelIR::pagedKey:
-  /// keys past the length and pages outside the pool read zeros).
-  void tmaLoadPagedTile(const ForwardParams &p, Value tensorMap,
-                        int64_t dstOffset, Value dynamicOffset, Value bar,
-                        Value key0, Value head);
+  /// Paged K/V (AttentionSpec::pageSize): the pool rows (i32) of the
+  /// boxes of min(page size, block_n) keys that hold keys [key0, key0 +
+  /// block_n) of the block's sequence (key0 i64; KernelIR::pagedKey: keys
+  /// past the length and pages outside the pool give a row past the pool,
+  /// which reads zeros). K and V of a tile share them.
+  SmallVector<Value> pagedBoxRows(const ForwardParams &p, Value key0);
+  /// tmaLoadTile for a paged K or V: one box per row of pagedBoxRows.
+  void tmaLoadPagedTile(Value tensorMap, int64_t dstOffset,
+                        Value dynamicOffset, Value bar, ArrayRef<Value> rows,
+                        Value head);
 
   // ---- clusters (WgmmaInstructions.cpp) ----------------------------------
   /// This block's rank in its cluster (i32).

@@ -57,25 +57,36 @@ void Builder::tmaLoadTile(Value tensorMap, int64_t dstOffset,
   }
 }
 
-void Builder::tmaLoadPagedTile(const ForwardParams &p, Value tensorMap,
-                               int64_t dstOffset, Value dynamicOffset,
-                               Value bar, Value key0, Value head) {
+SmallVector<Value> Builder::pagedBoxRows(const ForwardParams &p, Value key0) {
+  // Every table entry is loaded before any is used: the loads overlap.
+  const int64_t boxRows = std::min(spec.pageSize, cfg.blockN);
+  SmallVector<PagedKey> keys;
+  for (int64_t box = 0; box < cfg.blockN / boxRows; ++box)
+    keys.push_back(pagedKey(p, add(key0, c64(box * boxRows))));
+  SmallVector<Value> rows;
+  for (const PagedKey &k : keys)
+    rows.push_back(toI32(k.row));
+  return rows;
+}
+
+void Builder::tmaLoadPagedTile(Value tensorMap, int64_t dstOffset,
+                               Value dynamicOffset, Value bar,
+                               ArrayRef<Value> rows, Value head) {
   // Boxes of min(page, block_n) rows: a page holds whole boxes, and the
   // 128-byte swizzle repeats every 8 rows, so boxes stacked in a panel
   // give the layout of one box of block_n rows.
-  const int64_t boxRows = std::min(spec.pageSize, cfg.blockN);
+  const int64_t boxRows = cfg.blockN / static_cast<int64_t>(rows.size());
   const int64_t panels = d / WgmmaForward::kPanelCols;
-  for (int64_t box = 0; box < cfg.blockN / boxRows; ++box) {
-    PagedKey at = pagedKey(p, add(key0, c64(box * boxRows)));
+  for (auto [box, row] : llvm::enumerate(rows))
     for (int64_t panel = 0; panel < panels; ++panel) {
-      Value dst = sharedAddress(
-          add(dynamicOffset, c32(dstOffset + (panel * cfg.blockN +
-                                              box * boxRows) * kRowBytes)));
-      SmallVector<Value> coords = {c32(panel * WgmmaForward::kPanelCols),
-                                   toI32(at.row), toI32(head), c32(0)};
+      Value dst = sharedAddress(add(
+          dynamicOffset,
+          c32(dstOffset + (panel * cfg.blockN + int64_t(box) * boxRows) *
+                              kRowBytes)));
+      SmallVector<Value> coords = {c32(panel * WgmmaForward::kPanelCols), row,
+                                   toI32(head), c32(0)};
       tmaLoad(tensorMap, dst, bar, coords);
     }
-  }
 }
 
 Value Builder::clusterRank() { return NVVM::ClusterId::create(b, loc, i32); }

@@ -54,8 +54,14 @@ void Builder::emitProducer(const ForwardParams &p, Value tid) {
   // waits until the consumers have released its slot. The first round
   // finds every slot free (the parity before a fresh barrier's phase 0
   // returns at once).
-  auto loadKV = [&](const BlockCoordinates &at, Value j, Value g,
-                    bool isK) {
+  // Paged: the pool rows of tile j's boxes, computed once for its K and V
+  // (pagedRows(j) before loadKV's wait, so the table loads overlap it).
+  auto pagedRows = [&](Value j) {
+    return spec.paged() ? pagedBoxRows(p, toI64(mul(j, c32(cfg.blockN))))
+                        : SmallVector<Value>();
+  };
+  auto loadKV = [&](const BlockCoordinates &at, Value j, Value g, bool isK,
+                    ArrayRef<Value> rows) {
     Value s = remU(g, stages);
     Value freeParity = arith::XOrIOp::create(
         b, loc, arith::AndIOp::create(b, loc, divU(g, stages), c32(1)),
@@ -63,13 +69,13 @@ void Builder::emitProducer(const ForwardParams &p, Value tid) {
     Value full = isK ? kFull(s) : vFull(s);
     barrierWait(isK ? kEmpty(s) : vEmpty(s), freeParity);
     barrierExpect(full, kvTileBytes);
-    Value key = toI64(mul(j, c32(cfg.blockN)));
     if (spec.paged())
-      tmaLoadPagedTile(p, isK ? kMap : vMap, isK ? layout.k : layout.v,
-                       mul(s, c32(kvTileBytes)), full, key, at.kvHead);
+      tmaLoadPagedTile(isK ? kMap : vMap, isK ? layout.k : layout.v,
+                       mul(s, c32(kvTileBytes)), full, rows, at.kvHead);
     else
       tmaLoadTile(isK ? kMap : vMap, isK ? layout.k : layout.v,
-                  mul(s, c32(kvTileBytes)), full, boxRow(key, p.kRowBase),
+                  mul(s, c32(kvTileBytes)), full,
+                  boxRow(toI64(mul(j, c32(cfg.blockN))), p.kRowBase),
                   at.kvHead, boxBatch(at), cfg.blockN);
     // The slot's arrivals of the idle consumers, counted in the phase the
     // load fills: the producer waited for the previous one above.
@@ -98,7 +104,8 @@ void Builder::emitProducer(const ForwardParams &p, Value tid) {
     // Q after the first K: K_0 fills a slot freed early in the last tile,
     // Q waits until each consumer frees its rows (after its last S with O
     // staged apart, else once its O, staged there, is stored).
-    loadKV(at, first, iteration, /*isK=*/true);
+    SmallVector<Value> firstRows = pagedRows(first);
+    loadKV(at, first, iteration, /*isK=*/true, firstRows);
     for (int64_t c = 0; c < consumers; ++c) {
       if (persistent)
         writeTileInfo(at, c32(c), done);
@@ -108,7 +115,7 @@ void Builder::emitProducer(const ForwardParams &p, Value tid) {
         tmaLoad(qMap, dst, qFull(c32(c)), coords);
       });
     }
-    loadKV(at, first, iteration, /*isK=*/false);
+    loadKV(at, first, iteration, /*isK=*/false, firstRows);
     auto kvLoop = scf::ForOp::create(
         b, loc, c32(1), toI32(numTiles), c32(1), ValueRange{},
         [&](OpBuilder &, Location, Value j, ValueRange) {
@@ -120,8 +127,9 @@ void Builder::emitProducer(const ForwardParams &p, Value tid) {
                 spec.isBlockSparse()
                     ? toI32(kvTile(range, j))
                     : add(persistent ? opaque(j) : j, toI32(range.first));
-            loadKV(at, row, g, /*isK=*/true);
-            loadKV(at, row, g, /*isK=*/false);
+            SmallVector<Value> rows = pagedRows(row);
+            loadKV(at, row, g, /*isK=*/true, rows);
+            loadKV(at, row, g, /*isK=*/false, rows);
           });
           scf::YieldOp::create(b, loc);
         });
