@@ -377,7 +377,7 @@ def attention_backward(
     dO (docs/backward.md): flashjit's backward kernels on the current CUDA
     stream, deterministic when torch.use_deterministic_algorithms(True) is
     on. A forward the backward does not support (windows, mods, block
-    masks, head dim 256) raises UnsupportedError naming what."""
+    masks) raises UnsupportedError naming what."""
     device = _check_devices(q, k, v, captures, block_mask)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     if dq.numel() == 0 or dk.numel() == 0:  # no query or no key: no gradient flows

@@ -95,6 +95,33 @@ TEST_CASE("backward: head dim 96") {
     checkBackward(makeSpec(96, DType::BF16, causal, 2, 1), 1, 333, 333);
 }
 
+TEST_CASE("backward: head dim 256 (mma_sync, dK and dV columns split in "
+          "two), odd shapes, GQA and MQA, both alignments, deterministic") {
+  for (DType dtype : {DType::F16, DType::BF16})
+    for (bool causal : {false, true})
+      for (int64_t s : {1, 17, 1000})
+        checkBackward(makeSpec(256, dtype, causal, 2, 2), /*batch=*/2, s, s);
+  for (bool causal : {false, true}) {
+    checkBackward(makeSpec(256, DType::BF16, causal, 8, 2), 1, 257, 257);
+    checkBackward(makeSpec(256, DType::F16, causal, 4, 1), 1, 333, 333,
+                  Layout::BSHD);
+  }
+  for (CausalAlign align : {CausalAlign::TopLeft, CausalAlign::BottomRight})
+    for (auto [sq, sk] : {std::pair<int64_t, int64_t>{300, 1000},
+                          std::pair<int64_t, int64_t>{1000, 300}})
+      checkBackward(makeSpec(256, DType::BF16, true, 4, 2, align), 1, sq, sk);
+  checkBackward(makeSpec(256, DType::BF16, true, 4, 2), 1, 4097, 4097,
+                Layout::BHSD, std::nullopt, /*checkedGroups=*/1);
+  for (bool causal : {false, true}) {
+    AttentionSpec spec = makeSpec(256, DType::BF16, causal, 4, 2);
+    for (const TileConfig &config :
+         MmaSyncBackward::candidates(spec, gpuContext().target()))
+      checkBackward(spec, 1, 301, 301, Layout::BHSD, config);
+    checkBackward(spec, 2, 1000, 1000, Layout::BHSD, std::nullopt, 0,
+                  kDeterministic);
+  }
+}
+
 TEST_CASE("backward: GQA 8/2 and MQA") {
   for (bool causal : {false, true}) {
     checkBackward(makeSpec(128, DType::BF16, causal, 8, 2), 2, 257, 257);

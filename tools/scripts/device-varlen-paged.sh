@@ -13,7 +13,12 @@ BR="--causal --causal-align bottom-right"
 timeout ${PAGED_TEST_TIMEOUT:-200} flashjit-gpu-tests --test-case="varlen paged*" \
   > "$OUT/varlen-paged-tests.txt" 2>&1
 echo "varlen paged tests rc=$?"; tail -n 3 "$OUT/varlen-paged-tests.txt"
-repeat() { local n=$1 len=$2 out=$len; for ((i = 1; i < n; ++i)); do out+=",$len"; done; echo "$out"; }
+repeat() {
+  local n=$1 len=$2
+  local out=$len
+  for ((i = 1; i < n; ++i)); do out+=",$len"; done
+  echo "$out"
+}
 SHAPES=(
   "--varlen $(repeat 4 4096) --causal"
   "--varlen $(repeat 16 1024) --causal"

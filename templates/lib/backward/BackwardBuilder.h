@@ -99,7 +99,9 @@ void passDqTurn(KernelIR &ir, const DqTurn &turn, Value tid,
                 llvm::function_ref<void()> barrier);
 
 /// The main kernel (MmaSyncBackward.h): one block per (key block, KV
-/// head, batch), warp w owning key rows [16 w, 16 w + 16) of the block.
+/// head, batch), warp w owning key rows [16 w, 16 w + 16) of the block
+/// (at head dim 256, rows 16 (w mod block_n / 16) on and half the dK and
+/// dV columns).
 class MainKernelBuilder : public mma_sync::Builder {
 public:
   MainKernelBuilder(OpBuilder &b, Location loc, const AttentionSpec &spec,
@@ -115,8 +117,10 @@ private:
   /// [block_n][d], B from a tile of [block_m][d], both at lane addresses.
   SmallVector<Value> rowTimesColumns(Value aLane, Value bLane);
   /// acc += X^T-tile products: A = packed pairs over the query dimension
-  /// (packed[nt * 2 + h]), B by ldmatrix.trans from a [block_m][d] tile.
+  /// (packed[nt * 2 + h]), B by ldmatrix.trans from a [block_m][d] tile,
+  /// `columns` of it from the lane address on.
   void accumulateOverQueries(ArrayRef<Value> packed, Value bLaneTrans,
+                             int64_t columns,
                              mlir::MutableArrayRef<Value> acc);
   /// f32 -> shared memory at byte offset `offset` (i64), and back.
   void storeShared(Value value, Value offset);

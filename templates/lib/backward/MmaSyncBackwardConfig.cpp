@@ -192,12 +192,17 @@ llvm::Error MmaSyncBackward::checkConfig(const AttentionSpec &spec,
                       "next query block loads during this one), got {0}",
                       config.stages)
             .str());
-  if (config.warps < 1 || config.warps > 8 ||
-      config.blockN != config.warps * kKeyRowsPerWarp)
+  const int64_t parts = kvColumnParts(spec);
+  if (config.warps < parts || config.warps > 8 ||
+      config.blockN * parts != config.warps * kKeyRowsPerWarp)
     return configError(
-        llvm::formatv("each warp owns {0} key rows: block_n must be 16 x "
-                      "warps with 1 to 8 warps, got block_n {1} and {2} warps",
-                      kKeyRowsPerWarp, config.blockN, config.warps)
+        llvm::formatv("each warp owns {0} key rows{1}: block_n must be 16 x "
+                      "warps{2} with {3} to 8 warps, got block_n {4} and {5} "
+                      "warps",
+                      kKeyRowsPerWarp,
+                      parts > 1 ? " and half of their dK, dV columns" : "",
+                      parts > 1 ? " / 2" : "", parts, config.blockN,
+                      config.warps)
             .str());
   if (config.blockM < 16 || config.blockM % 16 != 0 ||
       config.blockM > config.blockN ||
@@ -248,9 +253,10 @@ TemplateResources MmaSyncBackward::resources(const AttentionSpec &spec,
       config.blockN * (config.blockM + MmaSyncForward::kRowPadding) *
           eltBytes;
   r.sharedMemoryBytes = static_cast<unsigned>(bytes);
-  // dK and dV accumulators (d/2 f32 each), S^T and dP^T (block_m/2 each).
-  r.registersPerThread =
-      static_cast<unsigned>(spec.headDim + config.blockM + 40);
+  // dK and dV accumulators (d/2 f32 each, over the column parts), S^T
+  // and dP^T (block_m/2 each).
+  r.registersPerThread = static_cast<unsigned>(
+      spec.headDim / kvColumnParts(spec) + config.blockM + 40);
   r.queryRowsPerWarp = static_cast<unsigned>(kKeyRowsPerWarp);
   return r;
 }
@@ -265,7 +271,8 @@ std::vector<TileConfig> MmaSyncBackward::candidates(const AttentionSpec &spec) {
     for (int64_t blockM : {32, 64}) {
       if (blockM == 64 && spec.headDim >= 96)
         continue;
-      TileConfig c{family().str(), blockM, warps * kKeyRowsPerWarp, stages,
+      TileConfig c{family().str(), blockM,
+                   warps * kKeyRowsPerWarp / kvColumnParts(spec), stages,
                    warps};
       if (llvm::Error err = checkConfig(spec, c))
         llvm::consumeError(std::move(err));
@@ -306,6 +313,9 @@ TileConfig MmaSyncBackward::defaultConfig(const AttentionSpec &spec) {
   // (checkConfig); 64 rows build without spills but have not run on a GPU.
   if (spec.headDim == 96)
     return {family().str(), 32, 64, 1, 4};
+  // Head dim 256: 8 warps on 64 keys (two per key tile, kvColumnParts).
+  if (spec.headDim == 256)
+    return {family().str(), 32, 64, 2, 8};
   return {family().str(), spec.headDim >= 128 ? 32 : 64, 128, 2, 8};
 }
 

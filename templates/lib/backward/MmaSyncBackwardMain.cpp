@@ -5,7 +5,10 @@
 // once; only dQ, a sum over key blocks, leaves the chip as f32 atomics.
 //
 // Work split: a block owns block_n key rows of one (batch, KV head); warp
-// w owns 16 of them (one m16 tile). K and V load once. For each query head
+// w owns 16 of them (one m16 tile), and at head dim 256 half of their dK
+// and dV columns (MmaSyncBackward::kvColumnParts: the two warps of a key
+// tile both compute its S^T and dP^T; one stores dS^T). K and V load
+// once. For each query head
 // of the GQA group and each query block of block_m rows that the causal
 // mask leaves visible to some key of the block:
 //   S^T  = K Q^T       mma.sync, the warp's K rows as A, Q tile as B;
@@ -152,12 +155,13 @@ SmallVector<Value> MainKernelBuilder::rowTimesColumns(Value aLane,
 
 void MainKernelBuilder::accumulateOverQueries(ArrayRef<Value> packed,
                                               Value bLaneTrans,
+                                              int64_t columns,
                                               MutableArrayRef<Value> acc) {
   for (int64_t kk = 0; kk < cfg.blockM / 16; ++kk) {
     const Value *t0 = &packed[(2 * kk) * 2];
     const Value *t1 = &packed[(2 * kk + 1) * 2];
     SmallVector<SmallVector<Value, 4>> a = {{t0[0], t0[1], t1[0], t1[1]}};
-    for (int64_t dp = 0; dp < d / 16; ++dp) {
+    for (int64_t dp = 0; dp < columns / 16; ++dp) {
       auto bFrag = ldmatrix(
           toI32(add(bLaneTrans,
                     c64((kk * 16 * rowElems + dp * 16) * eltBytes))),
@@ -189,7 +193,10 @@ void MainKernelBuilder::buildMain(StringRef name) {
   Value batch = toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::z));
 
   const int64_t nTiles = bM / 8;  // n8 tiles of S^T: query columns
-  const int64_t dTiles = d / 8;   // n8 tiles of dK, dV
+  // dK and dV columns of a warp (kvColumnParts), in n8 tiles.
+  const int64_t kvParts = MmaSyncBackward::kvColumnParts(spec);
+  const int64_t kvColumns = d / kvParts;
+  const int64_t dTiles = kvColumns / 8;
   const int64_t rowBytes = rowElems * eltBytes;
   const int64_t dsRowElems = bM + MmaSyncForward::kRowPadding;
   // K, V; then `stages` buffers of Q, dO, LSE and D; then dS^T.
@@ -209,7 +216,14 @@ void MainKernelBuilder::buildMain(StringRef name) {
   Value quadRow = divU(lane, 4);
   Value quadCol = mul(remU(lane, 4), c64(2));
   Value matrix = divU(lane, 8), matrixRow = remU(lane, 8);
-  Value warpKey0 = mul(warp, c64(16));
+  // The warp's key tile and (kvParts > 1) its part of dK and dV's columns.
+  Value warpKey0 = mul(warp, c64(16)), kvColumn0 = c64(0), kvPart;
+  if (kvParts > 1) {
+    const int64_t keyTiles = bN / 16;
+    warpKey0 = mul(remU(warp, keyTiles), c64(16));
+    kvPart = divU(warp, keyTiles);
+    kvColumn0 = mul(kvPart, c64(kvColumns));
+  }
   Value n0 = mul(keyBlock, c64(bN));
   Value diagonal = spec.causalAlign == CausalAlign::BottomRight
                        ? sub(p.seqlenK, p.seqlenQ)
@@ -250,6 +264,10 @@ void MainKernelBuilder::buildMain(StringRef name) {
   Value kA = rowsA(kOff), vA = rowsA(vOff);
   Value qB = columnsB(qOff), dOB = columnsB(doOff);
   Value qT = transposedB(qOff), dOT = transposedB(doOff);
+  if (kvParts > 1) {
+    qT = add(qT, mul(kvColumn0, c64(eltBytes)));
+    dOT = add(dOT, mul(kvColumn0, c64(eltBytes)));
+  }
   // dQ's operands: A = dS (m = query, k = key) by ldmatrix.trans of dS^T
   // [key][query] (matrix i: keys (i / 2) * 8.., queries (i % 2) * 8..),
   // this warp's query tile; B = K (k = key, n = d) transposed, this warp's
@@ -403,19 +421,25 @@ void MainKernelBuilder::buildMain(StringRef name) {
     SmallVector<Value> probPacked = pack(prob), dsPacked = pack(ds);
 
     // dV += P^T dO, dK += dS^T Q.
-    accumulateOverQueries(probPacked, dOTt, dvAcc);
-    accumulateOverQueries(dsPacked, qTt, dkAcc);
+    accumulateOverQueries(probPacked, dOTt, kvColumns, dvAcc);
+    accumulateOverQueries(dsPacked, qTt, kvColumns, dkAcc);
 
-    // dS^T to shared memory for dQ.
-    for (int64_t nt = 0; nt < nTiles; ++nt)
-      for (int64_t h = 0; h < 2; ++h) {
-        Value row = add(warpKey0, add(quadRow, c64(8 * h)));
-        Value offset = add(
-            c64(dsOff),
-            mul(add(mul(row, c64(dsRowElems)), add(quadCol, c64(nt * 8))),
-                c64(eltBytes)));
-        storeShared(dsPacked[nt * 2 + h], offset);
-      }
+    // dS^T to shared memory for dQ (by one warp of each key tile).
+    auto storeDs = [&] {
+      for (int64_t nt = 0; nt < nTiles; ++nt)
+        for (int64_t h = 0; h < 2; ++h) {
+          Value row = add(warpKey0, add(quadRow, c64(8 * h)));
+          Value offset = add(
+              c64(dsOff),
+              mul(add(mul(row, c64(dsRowElems)), add(quadCol, c64(nt * 8))),
+                  c64(eltBytes)));
+          storeShared(dsPacked[nt * 2 + h], offset);
+        }
+    };
+    if (kvParts > 1)
+      ifThen(cmp(Pred::eq, kvPart, c64(0)), storeDs);
+    else
+      storeDs();
     gpu::BarrierOp::create(b, loc);
 
     // dQ (this warp's 16 query rows x dCols columns) += dS K, then added
@@ -491,7 +515,8 @@ void MainKernelBuilder::buildMain(StringRef name) {
   storeKeyRows(
       *this, p, batch, kvHead,
       [&](int64_t h) { return add(add(n0, warpKey0), add(quadRow, c64(8 * h))); },
-      quadCol, ArrayRef<Value>(result).take_front(dTiles * kAcc),
+      kvParts > 1 ? add(quadCol, kvColumn0) : quadCol,
+      ArrayRef<Value>(result).take_front(dTiles * kAcc),
       ArrayRef<Value>(result).drop_front(dTiles * kAcc));
   gpu::ReturnOp::create(b, loc);
 }

@@ -150,7 +150,9 @@ struct BackwardGeometry {
 /// checkConfig, resources and build also take the sm_90a family
 /// "wgmma_bwd" (WgmmaBackward.h), which shares the kernels' ABI, grid and
 /// workspace. A config names family "mma_sync_bwd":
-/// block_n key rows per block (16 per warp, so warps = block_n / 16),
+/// block_n key rows per block (16 per warp and column part, so warps =
+/// block_n / 16 x kvColumnParts: 2 at head dim 256, where each of two
+/// warps keeps half of a key tile's dK and dV columns),
 /// block_m query rows per inner step (16 to block_n), stages 1 or 2 (2:
 /// the next step's Q, dO, LSE and D load during this one). Family
 /// "mma_sync_bwd_det" takes the same tile sizes and builds the
@@ -168,7 +170,14 @@ public:
   static constexpr int minComputeCapability() { return 80; }
   /// Key rows each warp owns (one m16 tile).
   static constexpr int64_t kKeyRowsPerWarp = 16;
-  static std::vector<int64_t> headDims() { return {64, 96, 128}; }
+  static std::vector<int64_t> headDims() { return {64, 96, 128, 256}; }
+  /// The parts dK and dV's columns are split into, one warp each per 16
+  /// key rows: a warp's dK and dV (head dim / 2 f32 per thread each) fit
+  /// its registers up to head dim 128; at 256 two warps share a key tile
+  /// (both compute its S^T and dP^T over the whole head dim).
+  static int64_t kvColumnParts(const AttentionSpec &spec) {
+    return spec.headDim > 128 ? 2 : 1;
+  }
 
   /// Whether the backward can be built for this spec and target: head dim
   /// in headDims(), sm_80 or newer, dense or causal attention (either
