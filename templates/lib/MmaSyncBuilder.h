@@ -74,6 +74,11 @@ protected:
   void copyKvTile(const ForwardParams &p, Value base, ValueRange strides,
                   Value batch, Value head, Value firstKey, int64_t rows,
                   Value tileOffset);
+  /// Runs `body` for each 16-byte chunk of a tile of `rows` rows that
+  /// this thread copies (threads take chunks tid, tid + threads, ...; the
+  /// last round guarded), with the chunk's row and first column (i64).
+  void forEachChunk(int64_t rows,
+                    llvm::function_ref<void(Value row, Value column)> body);
   /// ldmatrix.x4 at `byteOffset` (i32) of shared memory.
   SmallVector<Value, 4> ldmatrix(Value byteOffset, bool transpose);
   /// D = A B + C for one m16n8k16 step; A, B packed pairs as i32.

@@ -60,18 +60,7 @@ void Builder::copyTileClamped(Value base, ValueRange strides, Value batch,
                               Value head, Value firstRow, Value end,
                               int64_t rows, Value tileOffset) {
   Value lastRow = sub(end, c64(1));
-  const int64_t chunksPerRow = d / 8;
-  const int64_t chunks = rows * chunksPerRow;
-  for (int64_t first = 0; first < chunks; first += threads) {
-    OpBuilder::InsertionGuard guard(b);
-    Value chunk = add(tid, c64(first));
-    if (first + threads > chunks) {
-      auto inRange = scf::IfOp::create(b, loc, cmp(Pred::slt, chunk, c64(chunks)),
-                                       /*withElse=*/false);
-      b.setInsertionPoint(inRange.thenBlock()->getTerminator());
-    }
-    Value row = divU(chunk, chunksPerRow);
-    Value column = mul(remU(chunk, chunksPerRow), c64(8));
+  forEachChunk(rows, [&](Value row, Value column) {
     Value seqRow = minS(add(firstRow, row), lastRow);
     Value src = globalAddress(
         base, elt, add(rowOffset(strides, batch, head, seqRow), column));
@@ -79,20 +68,13 @@ void Builder::copyTileClamped(Value base, ValueRange strides, Value batch,
         tileOffset, mul(add(mul(row, c64(rowElems)), column),
                              c64(eltBytes))));
     cpAsync16(dstOffset, src, Value());
-  }
+  });
 }
 
-void Builder::copyKvTile(const ForwardParams &p, Value base,
-                         ValueRange strides, Value batch, Value head,
-                         Value firstKey, int64_t rows, Value tileOffset) {
-  if (!spec.paged())
-    return copyTile(base, strides, batch, head, firstKey, p.seqlenK, rows,
-                    tileOffset);
+void Builder::forEachChunk(int64_t rows,
+                           function_ref<void(Value row, Value column)> body) {
   const int64_t chunksPerRow = d / 8;
   const int64_t chunks = rows * chunksPerRow;
-  // Zero-filled chunks still name an address: the pool's first row.
-  Value safe = globalAddress(base, elt, rowOffset(strides, c64(0), head,
-                                                  c64(0)));
   for (int64_t first = 0; first < chunks; first += threads) {
     OpBuilder::InsertionGuard guard(b);
     Value chunk = add(tid, c64(first));
@@ -103,6 +85,20 @@ void Builder::copyKvTile(const ForwardParams &p, Value base,
     }
     Value row = divU(chunk, chunksPerRow);
     Value column = mul(remU(chunk, chunksPerRow), c64(8));
+    body(row, column);
+  }
+}
+
+void Builder::copyKvTile(const ForwardParams &p, Value base,
+                         ValueRange strides, Value batch, Value head,
+                         Value firstKey, int64_t rows, Value tileOffset) {
+  if (!spec.paged())
+    return copyTile(base, strides, batch, head, firstKey, p.seqlenK, rows,
+                    tileOffset);
+  // Zero-filled chunks still name an address: the pool's first row.
+  Value safe = globalAddress(base, elt, rowOffset(strides, c64(0), head,
+                                                  c64(0)));
+  forEachChunk(rows, [&](Value row, Value column) {
     PagedKey key = pagedKey(p, add(firstKey, row));
     Value src = globalAddress(
         base, elt, add(rowOffset(strides, c64(0), head, key.row), column));
@@ -111,7 +107,7 @@ void Builder::copyKvTile(const ForwardParams &p, Value base,
     Value dst = toI32(add(
         tileOffset, mul(add(mul(row, c64(rowElems)), column), c64(eltBytes))));
     cpAsync16(dst, src, bytes);
-  }
+  });
 }
 
 void Builder::cpAsync16(Value dst, Value src, Value bytes) {

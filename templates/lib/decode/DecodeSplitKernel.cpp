@@ -78,21 +78,10 @@ Value Builder::sharedF32Address(Value byteOffset) {
 }
 
 void Builder::copyQueries(const DecodeParams &p, Value batch, Value headBase) {
-  const int64_t chunksPerRow = d / 8;
-  const int64_t chunks = tiling.rowsPadded * chunksPerRow;
   Value batchOffset = mul(batch, p.qStrides[0]);
   Value safe =
       globalAddress(p.q, elt, add(batchOffset, mul(headBase, p.qStrides[2])));
-  for (int64_t first = 0; first < chunks; first += threads) {
-    OpBuilder::InsertionGuard guard(b);
-    Value chunk = add(tid, c64(first));
-    if (first + threads > chunks) {
-      auto inRange = scf::IfOp::create(
-          b, loc, cmp(Pred::slt, chunk, c64(chunks)), /*withElse=*/false);
-      b.setInsertionPoint(inRange.thenBlock()->getTerminator());
-    }
-    Value row = divU(chunk, chunksPerRow);
-    Value column = mul(remU(chunk, chunksPerRow), c64(8));
+  forEachChunk(tiling.rowsPadded, [&](Value row, Value column) {
     Value token = divU(row, tiling.headsPerBlock);
     Value head = add(headBase, remU(row, tiling.headsPerBlock));
     Value valid = cmp(Pred::slt, row, c64(tiling.rows));
@@ -103,7 +92,7 @@ void Builder::copyQueries(const DecodeParams &p, Value batch, Value headBase) {
     Value bytes = arith::SelectOp::create(b, loc, valid, c32(16), c32(0));
     Value dst = toI32(mul(add(mul(row, c64(rowElems)), column), c64(eltBytes)));
     cpAsync16(dst, from, bytes);
-  }
+  });
 }
 
 void Builder::copyKeys(const DecodeParams &p, Value base, ValueRange strides,

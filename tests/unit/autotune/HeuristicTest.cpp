@@ -491,9 +491,10 @@ TEST_CASE("wgmma: every candidate fits sm_90's shared memory; a larger "
     CHECK(shared[i].blockN == unmasked[i].blockN);
   }
   TileConfig clusterN160{"wgmma_cluster", 128, 160, 2, 12};
-  REQUIRE(cluster.tensorMapBoxes(benchSpec(128, false), clusterN160).has_value());
-  CHECK(cluster.tensorMapBoxes(benchSpec(128, false), clusterN160)->kvRows == 80u);
-  CHECK(persistent.tensorMapBoxes(benchSpec(128, false), n160)->kvRows == 160u);
+  const AttentionSpec d128 = benchSpec(128, false);
+  REQUIRE(cluster.tensorMapBoxes(d128, clusterN160).has_value());
+  CHECK(cluster.tensorMapBoxes(d128, clusterN160)->kvRows == 80u);
+  CHECK(persistent.tensorMapBoxes(d128, n160)->kvRows == 160u);
   CHECK(cluster.resources(benchSpec(128, false), clusterN160)
             .sharedMemoryBytes ==
         persistent.resources(benchSpec(128, false), n160).sharedMemoryBytes);

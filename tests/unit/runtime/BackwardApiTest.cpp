@@ -27,15 +27,6 @@ AttentionSpec gqaSpec() {
   return spec;
 }
 
-/// A context for sm_90a with its kernel cache in `dir`.
-llvm::Expected<std::unique_ptr<Context>> sm90aContext(const TempDir &dir,
-                                                      Warnings &warnings) {
-  ContextOptions options;
-  options.chip = "sm_90a";
-  options.cache = cacheOptions(dir / "cache", warnings);
-  return Context::create(options);
-}
-
 /// Arguments over disjoint fake device addresses (never dereferenced: the
 /// checks look at addresses, shapes and strides only).
 struct FakeArgs {

@@ -153,11 +153,7 @@ TEST_CASE("the lists a block-mask kernel writes are checked first") {
 TEST_CASE("a context compiles the block-mask kernel once and caches it") {
   TempDir dir;
   Warnings warnings;
-  ContextOptions options;
-  options.chip = "sm_90a";
-  options.cache = cacheOptions(dir / "cache", warnings);
-  options.onWarning = warningSink(warnings);
-  auto ctx = Context::create(options);
+  auto ctx = sm90aContext(dir, warnings);
   REQUIRE(static_cast<bool>(ctx));
 
   AttentionSpec spec = sparseSpec(true);

@@ -1,4 +1,4 @@
-//===- CApiTestUtil.h - DLTensors for the C API's unit tests ------*- C++ -*-===//
+//===- CApiTestUtil.h - DLTensors for the C API tests -----------*- C++ -*-===//
 // Why: the C API tests (decode, varlen) call libflashjit.so as another
 // language would, on DLTensors over fake device addresses that no check
 // reads; they describe them the same way.

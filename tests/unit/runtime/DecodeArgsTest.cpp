@@ -46,11 +46,7 @@ DecodeArgs goodArgs(const DecodeSpec &s, int64_t batch, int64_t capacity) {
 TEST_CASE("decode: a context builds the decode kernels once") {
   TempDir dir;
   Warnings warnings;
-  ContextOptions options;
-  options.chip = "sm_90a";
-  options.cache = cacheOptions(dir / "cache", warnings);
-  options.onWarning = warningSink(warnings);
-  auto ctx = Context::create(options);
+  auto ctx = sm90aContext(dir, warnings);
   REQUIRE(static_cast<bool>(ctx));
   DecodeSpec spec;
   spec.numHeads = 8;

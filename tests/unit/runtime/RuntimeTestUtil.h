@@ -86,6 +86,17 @@ inline CacheOptions cacheOptions(const std::string &dir, Warnings &warnings) {
   return options;
 }
 
+/// A context for sm_90a (no GPU needed) with its kernel cache in `dir`;
+/// its warnings and the cache's land in `warnings`.
+inline llvm::Expected<std::unique_ptr<Context>>
+sm90aContext(const TempDir &dir, Warnings &warnings) {
+  ContextOptions options;
+  options.chip = "sm_90a";
+  options.cache = cacheOptions(dir / "cache", warnings);
+  options.onWarning = warningSink(warnings);
+  return Context::create(options);
+}
+
 /// Writes `text` to `path`, replacing it.
 inline bool writeText(const std::string &path, llvm::StringRef text) {
   std::error_code ec;

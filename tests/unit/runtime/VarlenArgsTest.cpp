@@ -68,11 +68,7 @@ TEST_CASE("varlen: its own kernel name and cache key, dense ones unchanged") {
 TEST_CASE("varlen: a context builds varlen kernels in wgmma and mma_sync only") {
   TempDir dir;
   Warnings warnings;
-  ContextOptions options;
-  options.chip = "sm_90a";
-  options.cache = cacheOptions(dir / "cache", warnings);
-  options.onWarning = warningSink(warnings);
-  auto ctx = Context::create(options);
+  auto ctx = sm90aContext(dir, warnings);
   REQUIRE(static_cast<bool>(ctx));
   AttentionSpec spec = varlenSpec();
   for (const char *family : {"wgmma", "mma_sync"}) {
@@ -111,11 +107,7 @@ TEST_CASE("varlen: a context builds varlen kernels in wgmma and mma_sync only") 
 TEST_CASE("varlen: host checks of a launch") {
   TempDir dir;
   Warnings warnings;
-  ContextOptions options;
-  options.chip = "sm_90a";
-  options.cache = cacheOptions(dir / "cache", warnings);
-  options.onWarning = warningSink(warnings);
-  auto ctx = Context::create(options);
+  auto ctx = sm90aContext(dir, warnings);
   REQUIRE(static_cast<bool>(ctx));
   AttentionSpec spec = varlenSpec();
   KernelOptions ko;
@@ -195,11 +187,7 @@ TEST_CASE("varlen paged: name, key, spec rules and host checks of a launch") {
 
   TempDir dir;
   Warnings warnings;
-  ContextOptions options;
-  options.chip = "sm_90a";
-  options.cache = cacheOptions(dir / "cache", warnings);
-  options.onWarning = warningSink(warnings);
-  auto ctx = Context::create(options);
+  auto ctx = sm90aContext(dir, warnings);
   REQUIRE(static_cast<bool>(ctx));
   // A tile holds whole pages or lies in one: block_n 176 takes pages of
   // 16, not 64.
