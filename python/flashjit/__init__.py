@@ -30,7 +30,7 @@ __all__ = [
     "GraphCaptureError",
     "InternalError", "InvalidArgumentError", "Kernel", "LaunchError", "LibraryNotFoundError",
     "NoDeviceError", "UnsupportedError", "Version", "dltensor", "library_path",
-    "softcap_score_mod", "version", *_TORCH_NAMES,
+    "softcap_score_mod", "version", "varlen_attention", *_TORCH_NAMES,
 ]
 
 
@@ -38,6 +38,10 @@ def __getattr__(name):
     if name == "integrations":
         import importlib
         return importlib.import_module(".integrations", __name__)
+    if name == "varlen_attention":
+        from . import _varlen
+        globals()[name] = _varlen.varlen_attention
+        return _varlen.varlen_attention
     if name in _TORCH_NAMES:
         from . import _torch
         value = getattr(_torch, name)
@@ -47,4 +51,4 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_TORCH_NAMES) | {"integrations"})
+    return sorted(set(globals()) | set(_TORCH_NAMES) | {"integrations", "varlen_attention"})

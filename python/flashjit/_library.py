@@ -67,6 +67,10 @@ _SIGNATURES = {
                                              ctypes.POINTER(ctypes.c_char_p)]),
     "flashjit_kernel_forward": (_c_status, [_c_handle] + [_p_dltensor] * 5
                                 + [ctypes.c_double, ctypes.c_void_p]),
+    "flashjit_kernel_forward_varlen": (_c_status, [_c_handle] + [_p_dltensor] * 7
+                                       + [ctypes.c_int64, ctypes.c_double, ctypes.c_void_p]),
+    "flashjit_kernel_forward_paged": (_c_status, [_c_handle] + [_p_dltensor] * 8
+                                      + [ctypes.c_int64, ctypes.c_double, ctypes.c_void_p]),
     "flashjit_kernel_forward_captures": (_c_status, [_c_handle] + [_p_dltensor] * 5
                                          + [ctypes.c_double, _p_dltensor, ctypes.c_int32,
                                             ctypes.c_void_p]),

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple, Optional, Sequence
 from . import _dlpack
 from ._library import library
 from .errors import InvalidArgumentError
-from .spec import AttentionSpec
+from .spec import AttentionSpec, _int
 
 
 # Template families whose kernels take tiles from a per-stream counter
@@ -290,6 +290,40 @@ class Kernel(_Handle):
         else:
             status = lib.fn("flashjit_kernel_forward")(handle, *pointers, c_scale, c_stream)
         lib.check(status)
+
+    def forward_varlen(self, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, *,
+                       scale: Optional[float] = None, stream: Any = None) -> None:
+        """A varlen kernel's launch (spec varlen, page_size 0) on sequences
+        packed one after another (docs/inference.md): q, o [total_q, heads,
+        head_dim]; k, v [total_k, kv_heads, head_dim]; lse f32 [heads,
+        total_q]; cu_seqlens_q, cu_seqlens_k int32 [batch + 1] on the
+        device; max_seqlen_q the longest query length (it sizes the grid)."""
+        self._launch_varlen("flashjit_kernel_forward_varlen",
+                            (q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k),
+                            max_seqlen_q, scale, stream)
+
+    def forward_paged(self, q, k_cache, v_cache, o, lse, cu_seqlens_q, kv_lens, block_table,
+                      max_seqlen_q: int, *, scale: Optional[float] = None,
+                      stream: Any = None) -> None:
+        """A paged varlen kernel's launch (spec varlen and page_size):
+        packed queries as forward_varlen against a paged KV cache, k_cache
+        and v_cache [pages, page_size, kv_heads, head_dim], kv_lens int32
+        [batch] (each sequence's keys, the new tokens' included),
+        block_table int32 [batch, max_pages] (contiguous). The rows of a
+        sequence's last page past its length must hold finite values."""
+        self._launch_varlen("flashjit_kernel_forward_paged",
+                            (q, k_cache, v_cache, o, lse, cu_seqlens_q, kv_lens, block_table),
+                            max_seqlen_q, scale, stream)
+
+    def _launch_varlen(self, function: str, tensors, max_seqlen_q, scale, stream) -> None:
+        lib = self._lib
+        handle = self._live()
+        stream_handle = _stream_handle(stream)
+        c_scale = math.nan if scale is None else float(scale)
+        borrowed = [_dlpack.borrow(t, stream=stream_handle) for t in tensors]
+        max_q = _int("max_seqlen_q", max_seqlen_q)
+        lib.check(lib.fn(function)(handle, *[t.pointer for t in borrowed], max_q, c_scale,
+                                   ctypes.c_void_p(stream_handle)))
 
     def __repr__(self) -> str:
         return f"flashjit.Kernel({self.name!r}, config={self.config!r}, device={self.device})"

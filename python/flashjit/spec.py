@@ -60,9 +60,9 @@ class CSpec(ctypes.Structure):
         # C API version 3
         ("sparse_block_m", ctypes.c_int64),
         ("sparse_block_n", ctypes.c_int64),
-        # C API version 8 (varlen kernels; not set from Python yet)
+        # C API version 8 (varlen kernels)
         ("varlen", ctypes.c_int32),
-        # C API version 10 (paged K/V of varlen kernels; not set from Python yet)
+        # C API version 10 (paged K/V of varlen kernels)
         ("page_size", ctypes.c_int64),
     ]
 
@@ -143,7 +143,10 @@ class AttentionSpec:
     i + seqlen_k - seqlen_q), window (left, right) keys each side of the
     diagonal, -1 for no limit; score_mod / mask_mod: MLIR text of one
     func.func each; captures: the tensors those read; sparse_block (m, n):
-    the block mask's block for block-sparse attention, (0, 0) for dense.
+    the block mask's block for block-sparse attention, (0, 0) for dense;
+    varlen: sequences packed as [total_tokens, heads, head_dim]
+    (Kernel.forward_varlen); page_size: with varlen, K and V in a paged
+    cache of pages of that many tokens (Kernel.forward_paged), 0 packed.
     """
 
     head_dim: int = 128
@@ -157,6 +160,8 @@ class AttentionSpec:
     mask_mod: Optional[str] = None
     captures: Tuple[Capture, ...] = ()
     sparse_block: Tuple[int, int] = (0, 0)
+    varlen: bool = False
+    page_size: int = 0
 
     def __post_init__(self):
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
@@ -194,10 +199,20 @@ class AttentionSpec:
             raise InvalidArgumentError(
                 f"sparse_block must be a pair (m, n), (0, 0) for dense; got {self.sparse_block!r}")
         set_("sparse_block", (_int("sparse_block m", block[0]), _int("sparse_block n", block[1])))
+        if not isinstance(self.varlen, bool):
+            if self.varlen in (0, 1):
+                set_("varlen", bool(self.varlen))
+            else:
+                raise InvalidArgumentError(f"varlen must be True or False, got {self.varlen!r}")
+        set_("page_size", _int("page_size", self.page_size))
 
     @property
     def api_version(self) -> int:
         """The oldest C API version whose spec holds every field set here."""
+        if self.page_size != 0:
+            return 10
+        if self.varlen:
+            return 8
         if self.sparse_block != (0, 0):
             return 3
         if (self.causal_align != "top_left" or self.window != (-1, -1) or self.score_mod
@@ -231,6 +246,8 @@ class AttentionSpec:
             for d, extent in enumerate(capture.shape):
                 c.capture_shape[i][d] = extent
         c.sparse_block_m, c.sparse_block_n = self.sparse_block
+        c.varlen = 1 if self.varlen else 0
+        c.page_size = self.page_size
         return c
 
 

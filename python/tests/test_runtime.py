@@ -70,6 +70,24 @@ def test_variant_specs_compile(ctx):
     assert all("_v" in name for name in names)
 
 
+def test_varlen_and_paged_specs(ctx):
+    packed = AttentionSpec(num_heads=8, num_kv_heads=2, causal=True,
+                           causal_align="bottom_right", varlen=True)
+    paged = AttentionSpec(num_heads=8, num_kv_heads=2, causal=True,
+                          causal_align="bottom_right", varlen=True, page_size=16)
+    assert (packed.api_version, paged.api_version) == (8, 10)
+    c = paged.to_c()
+    assert (c.varlen, c.page_size, c.struct_size) == (1, 16, ctypes.sizeof(CSpec))
+    names = (ctx.compile(packed).name, ctx.compile(paged).name)
+    assert "_varlen_v" in names[0] and "_varlen_paged_v" in names[1]
+    with pytest.raises(flashjit.InvalidArgumentError, match="power of two"):
+        ctx.compile(AttentionSpec(varlen=True, page_size=48))
+    with pytest.raises(flashjit.InvalidArgumentError, match="varlen kernels only"):
+        ctx.compile(AttentionSpec(page_size=16))
+    with pytest.raises(flashjit.InvalidArgumentError, match="varlen must be"):
+        AttentionSpec(varlen="yes")
+
+
 def test_config_and_chip_choose_the_template(lib, cache_dir):
     with flashjit.Context(0, cache_dir=cache_dir, chip="sm_80") as ampere:
         assert ampere.chip == "sm_80"

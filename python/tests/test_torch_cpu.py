@@ -111,6 +111,14 @@ def test_real_cpu_tensors_are_refused_clearly(torch):
         flashjit.attention(q, q, q)
 
 
+def test_varlen_attention_argument_errors(torch):
+    q = torch.randn(10, 4, 64, dtype=torch.bfloat16)
+    cu = torch.tensor([0, 4, 10], dtype=torch.int32)
+    with pytest.raises(flashjit.InvalidArgumentError, match="CUDA torch.Tensor"):
+        flashjit.varlen_attention(q, q, q, cu, cu)
+    assert "varlen_attention" in dir(flashjit)
+
+
 def test_sdpa_refuses_what_it_cannot_do(fake):
     torch = fake
     q = _t(torch, 1, 4, 5, 64)
