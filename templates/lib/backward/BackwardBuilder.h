@@ -115,13 +115,14 @@ private:
   /// Scores of this warp's key rows against the block's query columns
   /// (S^T = K Q^T, or dP^T = V dO^T): A from the warp's rows of a tile of
   /// [block_n][d], B from a tile of [block_m][d], both at lane addresses.
-  SmallVector<Value> rowTimesColumns(Value aLane, Value bLane);
-  /// acc += X^T-tile products: A = packed pairs over the query dimension
-  /// (packed[nt * 2 + h]), B by ldmatrix.trans from a [block_m][d] tile,
-  /// `columns` of it from the lane address on.
-  void accumulateOverQueries(ArrayRef<Value> packed, Value bLaneTrans,
-                             int64_t columns,
-                             mlir::MutableArrayRef<Value> acc);
+  SmallVector<Value> rowTimesColumns(Value aLane, Value bLane, int64_t nTiles);
+  /// acc += X^T-tile products: A of each k16 step over the query
+  /// dimension from aOf(step) (packed accumulators, or ldmatrix from shared
+  /// memory), B by ldmatrix.trans from a [block_m][d] tile, `columns` of it
+  /// from the lane address on.
+  void accumulateOverQueries(
+      llvm::function_ref<SmallVector<Value, 4>(int64_t)> aOf,
+      Value bLaneTrans, int64_t columns, mlir::MutableArrayRef<Value> acc);
   /// f32 -> shared memory at byte offset `offset` (i64), and back.
   void storeShared(Value value, Value offset);
   Value loadShared(mlir::Type type, Value offset);

@@ -247,11 +247,12 @@ TemplateResources MmaSyncBackward::resources(const AttentionSpec &spec,
       (spec.headDim + MmaSyncForward::kRowPadding) * eltBytes;
   // K and V tiles; `stages` buffers of the Q and dO tiles and the query
   // rows' LSE and D (f32); dS^T [block_n][block_m + 8].
+  // kvColumnParts > 1: P^T beside dS^T.
   const int64_t bytes =
       2 * config.blockN * rowBytes +
       config.stages * (2 * config.blockM * rowBytes + 2 * config.blockM * 4) +
-      config.blockN * (config.blockM + MmaSyncForward::kRowPadding) *
-          eltBytes;
+      kvColumnParts(spec) * config.blockN *
+          (config.blockM + MmaSyncForward::kRowPadding) * eltBytes;
   r.sharedMemoryBytes = static_cast<unsigned>(bytes);
   // dK and dV accumulators (d/2 f32 each, over the column parts), S^T
   // and dP^T (block_m/2 each).
@@ -265,11 +266,12 @@ std::vector<TileConfig> MmaSyncBackward::candidates(const AttentionSpec &spec) {
   std::vector<TileConfig> out;
   out.push_back(defaultConfig(spec));
   // 64 query rows per step spill at head dim 128 and 96 with 4 warps
-  // (defaultConfig), 128 at every head dim.
+  // (defaultConfig), 128 at every head dim; at head dim 256 each warp
+  // computes half of the columns of S^T and dP^T, and 64 rows fit.
   for (int64_t stages : {1, 2})
   for (int64_t warps : {4, 8})
     for (int64_t blockM : {32, 64}) {
-      if (blockM == 64 && spec.headDim >= 96)
+      if (blockM == 64 && spec.headDim >= 96 && kvColumnParts(spec) == 1)
         continue;
       TileConfig c{family().str(), blockM,
                    warps * kKeyRowsPerWarp / kvColumnParts(spec), stages,

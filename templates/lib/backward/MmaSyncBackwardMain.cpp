@@ -7,8 +7,8 @@
 // Work split: a block owns block_n key rows of one (batch, KV head); warp
 // w owns 16 of them (one m16 tile), and at head dim 256 half of their dK
 // and dV columns (MmaSyncBackward::kvColumnParts: the two warps of a key
-// tile both compute its S^T and dP^T; one stores dS^T). K and V load
-// once. For each query head
+// tile each compute half of its S^T and dP^T columns and exchange P^T and
+// dS^T through shared memory). K and V load once. For each query head
 // of the GQA group and each query block of block_m rows that the causal
 // mask leaves visible to some key of the block:
 //   S^T  = K Q^T       mma.sync, the warp's K rows as A, Q tile as B;
@@ -135,8 +135,8 @@ Value MainKernelBuilder::loadShared(Type type, Value offset) {
 }
 
 SmallVector<Value> MainKernelBuilder::rowTimesColumns(Value aLane,
-                                                      Value bLane) {
-  const int64_t nTiles = cfg.blockM / 8;
+                                                      Value bLane,
+                                                      int64_t nTiles) {
   SmallVector<Value> acc(nTiles * kAcc, cF32(0.0f));
   for (int64_t ks = 0; ks < d / 16; ++ks) {
     SmallVector<SmallVector<Value, 4>> a = {
@@ -153,14 +153,11 @@ SmallVector<Value> MainKernelBuilder::rowTimesColumns(Value aLane,
   return acc;
 }
 
-void MainKernelBuilder::accumulateOverQueries(ArrayRef<Value> packed,
-                                              Value bLaneTrans,
-                                              int64_t columns,
-                                              MutableArrayRef<Value> acc) {
+void MainKernelBuilder::accumulateOverQueries(
+    function_ref<SmallVector<Value, 4>(int64_t)> aOf, Value bLaneTrans,
+    int64_t columns, MutableArrayRef<Value> acc) {
   for (int64_t kk = 0; kk < cfg.blockM / 16; ++kk) {
-    const Value *t0 = &packed[(2 * kk) * 2];
-    const Value *t1 = &packed[(2 * kk + 1) * 2];
-    SmallVector<SmallVector<Value, 4>> a = {{t0[0], t0[1], t1[0], t1[1]}};
+    SmallVector<SmallVector<Value, 4>> a = {aOf(kk)};
     for (int64_t dp = 0; dp < columns / 16; ++dp) {
       auto bFrag = ldmatrix(
           toI32(add(bLaneTrans,
@@ -207,6 +204,8 @@ void MainKernelBuilder::buildMain(StringRef name) {
   const int64_t dOff = lseOff + bM * 4;
   const int64_t stageBytes = 2 * bM * rowBytes + 2 * bM * 4;
   const int64_t dsOff = qOff + cfg.stages * stageBytes;
+  // kvParts > 1: P^T [block_n][block_m + 8] after dS^T.
+  const int64_t pOff = dsOff + bN * dsRowElems * eltBytes;
   // dQ = dS K: warp w takes query m tile w % qTiles, columns
   // [part * dCols, part * dCols + dCols) with part = w / qTiles.
   const int64_t qTiles = bM / 16;
@@ -339,9 +338,19 @@ void MainKernelBuilder::buildMain(StringRef name) {
     Value qBt = add(qB, buffer), dOBt = add(dOB, buffer);
     Value qTt = add(qT, buffer), dOTt = add(dOT, buffer);
     Value lseAt = add(c64(lseOff), buffer), dAt = add(c64(dOff), buffer);
+    // The query columns of S^T and dP^T this warp computes: all block_m,
+    // or (kvParts > 1) its part's, from column sCol0 (query mS) on.
+    const int64_t sTiles = nTiles / kvParts, sCols = bM / kvParts;
+    Value mS = m0, sCol0, qBs = qBt, dOBs = dOBt;
+    if (kvParts > 1) {
+      sCol0 = mul(kvPart, c64(sCols));
+      mS = add(m0, sCol0);
+      qBs = add(qBt, mul(sCol0, c64(rowBytes)));
+      dOBs = add(dOBt, mul(sCol0, c64(rowBytes)));
+    }
 
     // S^T = K Q^T, masked where the tile crosses seqlen_k or the diagonal.
-    SmallVector<Value> s = rowTimesColumns(kA, qBt);
+    SmallVector<Value> s = rowTimesColumns(kA, qBs, sTiles);
     Value needMask = arith::OrIOp::create(
         b, loc, cmp(Pred::sgt, add(n0, c64(bN)), p.seqlenK),
         cmp(Pred::sgt, add(m0, c64(bM)), p.seqlenQ));
@@ -354,7 +363,7 @@ void MainKernelBuilder::buildMain(StringRef name) {
       // Column c is a query row below seqlen_q iff c < seqlen_q - m0 -
       // quadCol (clamped to [0, block_m]).
       Value columns = toI32(maxS(
-          minS(sub(sub(p.seqlenQ, m0), quadCol), c64(bM)), c64(0)));
+          minS(sub(sub(p.seqlenQ, mS), quadCol), c64(sCols)), c64(0)));
       for (int64_t h = 0; h < 2; ++h) {
         Value key = add(add(n0, warpKey0), add(quadRow, c64(8 * h)));
         Value keyOk = cmp(Pred::slt, key, p.seqlenK);
@@ -362,10 +371,10 @@ void MainKernelBuilder::buildMain(StringRef name) {
         // c >= key - m0 - quadCol - diagonal, clamped to [-1, block_m].
         Value need;
         if (spec.causal)
-          need = toI32(maxS(minS(sub(sub(key, add(m0, quadCol)), diagonal),
-                                 c64(bM)),
+          need = toI32(maxS(minS(sub(sub(key, add(mS, quadCol)), diagonal),
+                                 c64(sCols)),
                             c64(-1)));
-        for (int64_t nt = 0; nt < nTiles; ++nt)
+        for (int64_t nt = 0; nt < sTiles; ++nt)
           for (int64_t e = 0; e < 2; ++e) {
             int64_t i = nt * kAcc + 2 * h + e;
             Value valid = arith::AndIOp::create(
@@ -381,10 +390,12 @@ void MainKernelBuilder::buildMain(StringRef name) {
     });
 
     // P^T, dP^T and dS^T; LSE and D per query column.
-    SmallVector<Value> negLse(nTiles * 2), dCol(nTiles * 2);
-    for (int64_t nt = 0; nt < nTiles; ++nt)
+    SmallVector<Value> negLse(sTiles * 2), dCol(sTiles * 2);
+    for (int64_t nt = 0; nt < sTiles; ++nt)
       for (int64_t e = 0; e < 2; ++e) {
         Value column = add(c64(nt * 8 + e), quadCol);
+        if (sCol0)
+          column = add(column, sCol0);
         // A forward LSE of -inf (the row saw no key) is +inf: P = 0.
         Value lse = loadShared(f32, add(lseAt, mul(column, c64(4))));
         Value empty = arith::CmpFOp::create(
@@ -395,15 +406,15 @@ void MainKernelBuilder::buildMain(StringRef name) {
         dCol[nt * 2 + e] = loadShared(f32, add(dAt, mul(column, c64(4))));
       }
     SmallVector<Value> prob(s.size());
-    for (int64_t nt = 0; nt < nTiles; ++nt)
+    for (int64_t nt = 0; nt < sTiles; ++nt)
       for (int64_t r = 0; r < kAcc; ++r) {
         int64_t i = nt * kAcc + r;
         prob[i] = exp2(LLVM::FMAOp::create(b, loc, s[i], p.scaleLog2,
                                            negLse[nt * 2 + r % 2]));
       }
-    SmallVector<Value> dp = rowTimesColumns(vA, dOBt);
+    SmallVector<Value> dp = rowTimesColumns(vA, dOBs, sTiles);
     SmallVector<Value> ds(s.size());
-    for (int64_t nt = 0; nt < nTiles; ++nt)
+    for (int64_t nt = 0; nt < sTiles; ++nt)
       for (int64_t r = 0; r < kAcc; ++r) {
         int64_t i = nt * kAcc + r;
         ds[i] = arith::MulFOp::create(
@@ -411,8 +422,8 @@ void MainKernelBuilder::buildMain(StringRef name) {
             arith::SubFOp::create(b, loc, dp[i], dCol[nt * 2 + r % 2]));
       }
     auto pack = [&](ArrayRef<Value> x) {
-      SmallVector<Value> packed(nTiles * 2);
-      for (int64_t nt = 0; nt < nTiles; ++nt)
+      SmallVector<Value> packed(sTiles * 2);
+      for (int64_t nt = 0; nt < sTiles; ++nt)
         for (int64_t h = 0; h < 2; ++h)
           packed[nt * 2 + h] =
               packPair(x[nt * kAcc + 2 * h], x[nt * kAcc + 2 * h + 1]);
@@ -421,26 +432,57 @@ void MainKernelBuilder::buildMain(StringRef name) {
     SmallVector<Value> probPacked = pack(prob), dsPacked = pack(ds);
 
     // dV += P^T dO, dK += dS^T Q.
-    accumulateOverQueries(probPacked, dOTt, kvColumns, dvAcc);
-    accumulateOverQueries(dsPacked, qTt, kvColumns, dkAcc);
-
-    // dS^T to shared memory for dQ (by one warp of each key tile).
-    auto storeDs = [&] {
-      for (int64_t nt = 0; nt < nTiles; ++nt)
+    // The A operand of a k16 step over the queries from packed pairs.
+    auto fromPacked = [](ArrayRef<Value> packed) {
+      return [packed](int64_t kk) {
+        const Value *t0 = &packed[(2 * kk) * 2];
+        const Value *t1 = &packed[(2 * kk + 1) * 2];
+        return SmallVector<Value, 4>{t0[0], t0[1], t1[0], t1[1]};
+      };
+    };
+    // This warp's columns of X^T (packed pairs) into the [block_n][block_m
+    // + 8] tile at byte offset `tile`.
+    auto storeColumns = [&](ArrayRef<Value> packed, int64_t tile) {
+      for (int64_t nt = 0; nt < sTiles; ++nt)
         for (int64_t h = 0; h < 2; ++h) {
           Value row = add(warpKey0, add(quadRow, c64(8 * h)));
-          Value offset = add(
-              c64(dsOff),
-              mul(add(mul(row, c64(dsRowElems)), add(quadCol, c64(nt * 8))),
-                  c64(eltBytes)));
-          storeShared(dsPacked[nt * 2 + h], offset);
+          Value column = add(quadCol, c64(nt * 8));
+          if (sCol0)
+            column = add(column, sCol0);
+          Value offset = add(c64(tile), mul(add(mul(row, c64(dsRowElems)),
+                                                column),
+                                            c64(eltBytes)));
+          storeShared(packed[nt * 2 + h], offset);
         }
     };
-    if (kvParts > 1)
-      ifThen(cmp(Pred::eq, kvPart, c64(0)), storeDs);
-    else
-      storeDs();
-    gpu::BarrierOp::create(b, loc);
+    if (kvParts == 1) {
+      // dV += P^T dO, dK += dS^T Q from registers; dS^T to shared memory
+      // for dQ.
+      accumulateOverQueries(fromPacked(probPacked), dOTt, kvColumns, dvAcc);
+      accumulateOverQueries(fromPacked(dsPacked), qTt, kvColumns, dkAcc);
+      storeColumns(dsPacked, dsOff);
+      gpu::BarrierOp::create(b, loc);
+    } else {
+      // Each warp of a key tile has half of P^T and dS^T's columns: both
+      // go through shared memory, and each warp takes all of them as A
+      // for its half of dV's and dK's columns.
+      storeColumns(probPacked, pOff);
+      storeColumns(dsPacked, dsOff);
+      gpu::BarrierOp::create(b, loc);
+      auto fromShared = [&](int64_t tile) {
+        Value lane0 =
+            add(c64(tile),
+                mul(add(mul(add(warpKey0, remU(lane, 16)), c64(dsRowElems)),
+                        mul(divU(lane, 16), c64(8))),
+                    c64(eltBytes)));
+        return [this, lane0](int64_t kk) {
+          return ldmatrix(toI32(add(lane0, c64(kk * 16 * eltBytes))),
+                          /*transpose=*/false);
+        };
+      };
+      accumulateOverQueries(fromShared(pOff), dOTt, kvColumns, dvAcc);
+      accumulateOverQueries(fromShared(dsOff), qTt, kvColumns, dkAcc);
+    }
 
     // dQ (this warp's 16 query rows x dCols columns) += dS K, then added
     // into the workspace.
