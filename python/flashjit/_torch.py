@@ -839,7 +839,7 @@ def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None,
     [batch, heads, seqlen_q] (natural log). Runs on the current CUDA stream.
 
     Gradients: O.backward() runs flashjit's backward kernels for dense and
-    causal attention (either alignment, GQA/MQA, head dims 64, 96, 128),
+    causal attention (either alignment, GQA/MQA, head dims 64, 96, 128, 256),
     bitwise reproducible under torch.use_deterministic_algorithms(True).
     Windows, mods, soft-capping and block masks have no backward yet (an
     UnsupportedError when backward runs). LSE is not differentiable.
