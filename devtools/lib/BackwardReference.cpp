@@ -62,14 +62,17 @@ ReferenceGradients referenceGradients(const HostBackwardProblem &p,
           qi[c] = q[c];
           doi[c] = dO[c];
         }
-        // Keys [0, end) are visible.
-        int64_t end = Sk;
-        if (spec.causal)
-          end = std::clamp<int64_t>(i + offset + 1, 0, Sk);
-        if (end == 0)
+        // Keys [begin, end) are visible (causal mask and window).
+        int64_t begin = 0, end = Sk;
+        if (spec.hasRightBound())
+          end = std::clamp<int64_t>(i + offset + spec.rightExtent() + 1, 0,
+                                    Sk);
+        if (spec.hasLeftBound())
+          begin = std::clamp<int64_t>(i + offset - spec.windowLeft, 0, Sk);
+        if (end <= begin)
           continue;
         double max = -INFINITY;
-        for (int64_t j = 0; j < end; ++j) {
+        for (int64_t j = begin; j < end; ++j) {
           double dot = 0;
           for (int64_t c = 0; c < D; ++c)
             dot += qi[c] * k[j * D + c];
@@ -77,12 +80,12 @@ ReferenceGradients referenceGradients(const HostBackwardProblem &p,
           max = std::max(max, s[j]);
         }
         double sum = 0;
-        for (int64_t j = 0; j < end; ++j) {
+        for (int64_t j = begin; j < end; ++j) {
           s[j] = std::exp(s[j] - max);
           sum += s[j];
         }
         double rowD = 0;
-        for (int64_t j = 0; j < end; ++j) {
+        for (int64_t j = begin; j < end; ++j) {
           s[j] /= sum; // P
           double dot = 0;
           for (int64_t c = 0; c < D; ++c)
@@ -92,7 +95,7 @@ ReferenceGradients referenceGradients(const HostBackwardProblem &p,
         }
         std::fill(dqi.begin(), dqi.end(), 0.0);
         std::fill(dqiMag.begin(), dqiMag.end(), 0.0);
-        for (int64_t j = 0; j < end; ++j) {
+        for (int64_t j = begin; j < end; ++j) {
           const double ds = s[j] * (dp[j] - rowD);
           const double dsScaled = p.scale * ds;
           const double dsMag =

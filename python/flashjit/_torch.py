@@ -376,7 +376,7 @@ def attention_backward(
     """dQ, dK, dV of attention_forward from its inputs, its O and LSE, and
     dO (docs/backward.md): flashjit's backward kernels on the current CUDA
     stream, deterministic when torch.use_deterministic_algorithms(True) is
-    on. A forward the backward does not support (windows, mods, block
+    on. A forward the backward does not support (mods, soft-capping, block
     masks) raises UnsupportedError naming what."""
     device = _check_devices(q, k, v, captures, block_mask)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
@@ -841,8 +841,9 @@ def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None,
     Gradients: O.backward() runs flashjit's backward kernels for dense and
     causal attention (either alignment, GQA/MQA, head dims 64, 96, 128, 256),
     bitwise reproducible under torch.use_deterministic_algorithms(True).
-    Windows, mods, soft-capping and block masks have no backward yet (an
-    UnsupportedError when backward runs). LSE is not differentiable.
+    Sliding windows have a backward too (not deterministic yet); mods,
+    soft-capping and block masks do not (an UnsupportedError when backward
+    runs). LSE is not differentiable.
     """
     # The eager path where the op's dispatcher has nothing to add: no
     # tracing, no dispatch or function mode, no functorch transform here;

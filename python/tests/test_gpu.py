@@ -320,7 +320,7 @@ def test_opcheck(cuda):
                           test_utils=("test_schema", "test_faketensor"))
 
 
-def reference_gradients(q, k, v, grad_o, *, causal, align="top_left"):
+def reference_gradients(q, k, v, grad_o, *, causal, align="top_left", window=(-1, -1)):
     """dQ, dK, dV in float64 from the same rounded inputs (autograd through
     softmax(q k^T / sqrt(d)) v; rows that see no key get none)."""
     import torch
@@ -329,7 +329,12 @@ def reference_gradients(q, k, v, grad_o, *, causal, align="top_left"):
     s = qd @ kd.repeat_interleave(group, dim=1).transpose(-1, -2) / math.sqrt(q.shape[3])
     i = torch.arange(sq, device=q.device)[:, None]
     j = torch.arange(sk, device=q.device)[None, :]
-    mask = j <= i + (sk - sq if align == "bottom_right" else 0) if causal else j >= 0
+    diag = i + (sk - sq if align == "bottom_right" else 0)
+    mask = j <= diag if causal else j >= 0
+    if window[0] >= 0:
+        mask = mask & (j >= diag - window[0])
+    if window[1] >= 0:
+        mask = mask & (j <= diag + window[1])
     has_key = mask.any(dim=-1, keepdim=True)
     s = torch.where(has_key, s.masked_fill(~mask, -math.inf), 0.0)
     p = torch.softmax(s, dim=-1) * has_key
@@ -481,11 +486,30 @@ def test_backward_in_a_compiled_training_step(cuda):
         assert relative_error(got, ref) < 2e-2
 
 
-def test_backward_of_a_window_is_unsupported(cuda):
+@pytest.mark.parametrize("window,causal,align", [
+    ((100, 0), True, "top_left"),
+    ((64, 0), True, "bottom_right"),
+    ((50, 20), False, "top_left"),
+])
+def test_backward_of_a_window(cuda, window, causal, align):
+    torch = cuda
+    q = rand(torch, 1, 8, 300, 128, dtype=torch.bfloat16).requires_grad_()
+    k = rand(torch, 1, 2, 333, 128, dtype=torch.bfloat16).requires_grad_()
+    v = rand(torch, 1, 2, 333, 128, dtype=torch.bfloat16).requires_grad_()
+    grad_o = rand(torch, 1, 8, 300, 128, dtype=torch.bfloat16)
+    o = flashjit.attention(q, k, v, causal=causal, causal_align=align, window=window)
+    poison_allocator(torch, q, k, v)
+    o.backward(grad_o)
+    refs = reference_gradients(q, k, v, grad_o, causal=causal, align=align, window=window)
+    for name, got, ref in zip("qkv", (q.grad, k.grad, v.grad), refs):
+        assert relative_error(got, ref) < 2e-2, name
+
+
+def test_backward_of_a_score_mod_is_unsupported(cuda):
     torch = cuda
     q = rand(torch, 1, 2, 64, 64, dtype=torch.bfloat16).requires_grad_()
-    o = flashjit.attention(q, q, q, causal=True, window=(16, 0))
-    with pytest.raises(flashjit.UnsupportedError, match="window"):
+    o = flashjit.attention(q, q, q, causal=True, softcap=30.0)
+    with pytest.raises(flashjit.UnsupportedError):
         o.float().sum().backward()
 
 

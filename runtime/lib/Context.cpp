@@ -863,8 +863,12 @@ Context::compileBackward(const AttentionSpec &spec,
     return resolved.takeError();
   TileConfig config = resolved->config;
   // The deterministic kernels are their own family: their own cache key.
-  if (options.deterministic)
+  // What they do not build yet (windows) is unsupported, not a bad config.
+  if (options.deterministic) {
     config = MmaSyncBackward::withVariant(config, /*deterministic=*/true);
+    if (auto err = MmaSyncBackward::checkConfig(spec, config, TargetChip))
+      return withCode(ErrorCode::Unsupported, std::move(err));
+  }
   std::string key = spec.canonical() + "|" + config.canonical();
   {
     std::lock_guard<std::mutex> lock(Kernels->mutex);

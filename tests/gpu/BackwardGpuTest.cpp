@@ -122,6 +122,46 @@ TEST_CASE("backward: head dim 256 (mma_sync, dK and dV columns split in "
   }
 }
 
+TEST_CASE("backward: sliding windows, both alignments, Sq != Sk, every "
+          "candidate config") {
+  auto windowed = [](int64_t d, DType dtype, bool causal, int64_t left,
+                     int64_t right, CausalAlign align) {
+    AttentionSpec spec = makeSpec(d, dtype, causal, 4, 2, align);
+    spec.windowLeft = left;
+    spec.windowRight = right;
+    return spec;
+  };
+  for (CausalAlign align : {CausalAlign::TopLeft, CausalAlign::BottomRight})
+    for (auto [sq, sk] : {std::pair<int64_t, int64_t>{1000, 1000},
+                          std::pair<int64_t, int64_t>{300, 1000},
+                          std::pair<int64_t, int64_t>{1000, 300},
+                          std::pair<int64_t, int64_t>{17, 129}}) {
+      checkBackward(windowed(128, DType::BF16, true, 100, 0, align), 1, sq,
+                    sk);
+      checkBackward(windowed(64, DType::F16, false, 50, 20, align), 1, sq,
+                    sk);
+    }
+  // Windows narrower and wider than a tile, one side open.
+  checkBackward(windowed(128, DType::BF16, true, 7, 0, CausalAlign::TopLeft),
+                2, 1000, 1000);
+  checkBackward(windowed(64, DType::BF16, false, 300, -1,
+                         CausalAlign::TopLeft),
+                1, 1000, 1000);
+  checkBackward(windowed(128, DType::BF16, false, -1, 33,
+                         CausalAlign::TopLeft),
+                1, 1000, 1000);
+  checkBackward(windowed(256, DType::BF16, true, 200, 0,
+                         CausalAlign::BottomRight),
+                1, 333, 1000);
+  for (int64_t d : {64, 128}) {
+    AttentionSpec spec =
+        windowed(d, DType::BF16, true, 100, 0, CausalAlign::BottomRight);
+    for (const TileConfig &config :
+         MmaSyncBackward::candidates(spec, gpuContext().target()))
+      checkBackward(spec, 1, 301, 517, Layout::BHSD, config);
+  }
+}
+
 TEST_CASE("backward: GQA 8/2 and MQA") {
   for (bool causal : {false, true}) {
     checkBackward(makeSpec(128, DType::BF16, causal, 8, 2), 2, 257, 257);

@@ -49,14 +49,16 @@ Value dqAccumRow(KernelIR &ir, const DqAccumLayout &layout, Value seqlenQ,
                  Value batch, Value head, Value row);
 
 /// The steps of a main kernel's loop: every (query head of the GQA group,
-/// query block that the causal mask leaves visible to some key of the
-/// block's keys from n0), head-major; `count` of them (i64 values).
+/// query block that the causal mask and the window leave visible to some
+/// key of the block_n keys from n0), head-major; `count` of them (i64
+/// values).
 struct BackwardSteps {
   Value queryBlocks, firstBlock, blocks, count;
   Value kvHead;
   int64_t group = 1, blockM = 0;
   static BackwardSteps of(KernelIR &ir, const MainParams &p, Value kvHead,
-                          Value n0, Value diagonal, int64_t blockM);
+                          Value n0, Value diagonal, int64_t blockM,
+                          int64_t blockN);
   /// The query head and the first query row of step t (i64).
   Value head(KernelIR &ir, Value t) const;
   Value firstRow(KernelIR &ir, Value t) const;
@@ -66,6 +68,24 @@ struct BackwardSteps {
 /// past seqlen_q reads as zeros (m0 is below seqlen_q).
 void copyRowStats(KernelIR &ir, const MainParams &p, Value batch, Value head,
                   Value m0, Value offset, Value lseDst, Value dDst);
+/// The causal mask and the window of the spec in a backward tile: key j
+/// is visible to query row i iff j - i <= right (hasRightBound: the
+/// diagonal plus the right extent) and j - i >= left (hasLeftBound: the
+/// diagonal minus the window's left extent); null where the spec has no
+/// such bound.
+struct WindowDiagonals {
+  Value right, left;
+  static WindowDiagonals of(KernelIR &ir, Value diagonal);
+  /// needMask, or'ed with whether the tile of keys [n0, n0 + blockN) and
+  /// query rows [m0, m0 + blockM) crosses a bound.
+  Value orCrossed(KernelIR &ir, Value needMask, Value n0, int64_t blockN,
+                  Value m0, int64_t blockM) const;
+  /// For a key `offset` = key - (the first query row of a thread's
+  /// columns) (i64): the first and the last column c (i32, clamped to
+  /// [-1, columns]) that see the key, null where unbounded.
+  std::pair<Value, Value> columns(KernelIR &ir, Value offset,
+                                  int64_t columns) const;
+};
 /// `values` (f32), or `masked()` where needMask (i1, uniform) holds: the
 /// mask's work only on the tiles that need it.
 SmallVector<Value> maskWhere(KernelIR &ir, Value needMask,

@@ -16,19 +16,32 @@ using Pred = arith::CmpIPredicate;
 
 BackwardSteps BackwardSteps::of(KernelIR &ir, const MainParams &p,
                                 Value kvHead, Value n0, Value diagonal,
-                                int64_t blockM) {
+                                int64_t blockM, int64_t blockN) {
   BackwardSteps s;
   s.kvHead = kvHead;
   s.blockM = blockM;
   s.group = ir.spec.groupSize();
   s.queryBlocks = ir.divU(ir.add(p.seqlenQ, ir.c64(blockM - 1)), blockM);
   s.firstBlock = ir.c64(0);
-  if (ir.spec.causal) {
-    // Query row i sees key j iff j <= i + diagonal.
-    Value firstRow = ir.maxS(ir.sub(n0, diagonal), ir.c64(0));
+  WindowDiagonals window = WindowDiagonals::of(ir, diagonal);
+  if (window.right) {
+    // Query row i sees key j only if j - i <= window.right.
+    Value firstRow = ir.maxS(ir.sub(n0, window.right), ir.c64(0));
     s.firstBlock = ir.minS(ir.divU(firstRow, blockM), s.queryBlocks);
   }
-  s.blocks = ir.sub(s.queryBlocks, s.firstBlock);
+  Value endBlock = s.queryBlocks;
+  if (window.left) {
+    // ... and j - i >= window.left (the diagonal minus the left extent):
+    // rows below the block's last key + 1 + left extent - diagonal.
+    Value rowsEnd = ir.sub(
+        ir.add(n0, ir.c64(blockN + ir.spec.windowLeft)), diagonal);
+    endBlock = ir.minS(ir.divU(ir.add(ir.maxS(rowsEnd, ir.c64(0)),
+                                      ir.c64(blockM - 1)),
+                               blockM),
+                       s.queryBlocks);
+    endBlock = ir.maxS(endBlock, s.firstBlock);
+  }
+  s.blocks = ir.sub(endBlock, s.firstBlock);
   s.count = ir.mul(s.blocks, ir.c64(s.group));
   return s;
 }
@@ -64,6 +77,47 @@ void copyRowStats(KernelIR &ir, const MainParams &p, Value batch, Value head,
   copyWord(ir.globalAddress(p.d, ir.f32,
                             workspaceRow(ir, p.seqlenQ, batch, head, safeRow)),
            dDst);
+}
+
+WindowDiagonals WindowDiagonals::of(KernelIR &ir, Value diagonal) {
+  const AttentionSpec &spec = ir.spec;
+  WindowDiagonals w;
+  if (spec.hasRightBound())
+    w.right = spec.rightExtent() ? ir.add(diagonal, ir.c64(spec.rightExtent()))
+                                 : diagonal;
+  if (spec.hasLeftBound())
+    w.left = ir.sub(diagonal, ir.c64(spec.windowLeft));
+  return w;
+}
+
+Value WindowDiagonals::orCrossed(KernelIR &ir, Value needMask, Value n0,
+                                 int64_t blockN, Value m0,
+                                 int64_t blockM) const {
+  // Some key right of a row's bound: the tile's last key past its first
+  // row's; left of it: its first key before its last row's.
+  if (right)
+    needMask = arith::OrIOp::create(
+        ir.b, ir.loc, needMask,
+        ir.cmp(Pred::sgt, ir.add(n0, ir.c64(blockN - 1)), ir.add(m0, right)));
+  if (left)
+    needMask = arith::OrIOp::create(
+        ir.b, ir.loc, needMask,
+        ir.cmp(Pred::slt, n0,
+               ir.add(ir.add(m0, ir.c64(blockM - 1)), left)));
+  return needMask;
+}
+
+std::pair<Value, Value> WindowDiagonals::columns(KernelIR &ir, Value offset,
+                                                 int64_t columns) const {
+  auto clamp = [&](Value x) {
+    return ir.toI32(ir.maxS(ir.minS(x, ir.c64(columns)), ir.c64(-1)));
+  };
+  Value need, limit;
+  if (right)
+    need = clamp(ir.sub(offset, right));
+  if (left)
+    limit = clamp(ir.sub(offset, left));
+  return {need, limit};
 }
 
 SmallVector<Value> maskWhere(KernelIR &ir, Value needMask,

@@ -160,12 +160,11 @@ llvm::Error MmaSyncBackward::supports(const AttentionSpec &spec,
   if (auto err = checkHeadDimAndTarget(spec, target, headDims(), family(),
                                        minComputeCapability()))
     return err;
-  if (spec.windowLeft >= 0 || spec.windowRight >= 0 || spec.hasMods() ||
-      !spec.captures.empty() || spec.isBlockSparse())
+  if (spec.hasMods() || !spec.captures.empty() || spec.isBlockSparse())
     return llvm::createStringError(
         "the backward pass supports dense and causal attention (top-left or "
-        "bottom-right) so far; windows, score_mod, mask_mod and block-sparse "
-        "masks are not supported yet: " +
+        "bottom-right) and sliding windows so far; score_mod, mask_mod and "
+        "block-sparse masks are not supported yet: " +
         spec.canonical());
   if (spec.varlen)
     return llvm::createStringError(
@@ -176,6 +175,12 @@ llvm::Error MmaSyncBackward::supports(const AttentionSpec &spec,
 
 llvm::Error MmaSyncBackward::checkConfig(const AttentionSpec &spec,
                                          const TileConfig &config) {
+  // dQ's turns (BackwardDqTurns.cpp) assume the key blocks that add into a
+  // query block are a prefix of them, which a left window breaks.
+  if (isDeterministic(config) && (spec.hasLeftBound() || spec.windowRight >= 0))
+    return configError(
+        "the deterministic backward does not take sliding windows yet: "
+        "leave BackwardOptions::deterministic off for a window");
   if (WgmmaBackward::owns(config))
     return WgmmaBackward::checkConfig(spec, config);
   if (config.family != family() && !isDeterministic(config))

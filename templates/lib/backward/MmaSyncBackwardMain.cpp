@@ -227,6 +227,7 @@ void MainKernelBuilder::buildMain(StringRef name) {
   Value diagonal = spec.causalAlign == CausalAlign::BottomRight
                        ? sub(p.seqlenK, p.seqlenQ)
                        : c64(0);
+  WindowDiagonals window = WindowDiagonals::of(*this, diagonal);
 
   // ---- K and V of the block, once ----------------------------------------
   copyTile(p.k, p.kStrides, batch, kvHead, n0, p.seqlenK, bN, c64(kOff));
@@ -282,7 +283,8 @@ void MainKernelBuilder::buildMain(StringRef name) {
   Value kT = add(transposedB(kOff), mul(dqColumn0, c64(eltBytes)));
 
   // ---- the steps: (query head of the group, visible query block) ---------
-  BackwardSteps plan = BackwardSteps::of(*this, p, kvHead, n0, diagonal, bM);
+  BackwardSteps plan =
+      BackwardSteps::of(*this, p, kvHead, n0, diagonal, bM, bN);
   Value queryBlocks = plan.queryBlocks, steps = plan.count;
   const float log2e = static_cast<float>(M_LOG2E);
 
@@ -354,10 +356,7 @@ void MainKernelBuilder::buildMain(StringRef name) {
     Value needMask = arith::OrIOp::create(
         b, loc, cmp(Pred::sgt, add(n0, c64(bN)), p.seqlenK),
         cmp(Pred::sgt, add(m0, c64(bM)), p.seqlenQ));
-    if (spec.causal)
-      needMask = arith::OrIOp::create(
-          b, loc, needMask,
-          cmp(Pred::sgt, add(n0, c64(bN - 1)), add(m0, diagonal)));
+    needMask = window.orCrossed(*this, needMask, n0, bN, m0, bM);
     s = maskWhere(*this, needMask, s, [&] {
       SmallVector<Value> out(s.size());
       // Column c is a query row below seqlen_q iff c < seqlen_q - m0 -
@@ -367,21 +366,21 @@ void MainKernelBuilder::buildMain(StringRef name) {
       for (int64_t h = 0; h < 2; ++h) {
         Value key = add(add(n0, warpKey0), add(quadRow, c64(8 * h)));
         Value keyOk = cmp(Pred::slt, key, p.seqlenK);
-        // Column c of the tile (query m0 + quadCol + c) sees the key iff
-        // c >= key - m0 - quadCol - diagonal, clamped to [-1, block_m].
-        Value need;
-        if (spec.causal)
-          need = toI32(maxS(minS(sub(sub(key, add(mS, quadCol)), diagonal),
-                                 c64(sCols)),
-                            c64(-1)));
+        // Column c of the tile (query mS + quadCol + c) sees the key iff
+        // need <= c <= limit (WindowDiagonals::columns).
+        auto [need, limit] =
+            window.columns(*this, sub(key, add(mS, quadCol)), sCols);
         for (int64_t nt = 0; nt < sTiles; ++nt)
           for (int64_t e = 0; e < 2; ++e) {
             int64_t i = nt * kAcc + 2 * h + e;
             Value valid = arith::AndIOp::create(
                 b, loc, keyOk, cmp(Pred::slt, c32(nt * 8 + e), columns));
-            if (spec.causal)
+            if (need)
               valid = arith::AndIOp::create(
                   b, loc, valid, cmp(Pred::sge, c32(nt * 8 + e), need));
+            if (limit)
+              valid = arith::AndIOp::create(
+                  b, loc, valid, cmp(Pred::sle, c32(nt * 8 + e), limit));
             out[i] = arith::SelectOp::create(b, loc, valid, s[i],
                                              cF32(-kInf));
           }

@@ -177,13 +177,15 @@ void WgmmaMainBuilder::build(StringRef name) {
   Value diagonal = spec.causalAlign == CausalAlign::BottomRight
                        ? sub(p.seqlenK, p.seqlenQ)
                        : c64(0);
+  WindowDiagonals window = WindowDiagonals::of(*this, diagonal);
 
   // ---- K and V of the block, once ----------------------------------------
   copySwizzled(p.k, p.kStrides, batch, kvHead, n0, p.seqlenK, bN, c32(kOff));
   copySwizzled(p.v, p.vStrides, batch, kvHead, n0, p.seqlenK, bN, c32(vOff));
 
   // ---- the steps: (query head of the group, visible query block) ---------
-  BackwardSteps plan = BackwardSteps::of(*this, p, kvHead, n0, diagonal, bM);
+  BackwardSteps plan =
+      BackwardSteps::of(*this, p, kvHead, n0, diagonal, bM, bN);
   Value steps = plan.count;
   auto headOf = [&](Value t) { return plan.head(*this, t); };
   auto firstRowOf = [&](Value t) { return plan.firstRow(*this, t); };
@@ -414,31 +416,27 @@ void WgmmaMainBuilder::build(StringRef name) {
     // Keys past seqlen_k, and (causal) pairs above the diagonal, get P = 0:
     // only on tiles that reach past seqlen_k or cross the diagonal.
     Value needMask = cmp(Pred::sgt, add(n0, c64(bN)), p.seqlenK);
-    if (spec.causal)
-      needMask = arith::OrIOp::create(
-          b, loc, needMask,
-          cmp(Pred::sgt, add(n0, c64(bN - 1)), add(m0, diagonal)));
+    needMask = window.orCrossed(*this, needMask, n0, bN, m0, bM);
     prob = maskWhere(*this, needMask, prob, [&] {
       SmallVector<Value> out(prob.size());
       for (int64_t h = 0; h < 2; ++h) {
         Value key = add(add(n0, toI64(mul(warpgroup, c32(kKeysPerWarpgroup)))),
                         toI64(add(warpRow, c32(8 * h))));
         Value keyOk = cmp(Pred::slt, key, p.seqlenK);
-        // Column c (query m0 + quadCol + c) sees the key iff c >= key - m0
-        // - quadCol - diagonal, clamped to [-1, block_m].
-        Value need;
-        if (spec.causal)
-          need = toI32(maxS(minS(sub(sub(key, add(m0, toI64(quadCol))),
-                                     diagonal),
-                                 c64(bM)),
-                            c64(-1)));
+        // Column c (query m0 + quadCol + c) sees the key iff need <= c <=
+        // limit (WindowDiagonals::columns).
+        auto [need, limit] = window.columns(
+            *this, sub(key, add(m0, toI64(quadCol))), bM);
         for (int64_t j = 0; j < sTiles; ++j)
           for (int64_t e = 0; e < 2; ++e) {
             int64_t i = j * 4 + 2 * h + e;
             Value valid = keyOk;
-            if (spec.causal)
+            if (need)
               valid = arith::AndIOp::create(
                   b, loc, valid, cmp(Pred::sge, c32(j * 8 + e), need));
+            if (limit)
+              valid = arith::AndIOp::create(
+                  b, loc, valid, cmp(Pred::sle, c32(j * 8 + e), limit));
             out[i] = arith::SelectOp::create(b, loc, valid, prob[i],
                                              cF32(0.0f));
           }

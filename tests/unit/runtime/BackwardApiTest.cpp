@@ -186,11 +186,26 @@ TEST_CASE("backward: what is not supported is an error") {
   Warnings warnings;
   auto ctx = sm90aContext(dir, warnings);
   REQUIRE(static_cast<bool>(ctx));
+  // Sliding windows build; the deterministic kernels refuse them, and
+  // mods are not supported yet.
   AttentionSpec window = gqaSpec();
   window.windowLeft = 64;
   auto windowed = (*ctx)->compileBackward(window, BackwardOptions());
-  REQUIRE(!windowed);
-  CHECK(codeOf(windowed.takeError()) == ErrorCode::Unsupported);
+  REQUIRE_MESSAGE(static_cast<bool>(windowed),
+                  (windowed ? "" : llvm::toString(windowed.takeError())));
+  BackwardOptions deterministic;
+  deterministic.deterministic = true;
+  auto noTurns = (*ctx)->compileBackward(window, deterministic);
+  REQUIRE(!noTurns);
+  ErrorParts noTurnsError = takeErrorParts(noTurns.takeError());
+  CHECK(noTurnsError.code == ErrorCode::Unsupported);
+  CHECK(noTurnsError.message.find("sliding windows") != std::string::npos);
+  AttentionSpec modded = gqaSpec();
+  modded.scoreMod = "func.func @m(%s: f32, %b: index, %h: index, %q: index, "
+                    "%k: index) -> f32 { return %s : f32 }";
+  auto withMod = (*ctx)->compileBackward(modded, BackwardOptions());
+  REQUIRE(!withMod);
+  CHECK(codeOf(withMod.takeError()) == ErrorCode::Unsupported);
   // Head dims 64, 96, 128 and 256 only (the forward builds more).
   AttentionSpec narrow = gqaSpec();
   narrow.headDim = 32;

@@ -181,7 +181,8 @@ public:
 
   /// Whether the backward can be built for this spec and target: head dim
   /// in headDims(), sm_80 or newer, dense or causal attention (either
-  /// alignment) with no window, mods or block mask yet.
+  /// alignment) and sliding windows, with no mods or block mask yet
+  /// (checkConfig refuses the deterministic family with a window).
   static llvm::Error supports(const AttentionSpec &spec, const Target &target);
   static llvm::Error checkConfig(const AttentionSpec &spec,
                                  const TileConfig &config);
