@@ -267,12 +267,9 @@ runAndCheckBackward(const Kernel &forward, const BackwardKernel &backward,
       return measured.takeError();
     report.medianMs = measured->medianMs;
     // Plain attention by the FlashAttention convention; a window counts
-    // the scores it leaves (as the forward's harness does).
-    const double forward =
-        spec.isPlain() ? forwardFlops(spec, B, Sq, Sk)
-                       : 4.0 * B * spec.numHeads * spec.headDim *
-                             visiblePairs(spec, Sq, Sk);
-    report.tflops = 2.5 * forward / (report.medianMs * 1e-3) / 1e12;
+    // the scores it leaves.
+    report.tflops = 2.5 * computedFlops(spec, B, Sq, Sk) /
+                    (report.medianMs * 1e-3) / 1e12;
   }
   return report;
 }

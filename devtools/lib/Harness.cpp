@@ -399,11 +399,9 @@ llvm::Expected<CheckReport> runAndCheck(const Kernel &kernel,
     // Plain attention counts by the FlashAttention convention; a variant
     // counts the scores its causal mask, window and block mask leave (a
     // mask_mod's own drops are not known here).
-    double flops =
-        spec.isPlain() ? forwardFlops(spec, B, Sq, Sk)
-        : spec.isBlockSparse()
-            ? 4.0 * D * listedPairs(spec, blockMask, B, Sq, Sk)
-            : 4.0 * B * H * D * visiblePairs(spec, Sq, Sk);
+    double flops = spec.isBlockSparse()
+                       ? 4.0 * D * listedPairs(spec, blockMask, B, Sq, Sk)
+                       : computedFlops(spec, B, Sq, Sk);
     report.tflops = flops / (report.medianMs * 1e-3) / 1e12;
   }
   return report;

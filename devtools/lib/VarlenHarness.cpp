@@ -150,9 +150,7 @@ double varlenFlops(const AttentionSpec &spec, llvm::ArrayRef<int64_t> lq,
   dense.varlen = false;
   double flops = 0;
   for (size_t i = 0; i < lq.size(); ++i)
-    flops += dense.isPlain() ? forwardFlops(dense, 1, lq[i], lk[i])
-                             : 4.0 * dense.numHeads * dense.headDim *
-                                   visiblePairs(dense, lq[i], lk[i]);
+    flops += computedFlops(dense, 1, lq[i], lk[i]);
   return flops;
 }
 

@@ -144,8 +144,7 @@ llvm::Error AttentionSpec::validate() const {
     return llvm::createStringError(
         "varlen attention takes no score_mod, mask_mod or block mask yet: "
         "use the dense (padded) form for those variants");
-  if (pageSize != 0 &&
-      (pageSize < 16 || pageSize > 256 || (pageSize & (pageSize - 1)) != 0))
+  if (pageSize != 0 && !validPageSize(pageSize))
     return llvm::createStringError(
         llvm::formatv("page size {0}: paged K/V takes a power of two from 16 "
                       "to 256 tokens per page, or 0 for packed K/V",
@@ -233,6 +232,14 @@ double visiblePairs(const AttentionSpec &spec, int64_t seqlenQ,
       pairs += double(hi - lo + 1);
   }
   return pairs;
+}
+
+double computedFlops(const AttentionSpec &spec, int64_t batch,
+                     int64_t seqlenQ, int64_t seqlenK) {
+  if (spec.isPlain())
+    return forwardFlops(spec, batch, seqlenQ, seqlenK);
+  return 4.0 * batch * spec.numHeads * spec.headDim *
+         visiblePairs(spec, seqlenQ, seqlenK);
 }
 
 } // namespace flashjit

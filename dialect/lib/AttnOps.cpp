@@ -165,7 +165,7 @@ LogicalResult AttentionOp::verify() {
   }
   if (auto page = getPageSizeAttr()) {
     const int64_t p = page.getInt();
-    if (p < 16 || p > 256 || (p & (p - 1)) != 0)
+    if (!flashjit::AttentionSpec::validPageSize(p))
       return emitOpError() << "page_size is " << p
                            << ": expected a power of two from 16 to 256";
     if (!getVarlen())

@@ -51,11 +51,14 @@ llvm::Error Kernel::checkVarlen(const VarlenForwardArgs &args) const {
                                  args.maxSeqlenQ));
   if (auto err = checkPagedArgs(args))
     return err;
-  const char *keysName = Spec.paged() ? "kv_lens" : "cu_seqlens_k";
-  const int32_t *keys = Spec.paged() ? args.kvLens : args.cuSeqlensK;
-  for (auto [name, offsets] :
-       {std::pair{"cu_seqlens_q", args.cuSeqlensQ}, std::pair{keysName, keys},
-        std::pair{"block_table", Spec.paged() ? args.blockTable : keys}}) {
+  llvm::SmallVector<std::pair<const char *, const int32_t *>, 3> pointers = {
+      {"cu_seqlens_q", args.cuSeqlensQ}};
+  if (Spec.paged())
+    pointers.append({{"kv_lens", args.kvLens},
+                     {"block_table", args.blockTable}});
+  else
+    pointers.push_back({"cu_seqlens_k", args.cuSeqlensK});
+  for (auto [name, offsets] : pointers) {
     if (!offsets)
       return invalid(llvm::Twine(name) + " is a null pointer");
     if (reinterpret_cast<uintptr_t>(offsets) % 4 != 0)

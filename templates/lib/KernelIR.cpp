@@ -152,14 +152,16 @@ scf::IfOp KernelIR::beginVarlenSequence(ForwardParams &p,
   // Rows [start, end) of sequence `at.batch`, within [0, total): offsets
   // that are not monotone or run past the buffers give a shorter (or
   // empty) sequence, never a row outside them.
+  // Entry `index` of an i32 array in global memory, as i64.
+  auto loadI32 = [&](Value array, Value index) {
+    Value raw = LLVM::LoadOp::create(
+        b, loc, i32, globalAddress(array, i32, index), /*alignment=*/4);
+    return arith::ExtSIOp::create(b, loc, i64, raw).getResult();
+  };
   auto rowsOf = [&](Value offsets, Value total) {
-    auto offset = [&](Value index) {
-      Value raw = LLVM::LoadOp::create(
-          b, loc, i32, globalAddress(offsets, i32, index), /*alignment=*/4);
-      return arith::ExtSIOp::create(b, loc, i64, raw).getResult();
-    };
-    Value start = minS(maxS(offset(at.batch), c64(0)), total);
-    Value end = minS(maxS(offset(add(at.batch, c64(1))), start), total);
+    Value start = minS(maxS(loadI32(offsets, at.batch), c64(0)), total);
+    Value end =
+        minS(maxS(loadI32(offsets, add(at.batch, c64(1))), start), total);
     return std::make_pair(start, sub(end, start));
   };
   auto [qStart, qLength] = rowsOf(p.cuSeqlensQ, p.seqlenQ);
@@ -167,13 +169,8 @@ scf::IfOp KernelIR::beginVarlenSequence(ForwardParams &p,
   if (spec.paged()) {
     // The sequence's key count, at most what its row of the table holds;
     // K and V stay the pool (pagedKey finds each key's row).
-    Value raw = LLVM::LoadOp::create(
-        b, loc, i32, globalAddress(p.cuSeqlensK, i32, at.batch),
-        /*alignment=*/4);
-    Value capacity = mul(p.maxPages, c64(spec.pageSize));
-    kLength = minS(
-        maxS(arith::ExtSIOp::create(b, loc, i64, raw).getResult(), c64(0)),
-        capacity);
+    Value keys = loadI32(p.cuSeqlensK, at.batch);
+    kLength = minS(maxS(keys, c64(0)), mul(p.maxPages, c64(spec.pageSize)));
     p.poolRows = p.seqlenK;
     p.blockTable = globalAddress(p.blockTable, i32, mul(at.batch, p.maxPages));
   } else {

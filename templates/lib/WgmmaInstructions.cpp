@@ -58,14 +58,12 @@ void Builder::tmaLoadTile(Value tensorMap, int64_t dstOffset,
 }
 
 SmallVector<Value> Builder::pagedBoxRows(const ForwardParams &p, Value key0) {
-  // Every table entry is loaded before any is used: the loads overlap.
+  // The boxes' table loads do not depend on one another, so they issue
+  // together (before the caller's wait for the K slot).
   const int64_t boxRows = std::min(spec.pageSize, cfg.blockN);
-  SmallVector<PagedKey> keys;
-  for (int64_t box = 0; box < cfg.blockN / boxRows; ++box)
-    keys.push_back(pagedKey(p, add(key0, c64(box * boxRows))));
   SmallVector<Value> rows;
-  for (const PagedKey &k : keys)
-    rows.push_back(toI32(k.row));
+  for (int64_t box = 0; box < cfg.blockN / boxRows; ++box)
+    rows.push_back(toI32(pagedKey(p, add(key0, c64(box * boxRows))).row));
   return rows;
 }
 

@@ -10,7 +10,7 @@
 // tile each compute half of its S^T and dP^T columns and exchange P^T and
 // dS^T through shared memory). K and V load once. For each query head
 // of the GQA group and each query block of block_m rows that the causal
-// mask leaves visible to some key of the block:
+// mask and the window leave visible to some key of the block:
 //   S^T  = K Q^T       mma.sync, the warp's K rows as A, Q tile as B;
 //   P^T  = 2^(S^T c - LSE log2 e)   (c = scale log2 e; masked scores -inf);
 //   dP^T = V dO^T      as S^T with V and dO;
@@ -235,11 +235,12 @@ void MainKernelBuilder::buildMain(StringRef name) {
   NVVM::CpAsyncCommitGroupOp::create(b, loc);
   NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
 
-  // Lane addresses (bytes). A from the warp's 16 rows of a [block_n][D]
-  // tile: matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15).
-  auto rowsA = [&](int64_t tile) {
+  // Lane addresses (bytes). A from the warp's 16 rows of a [block_n][...]
+  // tile of `tileRowElems` elements per row (K, V; P^T, dS^T): matrices
+  // (rows 0-7 | 8-15) x (k 0-7 | 8-15).
+  auto rowsA = [&](int64_t tile, int64_t tileRowElems) {
     return add(c64(tile),
-               mul(add(mul(add(warpKey0, remU(lane, 16)), c64(rowElems)),
+               mul(add(mul(add(warpKey0, remU(lane, 16)), c64(tileRowElems)),
                        mul(divU(lane, 16), c64(8))),
                    c64(eltBytes)));
   };
@@ -261,7 +262,7 @@ void MainKernelBuilder::buildMain(StringRef name) {
                        mul(divU(matrix, 2), c64(8))),
                    c64(eltBytes)));
   };
-  Value kA = rowsA(kOff), vA = rowsA(vOff);
+  Value kA = rowsA(kOff, rowElems), vA = rowsA(vOff, rowElems);
   Value qB = columnsB(qOff), dOB = columnsB(doOff);
   Value qT = transposedB(qOff), dOT = transposedB(doOff);
   if (kvParts > 1) {
@@ -351,7 +352,8 @@ void MainKernelBuilder::buildMain(StringRef name) {
       dOBs = add(dOBt, mul(sCol0, c64(rowBytes)));
     }
 
-    // S^T = K Q^T, masked where the tile crosses seqlen_k or the diagonal.
+    // S^T = K Q^T, masked where the tile crosses seqlen_k or a bound of the
+    // causal mask or the window.
     SmallVector<Value> s = rowTimesColumns(kA, qBs, sTiles);
     Value needMask = arith::OrIOp::create(
         b, loc, cmp(Pred::sgt, add(n0, c64(bN)), p.seqlenK),
@@ -430,7 +432,6 @@ void MainKernelBuilder::buildMain(StringRef name) {
     };
     SmallVector<Value> probPacked = pack(prob), dsPacked = pack(ds);
 
-    // dV += P^T dO, dK += dS^T Q.
     // The A operand of a k16 step over the queries from packed pairs.
     auto fromPacked = [](ArrayRef<Value> packed) {
       return [packed](int64_t kk) {
@@ -469,11 +470,7 @@ void MainKernelBuilder::buildMain(StringRef name) {
       storeColumns(dsPacked, dsOff);
       gpu::BarrierOp::create(b, loc);
       auto fromShared = [&](int64_t tile) {
-        Value lane0 =
-            add(c64(tile),
-                mul(add(mul(add(warpKey0, remU(lane, 16)), c64(dsRowElems)),
-                        mul(divU(lane, 16), c64(8))),
-                    c64(eltBytes)));
+        Value lane0 = rowsA(tile, dsRowElems);
         return [this, lane0](int64_t kk) {
           return ldmatrix(toI32(add(lane0, c64(kk * 16 * eltBytes))),
                           /*transpose=*/false);

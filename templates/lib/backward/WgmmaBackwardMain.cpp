@@ -413,8 +413,8 @@ void WgmmaMainBuilder::build(StringRef name) {
           prob[j * 4 + 2 * h + e] = exp2(LLVM::FMAOp::create(
               b, loc, s[j * 4 + 2 * h + e], p.scaleLog2, negLse));
       }
-    // Keys past seqlen_k, and (causal) pairs above the diagonal, get P = 0:
-    // only on tiles that reach past seqlen_k or cross the diagonal.
+    // Keys past seqlen_k, and pairs the causal mask or the window hide, get
+    // P = 0: only on tiles that reach past seqlen_k or cross a bound.
     Value needMask = cmp(Pred::sgt, add(n0, c64(bN)), p.seqlenK);
     needMask = window.orCrossed(*this, needMask, n0, bN, m0, bM);
     prob = maskWhere(*this, needMask, prob, [&] {

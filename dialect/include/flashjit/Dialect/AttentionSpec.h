@@ -126,6 +126,11 @@ struct AttentionSpec {
   }
   bool hasMods() const { return !scoreMod.empty() || !maskMod.empty(); }
   bool paged() const { return pageSize > 0; }
+  /// Whether `n` is a page size paged K/V takes: a power of two from 16 to
+  /// 256.
+  static bool validPageSize(int64_t n) {
+    return n >= 16 && n <= 256 && (n & (n - 1)) == 0;
+  }
   /// Whether some query row may keep no key at all (its O is then 0 and
   /// its LSE -inf): a mask_mod, a window, a bottom-right diagonal, a
   /// block mask, or varlen (a sequence may have no keys).
@@ -153,6 +158,13 @@ double forwardFlops(const AttentionSpec &spec, int64_t batch, int64_t seqlenQ,
 /// head: 4 * head_dim * this is the FLOP count of the computed scores.
 double visiblePairs(const AttentionSpec &spec, int64_t seqlenQ,
                     int64_t seqlenK);
+
+/// FLOPs of the scores a forward pass computes: forwardFlops for plain
+/// attention, else 4 * batch * heads * head_dim * visiblePairs (a causal
+/// mask or window counts the pairs it leaves; a mask_mod's own drops are
+/// not known here).
+double computedFlops(const AttentionSpec &spec, int64_t batch,
+                     int64_t seqlenQ, int64_t seqlenK);
 
 } // namespace flashjit
 

@@ -174,7 +174,8 @@ public:
   /// The parts dK and dV's columns are split into, one warp each per 16
   /// key rows: a warp's dK and dV (head dim / 2 f32 per thread each) fit
   /// its registers up to head dim 128; at 256 two warps share a key tile
-  /// (both compute its S^T and dP^T over the whole head dim).
+  /// (each computes half of its S^T and dP^T columns, and they exchange
+  /// P^T and dS^T through shared memory).
   static int64_t kvColumnParts(const AttentionSpec &spec) {
     return spec.headDim > 128 ? 2 : 1;
   }
