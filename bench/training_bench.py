@@ -87,6 +87,25 @@ def attention_fns(torch, peers):
     return fns
 
 
+def time_training(torch, fn, inputs, grad_o, fwd_flops, timing):
+    """The gradients of fn(*inputs) for grad_o, and the median times and
+    rates of forward+backward and of the backward alone (FLOPs: 3.5x and
+    2.5x the forward's)."""
+    out = fn(*inputs)
+    grads = torch.autograd.grad(out, inputs, grad_o, retain_graph=True)
+    torch.cuda.synchronize()
+
+    def fwd_bwd():
+        torch.autograd.grad(fn(*inputs), inputs, grad_o)
+
+    def bwd():
+        torch.autograd.grad(out, inputs, grad_o, retain_graph=True)
+    both, back = time_cuda(torch, fwd_bwd, **timing), time_cuda(torch, bwd, **timing)
+    return grads, {"fwd_bwd_ms": both["ms"], "bwd_ms": back["ms"],
+                   "fwd_bwd_tflops": 3.5 * fwd_flops / both["ms"] / 1e9,
+                   "bwd_tflops": 2.5 * fwd_flops / back["ms"] / 1e9}
+
+
 def run_point(torch, args, fns, d, causal, s):
     b, h = args.total_tokens // s, args.hidden // d
     fwd_flops = 4 * b * h * s * s * d // (2 if causal else 1)
@@ -102,25 +121,12 @@ def run_point(torch, args, fns, d, causal, s):
     reference = None
     for name, fn in fns.items():
         try:
-            out = fn(q, k, v, causal)
-            grads = torch.autograd.grad(out, (q, k, v), grad_o, retain_graph=True)
-            torch.cuda.synchronize()
+            grads, point["results"][name] = time_training(
+                torch, lambda q, k, v: fn(q, k, v, causal), (q, k, v), grad_o, fwd_flops, timing)
             if name == "flashjit":
                 mine = grads
             elif reference is None:
                 reference = (name, grads)
-
-            def fwd_bwd():
-                torch.autograd.grad(fn(q, k, v, causal), (q, k, v), grad_o)
-
-            def bwd():
-                torch.autograd.grad(out, (q, k, v), grad_o, retain_graph=True)
-            both, back = time_cuda(torch, fwd_bwd, **timing), time_cuda(torch, bwd, **timing)
-            point["results"][name] = {
-                "fwd_bwd_ms": both["ms"], "bwd_ms": back["ms"],
-                "fwd_bwd_tflops": 3.5 * fwd_flops / both["ms"] / 1e9,
-                "bwd_tflops": 2.5 * fwd_flops / back["ms"] / 1e9}
-            del out
         except Exception as e:
             point["results"][name] = {"error": reason(e)}
     if "flashjit" in point["results"] and "error" not in point["results"]["flashjit"] \

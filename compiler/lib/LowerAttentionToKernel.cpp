@@ -63,13 +63,16 @@ LogicalResult checkKernelFunction(attn::AttentionOp op, func::FuncOp func) {
   return success();
 }
 
-/// The op's score_mod and mask_mod regions (null where empty).
+/// The op's score_mod, mask_mod and score_grad regions (null where
+/// empty).
 ModRegions modRegionsOf(attn::AttentionOp op) {
   ModRegions mods;
   if (!op.getScoreMod().empty())
     mods.scoreMod = &op.getScoreMod();
   if (!op.getMaskMod().empty())
     mods.maskMod = &op.getMaskMod();
+  if (!op.getScoreGrad().empty())
+    mods.scoreGrad = &op.getScoreGrad();
   return mods;
 }
 
@@ -132,8 +135,13 @@ LogicalResult lowerToBackwardKernels(attn::AttentionOp op, ModuleOp module) {
   for (StringRef name : {StringRef(names.preprocess), StringRef(names.convert)})
     if (kernels.lookupSymbol(name))
       return op.emitOpError("a kernel named '") << name << "' already exists";
+  ModRegions mods = modRegionsOf(op);
+  if (mods.scoreMod && !mods.scoreGrad)
+    return op.emitOpError("has a score_mod but no score_grad region: the "
+                          "backward kernels need its derivative (run "
+                          "attn-differentiate-score-mod first)");
   if (auto err = MmaSyncBackward::build(*b, op.getLoc(), spec, config,
-                                        func.getSymName()))
+                                        func.getSymName(), mods))
     return op.emitOpError(llvm::toString(std::move(err)));
   for (StringRef name : {StringRef(names.preprocess), StringRef(names.main),
                          StringRef(names.convert)})

@@ -3,6 +3,7 @@
 // exactly (|x| < 2^53 for the indices and ids a mod computes with).
 #include "flashjit/Compiler/ModInterpreter.h"
 #include "flashjit/Compiler/Description.h"
+#include "flashjit/Dialect/AttnDialect.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -157,6 +158,60 @@ bool known(Operation &op) {
 }
 } // namespace
 
+/// Interprets `block` (a func.func body or an attn.attention mod region)
+/// with its leading arguments bound to `fixed`; the values it returns or
+/// yields.
+static llvm::Expected<std::vector<double>>
+runBlock(Block &block, ArrayRef<double> fixed, ArrayRef<HostCapture> captures) {
+  llvm::DenseMap<Value, double> values;
+  for (auto [arg, value] : llvm::zip(block.getArguments(), fixed))
+    values[arg] = value;
+  auto results = [&](ValueRange returned) {
+    std::vector<double> out;
+    for (Value v : returned)
+      out.push_back(values.lookup(v));
+    return out;
+  };
+  for (Operation &op : block) {
+    if (auto ret = dyn_cast<func::ReturnOp>(op))
+      return results(ret.getOperands());
+    if (auto yield = dyn_cast<attn::YieldOp>(op))
+      return results(yield.getValues());
+    if (auto extract = dyn_cast<tensor::ExtractOp>(op)) {
+      auto arg = dyn_cast<BlockArgument>(extract.getTensor());
+      size_t which = arg ? arg.getArgNumber() - fixed.size() : SIZE_MAX;
+      if (which >= captures.size())
+        return llvm::createStringError(
+            "a mod reads a tensor that is not one of its captures");
+      const HostCapture &c = captures[which];
+      int64_t offset = 0;
+      for (auto [d, index] : llvm::enumerate(extract.getIndices())) {
+        auto at = static_cast<int64_t>(values.lookup(index));
+        if (d >= c.shape.size() || at < 0 || at >= c.shape[d])
+          return llvm::createStringError(
+              llvm::formatv("a mod reads captured tensor {0} at index {1} "
+                            "of dimension {2}, out of its bounds",
+                            which, at, d)
+                  .str());
+        offset = offset * c.shape[d] + at;
+      }
+      values[extract.getResult()] = c.values[offset];
+      continue;
+    }
+    SmallVector<double> in;
+    for (Value v : op.getOperands())
+      in.push_back(values.lookup(v));
+    double out = 0;
+    if (!evaluate(op, in, out))
+      return llvm::createStringError(
+          ("cannot evaluate '" + op.getName().getStringRef() +
+           "' (an integer division by zero?)")
+              .str());
+    values[op.getResult(0)] = out;
+  }
+  return llvm::createStringError("a mod has no return");
+}
+
 struct ModInterpreter::Impl {
   MLIRContext context;
   OwningOpRef<ModuleOp> scoreModule, maskModule;
@@ -164,48 +219,25 @@ struct ModInterpreter::Impl {
 
   llvm::Expected<double> run(func::FuncOp fn, ArrayRef<double> fixed,
                              ArrayRef<HostCapture> captures) const {
-    llvm::DenseMap<Value, double> values;
-    Block &block = fn.getBody().front();
-    for (auto [arg, value] : llvm::zip(block.getArguments(), fixed))
-      values[arg] = value;
-    for (Operation &op : block) {
-      if (auto ret = dyn_cast<func::ReturnOp>(op))
-        return values.lookup(ret.getOperand(0));
-      if (auto extract = dyn_cast<tensor::ExtractOp>(op)) {
-        auto arg = dyn_cast<BlockArgument>(extract.getTensor());
-        size_t which = arg ? arg.getArgNumber() - fixed.size() : SIZE_MAX;
-        if (which >= captures.size())
-          return llvm::createStringError(
-              "a mod reads a tensor that is not one of its captures");
-        const HostCapture &c = captures[which];
-        int64_t offset = 0;
-        for (auto [d, index] : llvm::enumerate(extract.getIndices())) {
-          auto at = static_cast<int64_t>(values.lookup(index));
-          if (d >= c.shape.size() || at < 0 || at >= c.shape[d])
-            return llvm::createStringError(
-                llvm::formatv("a mod reads captured tensor {0} at index {1} "
-                              "of dimension {2}, out of its bounds",
-                              which, at, d)
-                    .str());
-          offset = offset * c.shape[d] + at;
-        }
-        values[extract.getResult()] = c.values[offset];
-        continue;
-      }
-      SmallVector<double> in;
-      for (Value v : op.getOperands())
-        in.push_back(values.lookup(v));
-      double out = 0;
-      if (!evaluate(op, in, out))
-        return llvm::createStringError(
-            ("cannot evaluate '" + op.getName().getStringRef() +
-             "' (an integer division by zero?)")
-                .str());
-      values[op.getResult(0)] = out;
-    }
-    return llvm::createStringError("a mod has no return");
+    auto values = runBlock(fn.getBody().front(), fixed, captures);
+    if (!values)
+      return values.takeError();
+    return values->front();
   }
 };
+
+llvm::Expected<std::vector<double>>
+ModInterpreter::evaluateBlock(Block &block, ArrayRef<double> fixed,
+                              ArrayRef<HostCapture> captures) {
+  for (Operation &op : block)
+    if (!isa<func::ReturnOp, attn::YieldOp, tensor::ExtractOp>(op) &&
+        !known(op))
+      return llvm::createStringError(
+          ("the reference cannot evaluate '" + op.getName().getStringRef() +
+           "'")
+              .str());
+  return runBlock(block, fixed, captures);
+}
 
 ModInterpreter::ModInterpreter() : impl(std::make_unique<Impl>()) {}
 ModInterpreter::~ModInterpreter() = default;
@@ -251,6 +283,20 @@ ModInterpreter::create(const AttentionSpec &spec) {
                        m->impl->maskFn))
     return std::move(err);
   return m;
+}
+
+llvm::Expected<std::unique_ptr<ModInterpreter>>
+ModInterpreter::forCheck(const AttentionSpec &spec,
+                         ArrayRef<HostCapture> captures) {
+  if (captures.size() != spec.captures.size())
+    return llvm::createStringError(
+        llvm::formatv("the spec reads {0} captured tensors, the check gives "
+                      "{1}",
+                      spec.captures.size(), captures.size())
+            .str());
+  if (!spec.hasMods())
+    return std::unique_ptr<ModInterpreter>();
+  return create(spec);
 }
 
 bool ModInterpreter::hasScoreMod() const { return bool(impl->scoreFn); }

@@ -24,13 +24,17 @@ void buildAttentionPipeline(OpPassManager &pm, const Target &target,
                             llvm::StringRef device, Stage stopAfter,
                             KernelKind kind) {
   // 1. Description: attach the tile config chosen for the target (the
-  //    block-mask kernel has no tile config).
+  //    block-mask kernel has no tile config; the backward's comes with its
+  //    description).
   if (kind == KernelKind::Forward) {
     AttachTileConfigOptions configOptions;
     configOptions.chip = target.chip;
     configOptions.device = device.str();
     pm.addPass(createAttachTileConfig(configOptions));
   }
+  // The backward of a score_mod needs its derivative.
+  if (kind == KernelKind::Backward)
+    pm.addPass(createDifferentiateScoreMod());
   if (stopAfter == Stage::Description)
     return;
 

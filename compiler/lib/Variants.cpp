@@ -164,10 +164,15 @@ llvm::Error softcap(AttentionSpec &spec, double cap) {
                       "{0}",
                       cap)
             .str());
-  if (auto err = needsNoMods(spec, "softcap"))
-    return err;
-  auto text = buildScoreMod({}, [cap](OpBuilder &b, Location loc,
-                                      const ScoreModArgs &a) -> Value {
+  // It reads no captured tensor, so it joins a mask_mod's (a document
+  // mask's ids) as trailing arguments it ignores.
+  if (!spec.scoreMod.empty())
+    return llvm::createStringError(
+        "softcap needs a spec without a score_mod: to combine score mods, "
+        "write one score_mod with buildScoreMod");
+  auto text = buildScoreMod(spec.captures, [cap](OpBuilder &b, Location loc,
+                                                 const ScoreModArgs &a)
+                                               -> Value {
     Value capValue = arith::ConstantOp::create(
         b, loc, b.getF32FloatAttr(static_cast<float>(cap)));
     Value inverse = arith::ConstantOp::create(

@@ -5,6 +5,7 @@
 #include "flashjit/DevTools/BackwardReference.h"
 #include "flashjit/Runtime/CudaDriver.h"
 #include "flashjit/DevTools/DeviceBuffer.h"
+#include "flashjit/DevTools/DeviceWords.h"
 #include "flashjit/DevTools/EventTimer.h"
 #include "flashjit/DevTools/HostFloat.h"
 
@@ -121,6 +122,11 @@ runAndCheckBackward(const Kernel &forward, const BackwardKernel &backward,
       makeRandomInput(host.v, spec.dtype, opt.layout, B, Hkv, Sk, D, rng);
   auto dOBits =
       makeRandomInput(host.dO, spec.dtype, opt.layout, B, H, Sq, D, rng);
+  auto mods = ModInterpreter::forCheck(spec, opt.captures);
+  if (!mods)
+    return mods.takeError();
+  host.mods = mods->get();
+  host.captures = opt.captures;
 
   const size_t qBytes = qBits.size() * 2, kvBytes = kBits.size() * 2;
   const size_t workspaceBytes = backward.workspaceBytes(B, Sq);
@@ -153,7 +159,13 @@ runAndCheckBackward(const Kernel &forward, const BackwardKernel &backward,
   if (auto err = poison({&o, &lse, &dq, &dk, &dv, &workspace}))
     return std::move(err);
 
+  DeviceWords words(drv);
+  std::vector<CapturedRef> captures;
+  if (auto err = words.uploadCaptures(spec, opt.captures, captures))
+    return std::move(err);
+
   ForwardArgs fwd;
+  fwd.captures = captures;
   fwd.q = viewOf(opt.layout, q, spec.dtype, B, H, Sq, D);
   fwd.k = viewOf(opt.layout, k, spec.dtype, B, Hkv, Sk, D);
   fwd.v = viewOf(opt.layout, v, spec.dtype, B, Hkv, Sk, D);
@@ -176,6 +188,7 @@ runAndCheckBackward(const Kernel &forward, const BackwardKernel &backward,
   args.workspace = workspace.data();
   args.workspaceBytes = workspace.bytes();
   args.scale = host.scale;
+  args.captures = captures;
   if (auto err = backward.backward(args))
     return std::move(err);
   if (auto err = FLASHJIT_CU(drv, cuCtxSynchronize))
@@ -236,6 +249,8 @@ runAndCheckBackward(const Kernel &forward, const BackwardKernel &backward,
   const int64_t group = spec.groupSize();
   for (auto [b, kvh] : groupsToCheck(B, Hkv, opt.checkedGroups, rng)) {
     ReferenceGradients ref = referenceGradients(host, b, kvh);
+    if (!ref.error.empty())
+      return llvm::createStringError("the reference's mods: " + ref.error);
     for (int64_t g = 0; g < group; ++g)
       for (int64_t i = 0; i < Sq; ++i)
         compare(dqSums, dqBits,

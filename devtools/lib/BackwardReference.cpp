@@ -2,13 +2,16 @@
 // Why: see BackwardReference.h. Per query row i (scores s_j = scale q_i.k_j
 // over the keys it sees): P = softmax(s), dP_j = dO_i . v_j,
 // D = sum_j P_j dP_j, dS_j = P_j (dP_j - D); then dq_i = scale sum_j dS_j
-// k_j, dk_j += scale dS_j q_i, dv_j += P_j dO_i. Rows are split among
+// k_j, dk_j += scale dS_j q_i, dv_j += P_j dO_i. With a score_mod, P is
+// the softmax of y_j = score_mod(s_j) and dS_j takes the factor dy_j/ds_j;
+// a mask_mod drops keys as the causal mask does. Rows are split among
 // threads, each with its own dk and dv sums, added in thread order.
 #include "flashjit/DevTools/BackwardReference.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <mutex>
 #include <thread>
 
 namespace flashjit {
@@ -39,6 +42,41 @@ ReferenceGradients referenceGradients(const HostBackwardProblem &p,
       dkMagParts(threads), dvMagParts(threads);
   std::atomic<int64_t> next{0};
   constexpr int64_t kRowsPerTask = 16;
+  std::mutex errorLock;
+  // The mods of one score (b, h, i, j): whether it is kept, its modified
+  // value and the derivative; false when a mod fails (error set).
+  auto modded = [&](double x, int64_t head, int64_t i, int64_t j, bool &keep,
+                    double &y, double &grad) {
+    keep = true;
+    y = x;
+    grad = 1.0;
+    if (!p.mods)
+      return true;
+    auto fail = [&](llvm::Error err) {
+      std::lock_guard<std::mutex> guard(errorLock);
+      if (out.error.empty())
+        out.error = llvm::toString(std::move(err));
+      else
+        llvm::consumeError(std::move(err));
+      return false;
+    };
+    auto kept = p.mods->keep(batch, head, i, j, p.captures);
+    if (!kept)
+      return fail(kept.takeError());
+    keep = *kept;
+    if (!keep || !p.mods->hasScoreMod())
+      return true;
+    const double h = 1e-4 * std::max(1.0, std::fabs(x));
+    auto at = [&](double s) { return p.mods->score(s, batch, head, i, j,
+                                                   p.captures); };
+    auto value = at(x), above = at(x + h), below = at(x - h);
+    for (auto *e : {&value, &above, &below})
+      if (!*e)
+        return fail(e->takeError());
+    y = *value;
+    grad = (*above - *below) / (2 * h);
+    return true;
+  };
 
   auto work = [&](unsigned t) {
     std::vector<double> &dk = dkParts[t], &dv = dvParts[t];
@@ -47,7 +85,8 @@ ReferenceGradients referenceGradients(const HostBackwardProblem &p,
     dv.assign(Sk * D, 0.0);
     dkMag.assign(Sk * D, 0.0);
     dvMag.assign(Sk * D, 0.0);
-    std::vector<double> s(Sk), dp(Sk), qi(D), doi(D), dqi(D), dqiMag(D);
+    std::vector<double> s(Sk), dp(Sk), grad(Sk), qi(D), doi(D), dqi(D),
+        dqiMag(D);
     for (;;) {
       const int64_t first = next.fetch_add(kRowsPerTask);
       if (first >= rows)
@@ -76,9 +115,15 @@ ReferenceGradients referenceGradients(const HostBackwardProblem &p,
           double dot = 0;
           for (int64_t c = 0; c < D; ++c)
             dot += qi[c] * k[j * D + c];
-          s[j] = p.scale * dot;
+          bool keep = true;
+          if (!modded(p.scale * dot, head, i, j, keep, s[j], grad[j]))
+            return;
+          if (!keep)
+            s[j] = -INFINITY;
           max = std::max(max, s[j]);
         }
+        if (max == -INFINITY)
+          continue; // no key kept: dq = 0, nothing reaches dk or dv
         double sum = 0;
         for (int64_t j = begin; j < end; ++j) {
           s[j] = std::exp(s[j] - max);
@@ -96,10 +141,13 @@ ReferenceGradients referenceGradients(const HostBackwardProblem &p,
         std::fill(dqi.begin(), dqi.end(), 0.0);
         std::fill(dqiMag.begin(), dqiMag.end(), 0.0);
         for (int64_t j = begin; j < end; ++j) {
-          const double ds = s[j] * (dp[j] - rowD);
+          if (s[j] == 0.0)
+            continue; // masked (or underflowed): no term
+          const double ds = s[j] * (dp[j] - rowD) * grad[j];
           const double dsScaled = p.scale * ds;
-          const double dsMag =
-              p.scale * s[j] * (std::fabs(dp[j]) + std::fabs(rowD));
+          const double dsMag = p.scale * s[j] *
+                               (std::fabs(dp[j]) + std::fabs(rowD)) *
+                               std::fabs(grad[j]);
           for (int64_t c = 0; c < D; ++c) {
             const double kc = k[j * D + c];
             dqi[c] += dsScaled * kc;

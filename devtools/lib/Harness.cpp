@@ -1,6 +1,7 @@
 //===- Harness.cpp - run a kernel on fresh inputs and check it ------------===//
 // Why: see Harness.h.
 #include "flashjit/DevTools/Harness.h"
+#include "flashjit/DevTools/DeviceWords.h"
 
 #include "flashjit/Runtime/CudaDriver.h"
 #include "flashjit/DevTools/DeviceBuffer.h"
@@ -34,54 +35,6 @@ TensorRef tensorRef(Layout layout, void *data, DType dtype, int64_t b,
 }
 
 
-/// 4-byte words in device buffers that live as long as this.
-class DeviceWords {
-public:
-  explicit DeviceWords(const CudaDriver &drv) : drv(drv) {}
-
-  /// `count` words (at least one allocated), shaped row-major.
-  llvm::Expected<CapturedRef> upload(const void *words, size_t count,
-                                     CaptureDType dtype,
-                                     llvm::ArrayRef<int64_t> shape) {
-    auto buffer = std::make_unique<DeviceBuffer>(drv);
-    if (auto err = buffer->allocate(std::max<size_t>(count, 1) * 4))
-      return std::move(err);
-    if (auto err =
-            FLASHJIT_CU(drv, cuMemcpyHtoD, buffer->ptr(), words, count * 4))
-      return std::move(err);
-    CapturedRef ref = CapturedRef::contiguous(buffer->data(), dtype, shape);
-    buffers.push_back(std::move(buffer));
-    return ref;
-  }
-
-  /// The spec's captured tensors as f32 or i32 words, appended to `out`.
-  llvm::Error uploadCaptures(const AttentionSpec &spec,
-                             llvm::ArrayRef<HostCapture> captures,
-                             std::vector<CapturedRef> &out) {
-    for (size_t i = 0; i < captures.size() && i < spec.captures.size(); ++i) {
-      const HostCapture &c = captures[i];
-      std::vector<uint32_t> words(c.values.size());
-      for (size_t e = 0; e < words.size(); ++e) {
-        if (spec.captures[i].dtype == CaptureDType::F32) {
-          float f = static_cast<float>(c.values[e]);
-          std::memcpy(&words[e], &f, 4);
-        } else {
-          words[e] = static_cast<uint32_t>(static_cast<int32_t>(c.values[e]));
-        }
-      }
-      auto ref = upload(words.data(), words.size(), spec.captures[i].dtype,
-                        c.shape);
-      if (!ref)
-        return ref.takeError();
-      out.push_back(*ref);
-    }
-    return llvm::Error::success();
-  }
-
-private:
-  const CudaDriver &drv;
-  std::vector<std::unique_ptr<DeviceBuffer>> buffers;
-};
 } // namespace
 
 std::vector<uint16_t> makeRandomInput(std::vector<float> &host, DType dtype,
@@ -260,20 +213,10 @@ llvm::Expected<CheckReport> runAndCheck(const Kernel &kernel,
       makeRandomInput(host.k, spec.dtype, opt.layout, B, Hkv, Sk, D, rng);
   auto vBits =
       makeRandomInput(host.v, spec.dtype, opt.layout, B, Hkv, Sk, D, rng);
-  std::unique_ptr<ModInterpreter> mods;
-  if (spec.hasMods()) {
-    auto created = ModInterpreter::create(spec);
-    if (!created)
-      return created.takeError();
-    mods = std::move(*created);
-    host.mods = mods.get();
-  }
-  if (opt.captures.size() != spec.captures.size())
-    return llvm::createStringError(
-        llvm::formatv("the spec reads {0} captured tensors, the check gives "
-                      "{1}",
-                      spec.captures.size(), opt.captures.size())
-            .str());
+  auto mods = ModInterpreter::forCheck(spec, opt.captures);
+  if (!mods)
+    return mods.takeError();
+  host.mods = mods->get();
   host.captures = opt.captures;
 
   DeviceBuffer q(drv), k(drv), v(drv), o(drv), lse(drv);

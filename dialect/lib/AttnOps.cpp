@@ -203,7 +203,7 @@ bool AttentionOp::isModOpSupported(Operation *op) {
 /// that every op in it is one the lowering can place.
 static LogicalResult verifyModRegion(AttentionOp op, Region &region,
                                      StringRef name, ArrayRef<Type> argTypes,
-                                     Type yieldType) {
+                                     ArrayRef<Type> yieldTypes) {
   if (region.empty())
     return success();
   Block &block = region.front();
@@ -212,17 +212,29 @@ static LogicalResult verifyModRegion(AttentionOp op, Region &region,
     llvm::raw_string_ostream os(s);
     os << "(";
     llvm::interleaveComma(argTypes, os);
-    os << ") -> " << yieldType;
+    os << ") -> ";
+    if (yieldTypes.size() == 1)
+      os << yieldTypes.front();
+    else {
+      os << "(";
+      llvm::interleaveComma(yieldTypes, os);
+      os << ")";
+    }
     return s;
   };
   if (block.getNumArguments() != argTypes.size() ||
       !llvm::equal(block.getArgumentTypes(), argTypes))
     return op.emitOpError() << name << " region must take " << signature();
   auto yield = dyn_cast<YieldOp>(block.getTerminator());
-  if (!yield || yield.getValues().size() != 1 ||
-      yield.getValues()[0].getType() != yieldType)
-    return op.emitOpError() << name << " region must end in attn.yield of one "
-                            << yieldType;
+  if (!yield || !llvm::equal(yield.getValues().getTypes(), yieldTypes)) {
+    InFlightDiagnostic diag = op.emitOpError()
+                              << name << " region must end in attn.yield of ";
+    if (yieldTypes.size() == 1)
+      diag << "one " << yieldTypes.front();
+    else
+      diag << yieldTypes.size() << " values (" << yieldTypes << ")";
+    return diag;
+  }
   if (!region.hasOneBlock())
     return op.emitOpError() << name << " region must have one block";
   for (Operation &inner : block) {
@@ -259,8 +271,14 @@ LogicalResult AttentionOp::verifyRegions() {
     maskArgs.push_back(c.getType());
   }
   if (failed(verifyModRegion(*this, getScoreMod(), "score_mod", scoreArgs,
-                             f32)))
+                             {f32})))
     return failure();
-  return verifyModRegion(*this, getMaskMod(), "mask_mod", maskArgs,
-                         b.getI1Type());
+  if (failed(verifyModRegion(*this, getMaskMod(), "mask_mod", maskArgs,
+                             {b.getI1Type()})))
+    return failure();
+  if (!getScoreGrad().empty() && getScoreMod().empty())
+    return emitOpError() << "has a score_grad region but no score_mod: "
+                            "score_grad is the derivative of a score_mod";
+  return verifyModRegion(*this, getScoreGrad(), "score_grad", scoreArgs,
+                         {f32, f32});
 }

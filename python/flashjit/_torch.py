@@ -259,14 +259,13 @@ def _spec_of(q, k, causal, causal_align, window_left, window_right, softcap, sco
     for c in captures:
         dims.append(tuple(capture_dims[at:at + c.dim()]))
         at += c.dim()
+    declared = tuple(Capture(_CAPTURE_DTYPES[c.dtype], d) for c, d in zip(captures, dims))
     return AttentionSpec(
         head_dim=q.shape[3], dtype=_DTYPES[q.dtype], causal=causal,
         num_heads=q.shape[1], num_kv_heads=k.shape[1], causal_align=_ALIGN_NAMES[causal_align],
         window=(window_left, window_right),
-        score_mod=softcap_score_mod(softcap) if softcap is not None else score_mod,
-        mask_mod=mask_mod,
-        captures=tuple(Capture(_CAPTURE_DTYPES[c.dtype], d) for c, d in zip(captures, dims)),
-        sparse_block=(sparse_block_m, sparse_block_n))
+        score_mod=softcap_score_mod(softcap, declared) if softcap is not None else score_mod,
+        mask_mod=mask_mod, captures=declared, sparse_block=(sparse_block_m, sparse_block_n))
 
 
 def _launch(kernel: Kernel, q, k, v, o, lse, scale, captures, block_mask, device: int) -> None:
@@ -376,8 +375,9 @@ def attention_backward(
     """dQ, dK, dV of attention_forward from its inputs, its O and LSE, and
     dO (docs/backward.md): flashjit's backward kernels on the current CUDA
     stream, deterministic when torch.use_deterministic_algorithms(True) is
-    on. A forward the backward does not support (mods, soft-capping, block
-    masks) raises UnsupportedError naming what."""
+    on; score_mod, soft-capping and mask_mod included (the score_mod's
+    derivative is derived from its function). A forward the backward does
+    not support (block masks) raises UnsupportedError naming what."""
     device = _check_devices(q, k, v, captures, block_mask)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     if dq.numel() == 0 or dk.numel() == 0:  # no query or no key: no gradient flows
@@ -403,7 +403,8 @@ def attention_backward(
                      for n, t in (("dq", dq), ("dk", dk), ("dv", dv))]
         backward.backward(*borrowed, lse, _dlpack.borrow(grad_o, strides=grad_strides),
                           *gradients, workspace=workspace, scale=scale,
-                          stream=torch.cuda.current_stream(device).cuda_stream)
+                          stream=torch.cuda.current_stream(device).cuda_stream,
+                          captures=list(captures))
     return dq, dk, dv
 
 
@@ -424,8 +425,12 @@ def _setup_context(ctx, inputs, output):
 def _backward(ctx, grad_o, grad_lse):
     q, k, v, o, lse = ctx.saved_tensors
     dq, dk, dv = torch.ops.flashjit.attention_backward(grad_o, q, k, v, o, lse, *ctx.options)
-    # One gradient per input, shaped as the input (a list for a list).
-    rest = tuple([None] * len(x) if isinstance(x, (list, tuple)) else None for x in ctx.options)
+    # One gradient per input, shaped as the input: a list of Nones for a
+    # list of tensors (captures, block_mask), None for anything else (a list
+    # of ints, capture_dims, included).
+    rest = tuple([None] * len(x)
+                 if isinstance(x, (list, tuple)) and all(isinstance(t, torch.Tensor) for t in x)
+                 else None for x in ctx.options)
     return (dq, dk, dv) + rest
 
 
@@ -841,9 +846,10 @@ def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None,
     Gradients: O.backward() runs flashjit's backward kernels for dense and
     causal attention (either alignment, GQA/MQA, head dims 64, 96, 128, 256),
     bitwise reproducible under torch.use_deterministic_algorithms(True).
-    Sliding windows have a backward too (not deterministic yet); mods,
-    soft-capping and block masks do not (an UnsupportedError when backward
-    runs). LSE is not differentiable.
+    Sliding windows have a backward too (not deterministic yet), and so do
+    score_mod, soft-capping and mask_mod (the score_mod's derivative is
+    derived from its function); block masks do not (an UnsupportedError
+    when backward runs). LSE is not differentiable.
     """
     # The eager path where the op's dispatcher has nothing to add: no
     # tracing, no dispatch or function mode, no functorch transform here;

@@ -359,12 +359,14 @@ class Backward(_Handle):
         return out.value
 
     def backward(self, q, k, v, o, lse, dout, dq, dk, dv, *, workspace,
-                 scale: Optional[float] = None, stream: Any = None) -> None:
+                 scale: Optional[float] = None, stream: Any = None,
+                 captures: Sequence[Any] = ()) -> None:
         """Writes dq, dk, dv (shaped as q, k, v) on `stream`. Tensors are
         DLPack tensors as Kernel.forward takes them, dout shaped as o.
         workspace: a DLPack tensor of at least workspace_bytes() bytes on
         the same device (its contents are overwritten). scale: the
-        forward's (None: 1/sqrt(head_dim)). Nothing is launched unless
+        forward's (None: 1/sqrt(head_dim)). captures: the spec's captured
+        tensors, as the forward took them. Nothing is launched unless
         every check passes."""
         stream_handle = _stream_handle(stream)
         tensors = [_dlpack.borrow(t, stream=stream_handle)
@@ -376,9 +378,17 @@ class Backward(_Handle):
             count *= n
         size = count * ((c.dtype.bits * c.dtype.lanes + 7) // 8)
         address = (c.data or 0) + c.byte_offset
-        self._lib.check(self._lib.fn("flashjit_backward_run")(
-            self._live(), *[t.pointer for t in tensors], ctypes.c_void_p(address or None), size,
-            math.nan if scale is None else float(scale), ctypes.c_void_p(stream_handle)))
+        c_scale = math.nan if scale is None else float(scale)
+        if not captures:
+            self._lib.check(self._lib.fn("flashjit_backward_run")(
+                self._live(), *[t.pointer for t in tensors], ctypes.c_void_p(address or None),
+                size, c_scale, ctypes.c_void_p(stream_handle)))
+            return
+        captured = [_dlpack.borrow(t, stream=stream_handle) for t in captures]
+        array = (_dlpack.DLTensor * len(captured))(*[t.tensor for t in captured])
+        self._lib.check(self._lib.fn("flashjit_backward_run_captures")(
+            self._live(), *[t.pointer for t in tensors], ctypes.c_void_p(address or None),
+            size, c_scale, array, len(captured), ctypes.c_void_p(stream_handle)))
 
     def __repr__(self) -> str:
         mode = ", deterministic" if self.deterministic else ""

@@ -18,7 +18,7 @@ too.
 import ctypes
 import dataclasses
 import math
-from typing import Optional, Tuple
+from typing import Sequence, Optional, Tuple
 
 from .errors import InvalidArgumentError
 
@@ -256,14 +256,20 @@ def _f32_literal(value: float) -> str:
     return f"{value:.9e}"
 
 
-def softcap_score_mod(cap: float) -> str:
+def softcap_score_mod(cap: float, captures: Sequence[Capture] = ()) -> str:
     """A score_mod for logit soft-capping (Gemma 2): cap * tanh(score / cap),
-    where score is the scaled dot product."""
+    where score is the scaled dot product. captures: the spec's captured
+    tensors (a mask_mod's), which every mod takes as trailing arguments;
+    the soft-cap reads none of them."""
     cap = float(cap)
     if not (math.isfinite(cap) and cap > 0):
         raise InvalidArgumentError(f"softcap must be a positive finite number, got {cap}")
+    extra = "".join(
+        f", %c{i}: tensor<{'x'.join('?' if d < 0 else str(d) for d in c.shape)}x{c.dtype}>"
+        for i, c in enumerate(captures))
     return "\n".join([
-        "func.func @softcap(%score: f32, %b: index, %h: index, %q: index, %kv: index) -> f32 {",
+        "func.func @softcap(%score: f32, %b: index, %h: index, %q: index, %kv: index"
+        + extra + ") -> f32 {",
         f"  %cap = arith.constant {_f32_literal(cap)} : f32",
         "  %x = arith.divf %score, %cap : f32",
         "  %t = math.tanh %x : f32",

@@ -505,12 +505,43 @@ def test_backward_of_a_window(cuda, window, causal, align):
         assert relative_error(got, ref) < 2e-2, name
 
 
-def test_backward_of_a_score_mod_is_unsupported(cuda):
+DOCUMENT_MASK = "\n".join([
+    "func.func @documents(%b: index, %h: index, %q: index, %kv: index, "
+    "%ids: tensor<?x?xi32>) -> i1 {",
+    "  %dq = tensor.extract %ids[%b, %q] : tensor<?x?xi32>",
+    "  %dk = tensor.extract %ids[%b, %kv] : tensor<?x?xi32>",
+    "  %same = arith.cmpi eq, %dq, %dk : i32",
+    "  return %same : i1",
+    "}"])
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_backward_of_softcap_and_a_document_mask(cuda, head_dim):
+    # Soft-capped scores (their derivative 1 - tanh^2 derived from the
+    # score_mod) under a document mask, against float64 autograd through
+    # the same functions.
     torch = cuda
-    q = rand(torch, 1, 2, 64, 64, dtype=torch.bfloat16).requires_grad_()
-    o = flashjit.attention(q, q, q, causal=True, softcap=30.0)
-    with pytest.raises(flashjit.UnsupportedError):
-        o.float().sum().backward()
+    batch, heads, kv_heads, seqlen, cap = 2, 4, 2, 300, 5.0
+    q = (rand(torch, batch, heads, seqlen, head_dim, dtype=torch.bfloat16) * 4).requires_grad_()
+    k = rand(torch, batch, kv_heads, seqlen, head_dim, dtype=torch.bfloat16).requires_grad_()
+    v = rand(torch, batch, kv_heads, seqlen, head_dim, dtype=torch.bfloat16).requires_grad_()
+    grad_o = rand(torch, batch, heads, seqlen, head_dim, dtype=torch.bfloat16)
+    ids = (torch.arange(seqlen, device="cuda") // 77).to(torch.int32).repeat(batch, 1)
+    ids[1] = (torch.arange(seqlen, device="cuda") // 120).to(torch.int32)
+    o = flashjit.attention(q, k, v, causal=True, softcap=cap, mask_mod=DOCUMENT_MASK,
+                           captures=[ids], capture_dims=[[-1, -1]])
+    poison_allocator(torch, q, k, v)
+    o.backward(grad_o)
+    qd, kd, vd = (t.detach().double().requires_grad_() for t in (q, k, v))
+    group = heads // kv_heads
+    s = qd @ kd.repeat_interleave(group, dim=1).transpose(-1, -2) / math.sqrt(head_dim)
+    s = cap * torch.tanh(s / cap)
+    i = torch.arange(seqlen, device="cuda")
+    keep = (i[None, :] <= i[:, None])[None, None] & (ids[:, None, :, None] == ids[:, None, None, :])
+    p = torch.softmax(s.masked_fill(~keep, -math.inf), dim=-1)
+    (p @ vd.repeat_interleave(group, dim=1)).backward(grad_o.double())
+    for name, got, ref in zip("qkv", (q.grad, k.grad, v.grad), (qd.grad, kd.grad, vd.grad)):
+        assert relative_error(got, ref) < 2e-2, name
 
 
 def test_torch_compile(cuda):

@@ -109,6 +109,7 @@ llvm::Expected<MapLayouts> checkBackwardArgs(const BackwardKernel &kernel,
   forward.o = a.o;
   forward.lse = a.lse;
   forward.scale = a.scale;
+  forward.captures = a.captures;
   if (auto err = checkForwardArgs(spec, forward))
     return invalid("the forward's tensors: " + llvm::toString(std::move(err)));
   const std::pair<const char *, const TensorRef *> grads[] = {
@@ -238,10 +239,16 @@ llvm::Error BackwardKernel::backward(const BackwardArgs &a) const {
 
   const int device = Module->deviceOrdinal();
   // The wgmma kernel takes the maps of Q and dO after the other
-  // parameters (after the turn counters when deterministic).
+  // parameters (after the turn counters when deterministic); the mods'
+  // captured tensors come last.
   auto mainPointers = main.paramPointers();
-  std::array<void *, BackwardMainArgs::kNumParams + 2> mainParams{};
+  std::array<void *, BackwardMainArgs::kNumParams + 2 +
+                         VariantLaunchParams::kMaxParams>
+      mainParams{};
   std::copy(mainPointers.begin(), mainPointers.end(), mainParams.begin());
+  size_t variantAt = BackwardMainArgs::kNumParams - (deterministic() ? 0 : 1);
+  VariantLaunchParams variant;
+  variant.fill(a.captures, BlockMaskRef());
   std::array<CUtensorMap, 2> maps{};
   if (*layouts) {
     auto drv = CudaDriver::get();
@@ -253,10 +260,11 @@ llvm::Error BackwardKernel::backward(const BackwardArgs &a) const {
     for (size_t i = 0; i < maps.size(); ++i)
       if (auto err = encodeTensorMap(*drv, (**layouts)[i], maps[i]))
         return withCode(ErrorCode::LaunchError, std::move(err));
-    const size_t at = BackwardMainArgs::kNumParams - (deterministic() ? 0 : 1);
-    mainParams[at] = &maps[0];
-    mainParams[at + 1] = &maps[1];
+    mainParams[variantAt] = &maps[0];
+    mainParams[variantAt + 1] = &maps[1];
+    variantAt += 2;
   }
+  variant.appendPointers(mainParams.data(), static_cast<unsigned>(variantAt));
   auto prePointers = pre.paramPointers();
   if (auto err = launch(Preprocess, geometry.preprocess, prePointers.data(),
                         a.stream, device))

@@ -9,7 +9,6 @@
 #include "CApiSupport.h"
 #include "DLPackTensors.h"
 
-#include "flashjit/Backward.h"
 #include "flashjit/FlashJIT.h"
 #include "flashjit/Runtime/ErrorCode.h"
 
@@ -22,15 +21,72 @@
 #include <exception>
 #include <new>
 
-struct flashjit_backward {
-  std::shared_ptr<const flashjit::BackwardKernel> kernel;
-  int device = 0;
-};
-
 namespace {
 
 using flashjit::ErrorCode;
 using namespace flashjit::capi;
+
+/// The block mask's four DLTensors (a null one: not given) into `mask`.
+llvm::Error readBlockMask(const DLTensor *const *lists, int device,
+                          flashjit::BlockMaskRef &mask) {
+  const char *names[] = {"kv_num_blocks", "kv_indices", "full_kv_num_blocks",
+                         "full_kv_indices"};
+  auto refs = mask.lists();
+  for (int l = 0; l < 4; ++l) {
+    if (!lists[l])
+      continue;
+    auto ref = flashjit::toCapturedRef(names[l], lists[l], device);
+    if (!ref)
+      return ref.takeError();
+    *refs[l] = *ref;
+  }
+  return llvm::Error::success();
+}
+
+/// flashjit_kernel_forward(_captures) once inside guarded(): `fn` names
+/// the entry point in messages.
+flashjit_status_t forwardKernel(const char *fn, flashjit_kernel_t kernel,
+                                const DLTensor *q, const DLTensor *k,
+                                const DLTensor *v, DLTensor *o, DLTensor *lse,
+                                double scale, const DLTensor *captures,
+                                int32_t num_captures, void *stream,
+                                const DLTensor *const *blockMask = nullptr) {
+  if (!kernel)
+    return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
+                "kernel is a null handle");
+  flashjit::ForwardArgs args;
+  const std::pair<const char *, const DLTensor *> tensors[] = {
+      {"q", q}, {"k", k}, {"v", v}, {"o", o}};
+  flashjit::TensorRef *refs[] = {&args.q, &args.k, &args.v, &args.o};
+  for (size_t i = 0; i < 4; ++i) {
+    auto ref = flashjit::toTensorRef(tensors[i].first, tensors[i].second,
+                                     kernel->device);
+    if (!ref)
+      return fail(fn, ref.takeError());
+    *refs[i] = *ref;
+  }
+  auto lseRef = flashjit::toLseRef("lse", lse, kernel->device);
+  if (!lseRef)
+    return fail(fn, lseRef.takeError());
+  args.lse = *lseRef;
+  if (llvm::Error err = readCaptures(captures, num_captures, kernel->device,
+                                    args.captures))
+    return fail(fn, std::move(err));
+  if (blockMask)
+    if (llvm::Error err = readBlockMask(blockMask, kernel->device,
+                                        args.blockMask))
+      return fail(fn, std::move(err));
+  if (!std::isnan(scale))
+    args.scale = scale;
+  args.stream = static_cast<CUstream>(stream);
+  if (llvm::Error err = kernel->kernel->forward(args))
+    return fail(fn, std::move(err));
+  return succeed();
+}
+
+} // namespace
+
+namespace flashjit::capi {
 
 /// The size of the first published flashjit_attention_spec_t.
 constexpr size_t kSpecV1Size =
@@ -138,65 +194,7 @@ llvm::Error readCaptures(const DLTensor *captures, int32_t num_captures,
   return llvm::Error::success();
 }
 
-/// The block mask's four DLTensors (a null one: not given) into `mask`.
-llvm::Error readBlockMask(const DLTensor *const *lists, int device,
-                          flashjit::BlockMaskRef &mask) {
-  const char *names[] = {"kv_num_blocks", "kv_indices", "full_kv_num_blocks",
-                         "full_kv_indices"};
-  auto refs = mask.lists();
-  for (int l = 0; l < 4; ++l) {
-    if (!lists[l])
-      continue;
-    auto ref = flashjit::toCapturedRef(names[l], lists[l], device);
-    if (!ref)
-      return ref.takeError();
-    *refs[l] = *ref;
-  }
-  return llvm::Error::success();
-}
-
-/// flashjit_kernel_forward(_captures) once inside guarded(): `fn` names
-/// the entry point in messages.
-flashjit_status_t forwardKernel(const char *fn, flashjit_kernel_t kernel,
-                                const DLTensor *q, const DLTensor *k,
-                                const DLTensor *v, DLTensor *o, DLTensor *lse,
-                                double scale, const DLTensor *captures,
-                                int32_t num_captures, void *stream,
-                                const DLTensor *const *blockMask = nullptr) {
-  if (!kernel)
-    return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
-                "kernel is a null handle");
-  flashjit::ForwardArgs args;
-  const std::pair<const char *, const DLTensor *> tensors[] = {
-      {"q", q}, {"k", k}, {"v", v}, {"o", o}};
-  flashjit::TensorRef *refs[] = {&args.q, &args.k, &args.v, &args.o};
-  for (size_t i = 0; i < 4; ++i) {
-    auto ref = flashjit::toTensorRef(tensors[i].first, tensors[i].second,
-                                     kernel->device);
-    if (!ref)
-      return fail(fn, ref.takeError());
-    *refs[i] = *ref;
-  }
-  auto lseRef = flashjit::toLseRef("lse", lse, kernel->device);
-  if (!lseRef)
-    return fail(fn, lseRef.takeError());
-  args.lse = *lseRef;
-  if (llvm::Error err = readCaptures(captures, num_captures, kernel->device,
-                                    args.captures))
-    return fail(fn, std::move(err));
-  if (blockMask)
-    if (llvm::Error err = readBlockMask(blockMask, kernel->device,
-                                        args.blockMask))
-      return fail(fn, std::move(err));
-  if (!std::isnan(scale))
-    args.scale = scale;
-  args.stream = static_cast<CUstream>(stream);
-  if (llvm::Error err = kernel->kernel->forward(args))
-    return fail(fn, std::move(err));
-  return succeed();
-}
-
-} // namespace
+} // namespace flashjit::capi
 
 extern "C" {
 
@@ -456,140 +454,5 @@ flashjit_status_t flashjit_kernel_forward(flashjit_kernel_t kernel,
 
 
 // ---- the backward pass ------------------------------------------------------
-
-} // extern "C"
-
-namespace {
-/// flashjit_backward_compile and its _with_options form, reported as `fn`.
-flashjit_status_t compileBackward(const char *fn, flashjit_context_t ctx,
-                                  const flashjit_attention_spec_t *spec,
-                                  const flashjit_backward_options_t *given,
-                                  flashjit_backward_t *out) {
-  if (!out)
-    return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT, "out is a null pointer");
-  *out = nullptr;
-  if (!ctx)
-    return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT, "ctx is a null handle");
-  auto parsed = readSpec(spec);
-  if (!parsed)
-    return fail(fn, parsed.takeError());
-  flashjit_backward_options_t o;
-  flashjit_backward_options_init(&o);
-  if (given) {
-    // API version 7's struct ends before seqlen.
-    if (auto err = checkStructSize(
-            given, offsetof(flashjit_backward_options_t, seqlen), sizeof(o),
-            "flashjit_backward_options_init", "backward options"))
-      return fail(fn, std::move(err));
-    std::memcpy(&o, given, std::min(given->struct_size, sizeof(o)));
-  }
-  if (o.seqlen < 0)
-    return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
-                "backward options seqlen is " + std::to_string(o.seqlen) +
-                    ": expected 0 (the default, 2048) or a length of at "
-                    "least 1");
-  if (o.deterministic != 0 && o.deterministic != 1)
-    return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
-                "backward options deterministic is " +
-                    std::to_string(o.deterministic) + ": expected 0 or 1");
-  flashjit::BackwardOptions options;
-  options.deterministic = o.deterministic == 1;
-  if (o.seqlen > 0)
-    options.seqlen = o.seqlen;
-  if (o.config && *o.config) {
-    auto tile = flashjit::TileConfig::parse(o.config);
-    if (!tile)
-      return fail(
-          fn, flashjit::withCode(ErrorCode::InvalidArgument, tile.takeError()));
-    options.config = *tile;
-  }
-  auto kernel = ctx->context->compileBackward(*parsed, options);
-  if (!kernel)
-    return fail(fn, kernel.takeError());
-  *out = new flashjit_backward{*kernel, ctx->device};
-  return succeed();
-}
-} // namespace
-
-extern "C" {
-
-flashjit_status_t
-flashjit_backward_compile(flashjit_context_t ctx,
-                          const flashjit_attention_spec_t *spec,
-                          const char *config, flashjit_backward_t *out) {
-  return guarded(__func__, [&](const char *fn) {
-    flashjit_backward_options_t options;
-    flashjit_backward_options_init(&options);
-    options.config = config;
-    return compileBackward(fn, ctx, spec, &options, out);
-  });
-}
-
-flashjit_status_t flashjit_backward_compile_with_options(
-    flashjit_context_t ctx, const flashjit_attention_spec_t *spec,
-    const flashjit_backward_options_t *options, flashjit_backward_t *out) {
-  return guarded(__func__, [&](const char *fn) {
-    return compileBackward(fn, ctx, spec, options, out);
-  });
-}
-
-flashjit_status_t flashjit_backward_release(flashjit_backward_t backward) {
-  return guarded(__func__, [&](const char *) {
-    delete backward;
-    return succeed();
-  });
-}
-
-flashjit_status_t flashjit_backward_workspace_size(
-    flashjit_backward_t backward, int64_t batch, int64_t seqlen_q,
-    uint64_t *bytes) {
-  return guarded(__func__, [&](const char *fn) {
-    if (!backward || !bytes)
-      return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
-                  "backward and bytes must not be null");
-    if (batch < 1 || seqlen_q < 1)
-      return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
-                  "batch and seqlen_q must be at least 1");
-    *bytes = backward->kernel->workspaceBytes(batch, seqlen_q);
-    return succeed();
-  });
-}
-
-flashjit_status_t flashjit_backward_run(
-    flashjit_backward_t backward, const DLTensor *q, const DLTensor *k,
-    const DLTensor *v, const DLTensor *o, const DLTensor *lse,
-    const DLTensor *dout, DLTensor *dq, DLTensor *dk, DLTensor *dv,
-    void *workspace, uint64_t workspace_bytes, double scale, void *stream) {
-  return guarded(__func__, [&](const char *fn) {
-    if (!backward)
-      return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
-                  "backward is a null handle");
-    flashjit::BackwardArgs args;
-    const std::pair<const char *, const DLTensor *> tensors[] = {
-        {"q", q},       {"k", k},   {"v", v},   {"o", o},  {"dout", dout},
-        {"dq", dq},     {"dk", dk}, {"dv", dv}};
-    flashjit::TensorRef *refs[] = {&args.q,  &args.k,  &args.v, &args.o,
-                                   &args.dO, &args.dq, &args.dk, &args.dv};
-    for (size_t i = 0; i < 8; ++i) {
-      auto ref = flashjit::toTensorRef(tensors[i].first, tensors[i].second,
-                                       backward->device);
-      if (!ref)
-        return fail(fn, ref.takeError());
-      *refs[i] = *ref;
-    }
-    auto lseRef = flashjit::toLseRef("lse", lse, backward->device);
-    if (!lseRef)
-      return fail(fn, lseRef.takeError());
-    args.lse = *lseRef;
-    args.workspace = workspace;
-    args.workspaceBytes = static_cast<size_t>(workspace_bytes);
-    if (!std::isnan(scale))
-      args.scale = scale;
-    args.stream = static_cast<CUstream>(stream);
-    if (llvm::Error err = backward->kernel->backward(args))
-      return fail(fn, std::move(err));
-    return succeed();
-  });
-}
 
 } // extern "C"

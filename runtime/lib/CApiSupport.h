@@ -1,9 +1,10 @@
 //===- CApiSupport.h - what every C API function is made of ------*- C++
 //-*-===//
-// Why: the C API spans several files (CApi.cpp, CApiDecode.cpp,
-// CApiVarlen.cpp); each function turns llvm::Errors into a status and the
-// thread-local last error, and lets no exception out, the same way, and
-// reads index tensors by the same rules. Private to libflashjit.so.
+// Why: the C API spans several files (CApi.cpp, CApiBackward.cpp,
+// CApiDecode.cpp, CApiVarlen.cpp); each function turns llvm::Errors into a
+// status and the thread-local last error, and lets no exception out, the
+// same way, and reads specs, captures and index tensors by the same rules.
+// Private to libflashjit.so.
 #ifndef FLASHJIT_RUNTIME_LIB_CAPISUPPORT_H
 #define FLASHJIT_RUNTIME_LIB_CAPISUPPORT_H
 
@@ -19,6 +20,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <vector>
 
 /// A context handle: the C++ Context and its device ordinal.
 struct flashjit_context {
@@ -140,6 +142,16 @@ readIndexTensor(const char *name, const DLTensor *t, int rank, int device) {
                          "-D int32 tensor with a contiguous last dimension");
   return *ref;
 }
+
+/// The caller's spec as the C++ AttentionSpec (CApi.cpp). Fields the
+/// caller's header did not have keep their defaults; fields this library
+/// does not know must be zero.
+llvm::Expected<flashjit::AttentionSpec>
+readSpec(const flashjit_attention_spec_t *given);
+/// `num_captures` DLTensors of captured tensors, appended to `out`
+/// (CApi.cpp).
+llvm::Error readCaptures(const DLTensor *captures, int32_t num_captures,
+                         int device, std::vector<flashjit::CapturedRef> &out);
 
 } // namespace flashjit::capi
 

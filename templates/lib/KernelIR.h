@@ -223,10 +223,10 @@ public:
                                    llvm::ArrayRef<mlir::Type> argTypes,
                                    int64_t threads);
 
-private:
   /// The parameters of the spec's captured tensors and block mask (a
   /// pointer and one i64 stride per dimension each), in the ABI's order,
-  /// and their values from `args` starting at `at`.
+  /// and their values from `args` starting at `at` (the forward kernels'
+  /// and the backward's).
   void appendVariantArgTypes(llvm::SmallVectorImpl<mlir::Type> &argTypes);
   void bindVariantArgs(mlir::ValueRange args, unsigned at, ForwardParams &p);
 };

@@ -160,6 +160,18 @@ Value ScoreMods::score(Value s, Value batch, Value head, ModIndex row,
   return back;
 }
 
+Value ScoreMods::scoreGradient(Value s, Value batch, Value head,
+                               ModIndex row, ModIndex column) {
+  OpBuilder &b = ir.b;
+  auto natural = arith::MulFOp::create(b, ir.loc, s, toNatural);
+  allowContraction(natural);
+  Region &region = *mods.scoreGrad;
+  auto yield = cast<attn::YieldOp>(region.front().getTerminator());
+  return inlineRegion(region, {natural.getResult(), batch, head, row, column},
+                      {yield.getValues()[1]})
+      .front();
+}
+
 Value ScoreMods::keep(Value batch, Value head, ModIndex row,
                       ModIndex column, Value appliesHere,
                       const ModReads *reads, int64_t rowSlot,

@@ -93,6 +93,12 @@ public:
   /// to the sequences (a captured tensor is read at them).
   mlir::Value score(mlir::Value s, mlir::Value batch, mlir::Value head,
                     ModIndex row, ModIndex column);
+  /// d score_mod / d score (f32) at a score in the family's units, from
+  /// the score_grad region (ModRegions::scoreGrad), for the backward pass:
+  /// the units scale the score and its mod alike, so the factor is the
+  /// natural one. Indices as score()'s.
+  mlir::Value scoreGradient(mlir::Value s, mlir::Value batch,
+                            mlir::Value head, ModIndex row, ModIndex column);
   /// The mask_mod: i1, true where the score is kept. With `appliesHere`
   /// (i1, ScoreRules::maskModOn), true too where it is false. With
   /// `reads`, the captured tensors are not read here: their values come

@@ -6,10 +6,15 @@
 // poisoned with NaN first (the check counts any NaN left as a failure).
 // The deterministic kernels pass the same checks and must give the same
 // bits on every call (each call on gradients and workspace poisoned
-// again).
+// again). score_mod and mask_mod presets are checked against the
+// reference's own evaluation of the same functions (the score_mod's
+// derivative by central differences, not the kernels' derived one).
 #include "GpuTestUtil.h"
 
+#include "../EveryRuleScoreMod.h"
+
 #include "flashjit/Backward.h"
+#include "flashjit/Compiler/Variants.h"
 #include "flashjit/DevTools/BackwardCheck.h"
 #include "flashjit/Templates/MmaSyncBackward.h"
 #include "flashjit/Templates/WgmmaBackward.h"
@@ -52,6 +57,13 @@ void checkBackward(const AttentionSpec &spec, int64_t batch, int64_t seqlenQ,
   o.seed = freshSeed();
   o.checkedGroups = checkedGroups;
   o.repeats = mode.repeats;
+  // The presets' captured tensors (four documents per sequence).
+  if (!spec.captures.empty()) {
+    auto captures = presets::sampleCaptures(spec, batch, seqlenQ, seqlenK,
+                                            /*documents=*/4, o.seed);
+    REQUIRE_MESSAGE(bool(captures), llvm::toString(captures.takeError()));
+    o.captures = std::move(*captures);
+  }
   INFO(spec.canonical()
        << " b=" << batch << " sq=" << seqlenQ << " sk=" << seqlenK
        << (layout == Layout::BSHD ? " bshd" : " bhsd") << " seed=" << o.seed
@@ -307,4 +319,77 @@ TEST_CASE("backward deterministic: 16k causal GQA 32/8, head dim 128, three "
           << " repeated runs (not required), non-finite "
           << report->nonFinite);
   CHECK(report->nonFinite == 0);
+}
+
+namespace {
+/// One of the presets on a spec: 0 ALiBi, 1 soft-cap 30, 2 documents, 3
+/// prefix-LM.
+AttentionSpec withPreset(AttentionSpec spec, int preset) {
+  llvm::Error err = preset == 0   ? presets::alibi(spec)
+                    : preset == 1 ? presets::softcap(spec, 30.0)
+                    : preset == 2 ? presets::documentMask(spec)
+                                  : presets::prefixLM(spec);
+  REQUIRE_MESSAGE(!err, llvm::toString(std::move(err)));
+  return spec;
+}
+} // namespace
+
+TEST_CASE("backward mods: ALiBi, soft-cap, documents, prefix-LM; odd "
+          "shapes, both families, GQA") {
+  for (int64_t d : {64, 128, 256})
+    for (int preset = 0; preset < 4; ++preset)
+      for (bool causal : {false, true}) {
+        if (preset == 3 && causal)
+          continue; // prefix-LM is its own causal part
+        DType dtype = preset % 2 ? DType::F16 : DType::BF16;
+        AttentionSpec spec =
+            withPreset(makeSpec(d, dtype, causal, 4, 2), preset);
+        for (int64_t s : {1, 17, 1000})
+          checkBackward(spec, 2, s, s);
+        // Sq != Sk, bottom-right (the documents index one sequence).
+        if (preset != 2) {
+          AttentionSpec right = withPreset(
+              makeSpec(d, dtype, causal, 4, 2, CausalAlign::BottomRight),
+              preset);
+          checkBackward(right, 1, 300, 1000);
+          checkBackward(right, 1, 1000, 300);
+        }
+      }
+  // MQA, a window with a mod, BSHD.
+  checkBackward(withPreset(makeSpec(128, DType::BF16, true, 8, 1), 1), 1,
+                517, 517, Layout::BSHD);
+  AttentionSpec windowed = withPreset(makeSpec(64, DType::BF16, true, 4, 2), 0);
+  windowed.windowLeft = 100;
+  checkBackward(windowed, 1, 1000, 1000);
+}
+
+TEST_CASE("backward mods: soft-cap and documents together, every candidate "
+          "config, deterministic, 4097") {
+  for (int64_t d : {64, 128, 256}) {
+    AttentionSpec spec =
+        withPreset(withPreset(makeSpec(d, DType::BF16, true, 4, 2), 2), 1);
+    for (const TileConfig &config :
+         MmaSyncBackward::candidates(spec, gpuContext().target()))
+      checkBackward(spec, 1, 301, 301, Layout::BHSD, config);
+    checkBackward(spec, 2, 1000, 1000, Layout::BHSD, std::nullopt, 0,
+                  kDeterministic);
+  }
+  checkBackward(withPreset(makeSpec(128, DType::BF16, true, 8, 2), 1), 1,
+                4097, 4097, Layout::BHSD, std::nullopt, /*checkedGroups=*/1);
+}
+
+TEST_CASE("backward mods: a score_mod through every derivative rule") {
+  // Over scores of either sign (the reference differentiates by central
+  // differences; EveryRuleScoreMod.h lists the ops).
+  AttentionSpec spec = makeSpec(64, DType::BF16, false, 2, 2);
+  spec.scoreMod = everyRuleScoreMod();
+  for (int64_t d : {64, 128, 256}) {
+    spec.headDim = d;
+    for (bool causal : {false, true}) {
+      spec.causal = causal;
+      checkBackward(spec, 1, 333, 333);
+      checkBackward(spec, 1, 333, 333, Layout::BHSD,
+                    MmaSyncBackward::defaultConfig(spec));
+    }
+  }
 }

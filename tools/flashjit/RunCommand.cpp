@@ -228,6 +228,11 @@ int runRun() {
       check.scale = double(scale);
     check.warmup = warmup;
     check.iterations = iterations;
+    auto captures = capturesFromOptions(*spec, check.batch, check.seqlenQ,
+                                        check.seqlenK, check.seed);
+    if (!captures)
+      return reportError("run", captures.takeError());
+    check.captures = std::move(*captures);
     request.config = backwardConfig;
     request.deterministic = deterministic;
     if (deterministic)

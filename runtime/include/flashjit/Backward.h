@@ -39,6 +39,9 @@ struct BackwardArgs {
   size_t workspaceBytes = 0;
   /// Softmax scale of the forward; none: 1/sqrt(head_dim).
   std::optional<double> scale;
+  /// One per AttentionSpec::captures, as the forward took them (its
+  /// score_mod and mask_mod read them again here).
+  std::vector<CapturedRef> captures;
   /// The caller's stream (null: the legacy default stream).
   CUstream stream = nullptr;
 };

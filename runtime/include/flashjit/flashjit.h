@@ -40,7 +40,7 @@ extern "C" {
 
 /* Raised when a function or a field is added (flashjit_get_version's
  * api_version tells what the loaded library implements). */
-#define FLASHJIT_C_API_VERSION 10
+#define FLASHJIT_C_API_VERSION 11
 
 typedef enum flashjit_status {
   FLASHJIT_STATUS_OK = 0,
@@ -367,8 +367,9 @@ FLASHJIT_API flashjit_status_t flashjit_context_build_block_mask(
 
 /* The backward kernels of one spec: dQ, dK and dV of softmax(scale Q K^T) V
  * from q, k, v, the forward's o and lse, and dO. Dense or causal attention
- * (either alignment), head dims 64, 96 and 128, sm_80 or newer; any other
- * spec is FLASHJIT_STATUS_UNSUPPORTED. */
+ * (either alignment), sliding windows, score_mod and mask_mod (API 11),
+ * head dims 64, 96, 128 and 256, sm_80 or newer; any other spec (a block
+ * mask) is FLASHJIT_STATUS_UNSUPPORTED. */
 typedef struct flashjit_backward *flashjit_backward_t;
 
 /* Compiles (or takes from the cache) the backward kernels of `spec`.
@@ -404,6 +405,19 @@ FLASHJIT_API flashjit_status_t flashjit_backward_run(
     const DLTensor *v, const DLTensor *o, const DLTensor *lse,
     const DLTensor *dout, DLTensor *dq, DLTensor *dk, DLTensor *dv,
     void *workspace, uint64_t workspace_bytes, double scale, void *stream);
+
+/* (API version 11) flashjit_backward_run for a spec with a score_mod or
+ * mask_mod: `captures` as the forward took them
+ * (flashjit_kernel_forward_captures), read again by the mods here. The
+ * score_mod's derivative is derived from its function when the kernels
+ * are compiled; an op it has no rule for is FLASHJIT_STATUS_COMPILE_ERROR
+ * naming the op. */
+FLASHJIT_API flashjit_status_t flashjit_backward_run_captures(
+    flashjit_backward_t backward, const DLTensor *q, const DLTensor *k,
+    const DLTensor *v, const DLTensor *o, const DLTensor *lse,
+    const DLTensor *dout, DLTensor *dq, DLTensor *dk, DLTensor *dv,
+    void *workspace, uint64_t workspace_bytes, double scale,
+    const DLTensor *captures, int32_t num_captures, void *stream);
 
 /* ---- API version 6: decode steps on a KV cache (flashjit/Decode.h) ---- */
 

@@ -189,7 +189,8 @@ llvm::Error MmaSyncBackward::build(mlir::OpBuilder &builder,
                                    mlir::Location loc,
                                    const AttentionSpec &spec,
                                    const TileConfig &config,
-                                   llvm::StringRef baseName) {
+                                   llvm::StringRef baseName,
+                                   const ModRegions &mods) {
   if (auto err = checkConfig(spec, config))
     return err;
   BackwardKernelNames names = BackwardKernelNames::of(baseName);
@@ -198,10 +199,10 @@ llvm::Error MmaSyncBackward::build(mlir::OpBuilder &builder,
                                   dqLayout,
                                   isDeterministic(config) ? config.blockM : 0);
   if (WgmmaBackward::owns(config))
-    WgmmaBackward::buildMain(builder, loc, spec, config, names.main);
+    WgmmaBackward::buildMain(builder, loc, spec, config, names.main, mods);
   else
     backward::MainKernelBuilder(builder, loc, spec, config)
-        .buildMain(names.main);
+        .buildMain(names.main, mods);
   backward::buildConvertKernel(builder, loc, spec, names.convert, dqLayout);
   return llvm::Error::success();
 }

@@ -8,6 +8,7 @@
 #define FLASHJIT_TEMPLATES_BACKWARD_BACKWARDBUILDER_H
 
 #include "../MmaSyncBuilder.h"
+#include "../ScoreMods.h"
 
 #include "flashjit/Templates/MmaSyncBackward.h"
 
@@ -32,11 +33,14 @@ struct MainParams {
   Value turns;
   /// The TMA maps of Q and dO (by-value parameters; wgmma kernels only).
   SmallVector<Value, 2> tensorMaps;
+  /// What the mods read: the captured tensors (KernelABI.h's variant
+  /// parameters) and scaleLog2, in the forward's form (ScoreMods).
+  ForwardParams variant;
 };
 /// Creates the main kernel `name` (BackwardMainArgs, with the turn
 /// counters when `deterministic`, then the tensor maps of Q and dO when
-/// `withTensorMaps`) of `threads` threads and moves the insertion point
-/// into its body.
+/// `withTensorMaps`, then the captured tensors of the spec's mods) of
+/// `threads` threads and moves the insertion point into its body.
 MainParams beginMainKernel(KernelIR &ir, StringRef name, int64_t threads,
                            bool deterministic, bool withTensorMaps = false);
 /// Element `row` (i64) of (batch, head) in the [batch, heads, seqlen_q]
@@ -86,6 +90,37 @@ struct WindowDiagonals {
   std::pair<Value, Value> columns(KernelIR &ir, Value offset,
                                   int64_t columns) const;
 };
+/// The spec's score_mod and mask_mod on a thread's S^T accumulators
+/// (BackwardMods.cpp): accumulator tile * 4 + 2 h + e holds key keys[h]
+/// and query firstQuery + 8 tile + e (i64, unclamped) of (batch, head).
+class BackwardMods {
+public:
+  BackwardMods(KernelIR &ir, const ModRegions &mods, const MainParams &p);
+  bool hasScoreMod() const { return mods.hasScoreMod(); }
+  bool hasMaskMod() const { return mods.hasMaskMod(); }
+
+  struct Tile {
+    Value batch, head;
+    std::array<Value, 2> keys;
+    Value firstQuery;
+  };
+  /// Replaces the dot products `s` by the score_mod's scores (in dot
+  /// product units, as the forward's) and returns d score_mod / d score
+  /// per accumulator, the factor of dS; none without a score_mod.
+  SmallVector<Value> applyScoreMod(mlir::MutableArrayRef<Value> s,
+                                   const Tile &tile);
+  /// The mask_mod of accumulator i (i1): true where the score is kept.
+  Value keep(const Tile &tile, int64_t i);
+
+private:
+  ModIndex query(const Tile &tile, int64_t i);
+  ModIndex key(const Tile &tile, int64_t i);
+
+  KernelIR &ir;
+  const MainParams &p;
+  ScoreMods mods;
+};
+
 /// `values` (f32), or `masked()` where needMask (i1, uniform) holds: the
 /// mask's work only on the tiles that need it.
 SmallVector<Value> maskWhere(KernelIR &ir, Value needMask,
@@ -128,7 +163,7 @@ public:
                     const TileConfig &config)
       : Builder(b, loc, spec, config, /*withSoftmax=*/true) {}
 
-  void buildMain(StringRef name);
+  void buildMain(StringRef name, const ModRegions &mods);
 
 private:
   using Params = MainParams;

@@ -14,6 +14,77 @@ namespace flashjit::backward {
 
 using Pred = arith::CmpIPredicate;
 
+MainParams beginMainKernel(KernelIR &ir, StringRef name, int64_t threads,
+                           bool deterministic, bool withTensorMaps) {
+  OpBuilder &b = ir.b;
+  SmallVector<Type> argTypes(9, ir.globalPtr);
+  argTypes.append(21, ir.i64);
+  argTypes.append({ir.i32, ir.i32, ir.f32, ir.f32});
+  if (deterministic)
+    argTypes.push_back(ir.globalPtr);
+  const int32_t mapsAt = static_cast<int32_t>(argTypes.size());
+  if (withTensorMaps)
+    argTypes.append(2, LLVM::LLVMPointerType::get(b.getContext()));
+  const unsigned capturesAt = argTypes.size();
+  ir.appendVariantArgTypes(argTypes);
+  gpu::GPUFuncOp func = ir.beginKernel(name, argTypes, threads);
+  if (withTensorMaps)
+    func->setAttr("flashjit.tensor_map_args",
+                  b.getDenseI32ArrayAttr({mapsAt, mapsAt + 1}));
+  ValueRange args = func.getBody().front().getArguments();
+  MainParams p;
+  p.q = args[0];
+  p.k = args[1];
+  p.v = args[2];
+  p.dO = args[3];
+  p.dk = args[4];
+  p.dv = args[5];
+  p.lse = args[6];
+  p.d = args[7];
+  p.dqAccum = args[8];
+  SmallVector<Value, 3> *strides[] = {&p.qStrides,  &p.kStrides,
+                                      &p.vStrides,  &p.dOStrides,
+                                      &p.dkStrides, &p.dvStrides,
+                                      &p.lseStrides};
+  for (int i = 0; i < 7; ++i)
+    strides[i]->assign(args.begin() + 9 + 3 * i, args.begin() + 12 + 3 * i);
+  p.seqlenQ = arith::ExtSIOp::create(b, ir.loc, ir.i64, args[30]);
+  p.seqlenK = arith::ExtSIOp::create(b, ir.loc, ir.i64, args[31]);
+  p.scaleLog2 = args[32];
+  p.scale = args[33];
+  if (deterministic)
+    p.turns = args[34];
+  if (withTensorMaps)
+    p.tensorMaps.assign(args.begin() + mapsAt, args.begin() + mapsAt + 2);
+  ir.bindVariantArgs(args, capturesAt, p.variant);
+  p.variant.scaleLog2 = p.scaleLog2;
+  p.variant.seqlenQ = p.seqlenQ;
+  p.variant.seqlenK = p.seqlenK;
+  return p;
+}
+
+Value workspaceRow(KernelIR &ir, Value seqlenQ, Value batch, Value head,
+                   Value row) {
+  return ir.add(
+      ir.mul(ir.add(ir.mul(batch, ir.c64(ir.spec.numHeads)), head), seqlenQ),
+      row);
+}
+
+Value dqAccumRow(KernelIR &ir, const DqAccumLayout &layout, Value seqlenQ,
+                 Value batch, Value head, Value row) {
+  Value rowsPerHead = seqlenQ;
+  if (layout.rowMultiple > 1)
+    rowsPerHead = ir.mul(
+        ir.divU(ir.add(seqlenQ, ir.c64(layout.rowMultiple - 1)),
+                layout.rowMultiple),
+        ir.c64(layout.rowMultiple));
+  Value rows = ir.add(
+      ir.mul(ir.add(ir.mul(batch, ir.c64(ir.spec.numHeads)), head),
+             rowsPerHead),
+      row);
+  return ir.mul(rows, ir.c64(layout.rowFloats));
+}
+
 BackwardSteps BackwardSteps::of(KernelIR &ir, const MainParams &p,
                                 Value kvHead, Value n0, Value diagonal,
                                 int64_t blockM, int64_t blockN) {

@@ -160,10 +160,10 @@ llvm::Error MmaSyncBackward::supports(const AttentionSpec &spec,
   if (auto err = checkHeadDimAndTarget(spec, target, headDims(), family(),
                                        minComputeCapability()))
     return err;
-  if (spec.hasMods() || !spec.captures.empty() || spec.isBlockSparse())
+  if (spec.isBlockSparse())
     return llvm::createStringError(
         "the backward pass supports dense and causal attention (top-left or "
-        "bottom-right) and sliding windows so far; score_mod, mask_mod and "
+        "bottom-right), sliding windows, score_mod and mask_mod so far; "
         "block-sparse masks are not supported yet: " +
         spec.canonical());
   if (spec.varlen)

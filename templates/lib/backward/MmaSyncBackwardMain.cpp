@@ -59,71 +59,6 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr int64_t kAcc = mma_sync::kAccPerTile;
 } // namespace
 
-MainParams beginMainKernel(KernelIR &ir, StringRef name, int64_t threads,
-                           bool deterministic, bool withTensorMaps) {
-  OpBuilder &b = ir.b;
-  SmallVector<Type> argTypes(9, ir.globalPtr);
-  argTypes.append(21, ir.i64);
-  argTypes.append({ir.i32, ir.i32, ir.f32, ir.f32});
-  if (deterministic)
-    argTypes.push_back(ir.globalPtr);
-  const int32_t mapsAt = static_cast<int32_t>(argTypes.size());
-  if (withTensorMaps)
-    argTypes.append(2, LLVM::LLVMPointerType::get(b.getContext()));
-  gpu::GPUFuncOp func = ir.beginKernel(name, argTypes, threads);
-  if (withTensorMaps)
-    func->setAttr("flashjit.tensor_map_args",
-                  b.getDenseI32ArrayAttr({mapsAt, mapsAt + 1}));
-  ValueRange args = func.getBody().front().getArguments();
-  MainParams p;
-  p.q = args[0];
-  p.k = args[1];
-  p.v = args[2];
-  p.dO = args[3];
-  p.dk = args[4];
-  p.dv = args[5];
-  p.lse = args[6];
-  p.d = args[7];
-  p.dqAccum = args[8];
-  SmallVector<Value, 3> *strides[] = {&p.qStrides,  &p.kStrides,
-                                      &p.vStrides,  &p.dOStrides,
-                                      &p.dkStrides, &p.dvStrides,
-                                      &p.lseStrides};
-  for (int i = 0; i < 7; ++i)
-    strides[i]->assign(args.begin() + 9 + 3 * i, args.begin() + 12 + 3 * i);
-  p.seqlenQ = arith::ExtSIOp::create(b, ir.loc, ir.i64, args[30]);
-  p.seqlenK = arith::ExtSIOp::create(b, ir.loc, ir.i64, args[31]);
-  p.scaleLog2 = args[32];
-  p.scale = args[33];
-  if (deterministic)
-    p.turns = args[34];
-  if (withTensorMaps)
-    p.tensorMaps.assign(args.begin() + mapsAt, args.begin() + mapsAt + 2);
-  return p;
-}
-
-Value workspaceRow(KernelIR &ir, Value seqlenQ, Value batch, Value head,
-                   Value row) {
-  return ir.add(
-      ir.mul(ir.add(ir.mul(batch, ir.c64(ir.spec.numHeads)), head), seqlenQ),
-      row);
-}
-
-Value dqAccumRow(KernelIR &ir, const DqAccumLayout &layout, Value seqlenQ,
-                 Value batch, Value head, Value row) {
-  Value rowsPerHead = seqlenQ;
-  if (layout.rowMultiple > 1)
-    rowsPerHead = ir.mul(
-        ir.divU(ir.add(seqlenQ, ir.c64(layout.rowMultiple - 1)),
-                layout.rowMultiple),
-        ir.c64(layout.rowMultiple));
-  Value rows = ir.add(
-      ir.mul(ir.add(ir.mul(batch, ir.c64(ir.spec.numHeads)), head),
-             rowsPerHead),
-      row);
-  return ir.mul(rows, ir.c64(layout.rowFloats));
-}
-
 void MainKernelBuilder::storeShared(Value value, Value offset) {
   LLVM::StoreOp::create(b, loc, value, sharedAddress(toI32(offset)),
                         /*alignment=*/4);
@@ -170,7 +105,7 @@ void MainKernelBuilder::accumulateOverQueries(
   }
 }
 
-void MainKernelBuilder::buildMain(StringRef name) {
+void MainKernelBuilder::buildMain(StringRef name, const ModRegions &mods) {
   std::string smemName = (name + "_smem").str();
   LLVM::GlobalOp::create(b, loc, LLVM::LLVMArrayType::get(b.getI8Type(), 0),
                          /*isConstant=*/false, LLVM::Linkage::External,
@@ -179,6 +114,7 @@ void MainKernelBuilder::buildMain(StringRef name) {
   OpBuilder::InsertionGuard funcGuard(b);
   Params p = beginMainKernel(*this, name, threads,
                              MmaSyncBackward::isDeterministic(cfg));
+  BackwardMods tileMods(*this, mods, p);
   smemBase = LLVM::AddressOfOp::create(b, loc, sharedPtr, smemName);
   tid = threadIdX();
   const int64_t bM = cfg.blockM, bN = cfg.blockN;
@@ -352,13 +288,22 @@ void MainKernelBuilder::buildMain(StringRef name) {
       dOBs = add(dOBt, mul(sCol0, c64(rowBytes)));
     }
 
-    // S^T = K Q^T, masked where the tile crosses seqlen_k or a bound of the
-    // causal mask or the window.
+    // S^T = K Q^T (and its score_mod), masked where the tile crosses
+    // seqlen_k or a bound of the causal mask or the window, and everywhere
+    // with a mask_mod.
     SmallVector<Value> s = rowTimesColumns(kA, qBs, sTiles);
+    auto keyOf = [&](int64_t h) {
+      return add(add(n0, warpKey0), add(quadRow, c64(8 * h)));
+    };
+    BackwardMods::Tile modTile{batch, head, {keyOf(0), keyOf(1)},
+                               add(mS, quadCol)};
+    SmallVector<Value> factors = tileMods.applyScoreMod(s, modTile);
     Value needMask = arith::OrIOp::create(
         b, loc, cmp(Pred::sgt, add(n0, c64(bN)), p.seqlenK),
         cmp(Pred::sgt, add(m0, c64(bM)), p.seqlenQ));
     needMask = window.orCrossed(*this, needMask, n0, bN, m0, bM);
+    if (tileMods.hasMaskMod())
+      needMask = arith::ConstantOp::create(b, loc, b.getBoolAttr(true));
     s = maskWhere(*this, needMask, s, [&] {
       SmallVector<Value> out(s.size());
       // Column c is a query row below seqlen_q iff c < seqlen_q - m0 -
@@ -366,7 +311,7 @@ void MainKernelBuilder::buildMain(StringRef name) {
       Value columns = toI32(maxS(
           minS(sub(sub(p.seqlenQ, mS), quadCol), c64(sCols)), c64(0)));
       for (int64_t h = 0; h < 2; ++h) {
-        Value key = add(add(n0, warpKey0), add(quadRow, c64(8 * h)));
+        Value key = keyOf(h);
         Value keyOk = cmp(Pred::slt, key, p.seqlenK);
         // Column c of the tile (query mS + quadCol + c) sees the key iff
         // need <= c <= limit (WindowDiagonals::columns).
@@ -383,6 +328,9 @@ void MainKernelBuilder::buildMain(StringRef name) {
             if (limit)
               valid = arith::AndIOp::create(
                   b, loc, valid, cmp(Pred::sle, c32(nt * 8 + e), limit));
+            if (tileMods.hasMaskMod())
+              valid = arith::AndIOp::create(b, loc, valid,
+                                            tileMods.keep(modTile, i));
             out[i] = arith::SelectOp::create(b, loc, valid, s[i],
                                              cF32(-kInf));
           }
@@ -421,6 +369,8 @@ void MainKernelBuilder::buildMain(StringRef name) {
         ds[i] = arith::MulFOp::create(
             b, loc, prob[i],
             arith::SubFOp::create(b, loc, dp[i], dCol[nt * 2 + r % 2]));
+        if (!factors.empty())
+          ds[i] = arith::MulFOp::create(b, loc, ds[i], factors[i]);
       }
     auto pack = [&](ArrayRef<Value> x) {
       SmallVector<Value> packed(sTiles * 2);

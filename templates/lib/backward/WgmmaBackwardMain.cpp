@@ -78,7 +78,7 @@ public:
     barOff = dqOff + bM * dqRowBytes;
   }
 
-  void build(StringRef name);
+  void build(StringRef name, const ModRegions &mods);
 
 private:
   /// cp.async of rows [row0, row0 + rows) of (batch, head) of a [.., d]
@@ -131,7 +131,7 @@ void WgmmaMainBuilder::copySwizzled(Value base, ValueRange strides,
   }
 }
 
-void WgmmaMainBuilder::build(StringRef name) {
+void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
   std::string smemName = (name + "_smem").str();
   LLVM::GlobalOp::create(b, loc, LLVM::LLVMArrayType::get(b.getI8Type(), 0),
                          /*isConstant=*/false, LLVM::Linkage::External,
@@ -142,6 +142,7 @@ void WgmmaMainBuilder::build(StringRef name) {
   MainParams p = beginMainKernel(*this, name, threads, deterministic,
                                  /*withTensorMaps=*/true);
   alignSharedBase(smemName);
+  BackwardMods tileMods(*this, mods, p);
 
   Value tid = toI32(threadIdX());
   Value isIssuer = cmp(Pred::eq, tid, c32(0));
@@ -405,6 +406,14 @@ void WgmmaMainBuilder::build(StringRef name) {
     };
 
     s = waitGroups(1, s);
+    auto keyOf = [&](int64_t h) {
+      return add(add(n0, toI64(mul(warpgroup, c32(kKeysPerWarpgroup)))),
+                 toI64(add(warpRow, c32(8 * h))));
+    };
+    BackwardMods::Tile modTile{batch, headOf(t),
+                               {keyOf(0), keyOf(1)},
+                               add(m0, toI64(quadCol))};
+    SmallVector<Value> factors = tileMods.applyScoreMod(s, modTile);
     SmallVector<Value> prob(s.size());
     for (int64_t j = 0; j < sTiles; ++j)
       for (int64_t e = 0; e < 2; ++e) {
@@ -413,15 +422,30 @@ void WgmmaMainBuilder::build(StringRef name) {
           prob[j * 4 + 2 * h + e] = exp2(LLVM::FMAOp::create(
               b, loc, s[j * 4 + 2 * h + e], p.scaleLog2, negLse));
       }
-    // Keys past seqlen_k, and pairs the causal mask or the window hide, get
-    // P = 0: only on tiles that reach past seqlen_k or cross a bound.
+    // Keys past seqlen_k, and pairs the causal mask, the window or the
+    // mask_mod hide, get P = 0: only on tiles that reach past seqlen_k or
+    // cross a bound, and on every tile with a mask_mod.
     Value needMask = cmp(Pred::sgt, add(n0, c64(bN)), p.seqlenK);
     needMask = window.orCrossed(*this, needMask, n0, bN, m0, bM);
+    // Query rows past seqlen_q (zeros, LSE 0) need P = 0 once a score_mod
+    // may make their scores large (exp would overflow, and inf times
+    // their zero dO is NaN); without one their P is 1, harmless.
+    const bool maskQueryTail = tileMods.hasScoreMod();
+    if (maskQueryTail)
+      needMask = arith::OrIOp::create(
+          b, loc, needMask, cmp(Pred::sgt, add(m0, c64(bM)), p.seqlenQ));
+    if (tileMods.hasMaskMod())
+      needMask = arith::ConstantOp::create(b, loc, b.getBoolAttr(true));
     prob = maskWhere(*this, needMask, prob, [&] {
       SmallVector<Value> out(prob.size());
+      // Column c is a query row below seqlen_q iff c < seqlen_q - m0 -
+      // quadCol (clamped to [0, block_m]).
+      Value queryColumns;
+      if (maskQueryTail)
+        queryColumns = toI32(maxS(
+            minS(sub(sub(p.seqlenQ, m0), toI64(quadCol)), c64(bM)), c64(0)));
       for (int64_t h = 0; h < 2; ++h) {
-        Value key = add(add(n0, toI64(mul(warpgroup, c32(kKeysPerWarpgroup)))),
-                        toI64(add(warpRow, c32(8 * h))));
+        Value key = keyOf(h);
         Value keyOk = cmp(Pred::slt, key, p.seqlenK);
         // Column c (query m0 + quadCol + c) sees the key iff need <= c <=
         // limit (WindowDiagonals::columns).
@@ -437,6 +461,12 @@ void WgmmaMainBuilder::build(StringRef name) {
             if (limit)
               valid = arith::AndIOp::create(
                   b, loc, valid, cmp(Pred::sle, c32(j * 8 + e), limit));
+            if (queryColumns)
+              valid = arith::AndIOp::create(
+                  b, loc, valid, cmp(Pred::slt, c32(j * 8 + e), queryColumns));
+            if (tileMods.hasMaskMod())
+              valid = arith::AndIOp::create(b, loc, valid,
+                                            tileMods.keep(modTile, i));
             out[i] = arith::SelectOp::create(b, loc, valid, prob[i],
                                              cF32(0.0f));
           }
@@ -456,6 +486,10 @@ void WgmmaMainBuilder::build(StringRef name) {
     SmallVector<Value> probPacked = pack(prob);
     dv = issueProduct(overQueries, dv, Value(), probPacked,
                       descriptorAt(doAt, Major::MN, bM * kRowBytes));
+    // dS takes the score_mod's derivative as a factor: folded into P here,
+    // so that one set of registers, not two, waits for dP^T.
+    for (size_t i = 0; i < factors.size(); ++i)
+      prob[i] = arith::MulFOp::create(b, loc, prob[i], factors[i]);
     dp = waitGroups(1, dp);
     SmallVector<Value> ds(prob.size());
     for (int64_t j = 0; j < sTiles; ++j)
@@ -553,8 +587,8 @@ namespace flashjit {
 void WgmmaBackward::buildMain(mlir::OpBuilder &builder, mlir::Location loc,
                               const AttentionSpec &spec,
                               const TileConfig &config,
-                              llvm::StringRef name) {
-  backward::WgmmaMainBuilder(builder, loc, spec, config).build(name);
+                              llvm::StringRef name, const ModRegions &mods) {
+  backward::WgmmaMainBuilder(builder, loc, spec, config).build(name, mods);
 }
 
 } // namespace flashjit

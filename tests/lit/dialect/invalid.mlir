@@ -268,3 +268,29 @@ func.func @page_size_dense(%q: tensor<2x8x64x64xbf16>, %s: f32) {
   %o, %lse = attn.attention %q, %q, %q scale %s {page_size = 16} : tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16> -> tensor<2x8x64x64xbf16>, tensor<2x8x64xf32>
   return
 }
+
+// -----
+
+func.func @score_grad_alone(%q: tensor<2x8x64x64xbf16>, %s: f32) {
+  // expected-error @+1 {{'attn.attention' op has a score_grad region but no score_mod: score_grad is the derivative of a score_mod}}
+  %o, %lse = attn.attention %q, %q, %q scale %s score_grad {
+  ^bb0(%score: f32, %b: index, %h: index, %qi: index, %kv: index):
+    %one = arith.constant 1.0 : f32
+    attn.yield %score, %one : f32, f32
+  } : tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16> -> tensor<2x8x64x64xbf16>, tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @score_grad_one_value(%q: tensor<2x8x64x64xbf16>, %s: f32) {
+  // expected-error @+1 {{'attn.attention' op score_grad region must end in attn.yield of 2 values ('f32', 'f32')}}
+  %o, %lse = attn.attention %q, %q, %q scale %s score_mod {
+  ^bb0(%score: f32, %b: index, %h: index, %qi: index, %kv: index):
+    attn.yield %score : f32
+  } score_grad {
+  ^bb0(%score: f32, %b: index, %h: index, %qi: index, %kv: index):
+    attn.yield %score : f32
+  } : tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16>, tensor<2x8x64x64xbf16> -> tensor<2x8x64x64xbf16>, tensor<2x8x64xf32>
+  return
+}

@@ -187,7 +187,7 @@ TEST_CASE("backward: what is not supported is an error") {
   auto ctx = sm90aContext(dir, warnings);
   REQUIRE(static_cast<bool>(ctx));
   // Sliding windows build; the deterministic kernels refuse them, and
-  // mods are not supported yet.
+  // mods compile too.
   AttentionSpec window = gqaSpec();
   window.windowLeft = 64;
   auto windowed = (*ctx)->compileBackward(window, BackwardOptions());
@@ -204,8 +204,25 @@ TEST_CASE("backward: what is not supported is an error") {
   modded.scoreMod = "func.func @m(%s: f32, %b: index, %h: index, %q: index, "
                     "%k: index) -> f32 { return %s : f32 }";
   auto withMod = (*ctx)->compileBackward(modded, BackwardOptions());
-  REQUIRE(!withMod);
-  CHECK(codeOf(withMod.takeError()) == ErrorCode::Unsupported);
+  REQUIRE_MESSAGE(static_cast<bool>(withMod),
+                  (withMod ? "" : llvm::toString(withMod.takeError())));
+  // A score_mod the derivative pass has no rule for is a compile error
+  // naming the op; a block mask is not supported yet.
+  AttentionSpec noRule = gqaSpec();
+  noRule.scoreMod = "func.func @m(%s: f32, %b: index, %h: index, %q: index, "
+                    "%k: index) -> f32 { %c = arith.constant 3.0 : f32\n"
+                    "%r = arith.remf %s, %c : f32\n return %r : f32 }";
+  auto remf = (*ctx)->compileBackward(noRule, BackwardOptions());
+  REQUIRE(!remf);
+  ErrorParts remfError = takeErrorParts(remf.takeError());
+  CHECK(remfError.code == ErrorCode::CompileError);
+  CHECK(remfError.message.find("'arith.remf' op computes on the score with "
+                               "no derivative rule") != std::string::npos);
+  AttentionSpec sparse = gqaSpec();
+  sparse.sparseBlockM = sparse.sparseBlockN = 128;
+  auto blockSparse = (*ctx)->compileBackward(sparse, BackwardOptions());
+  REQUIRE(!blockSparse);
+  CHECK(codeOf(blockSparse.takeError()) == ErrorCode::Unsupported);
   // Head dims 64, 96, 128 and 256 only (the forward builds more).
   AttentionSpec narrow = gqaSpec();
   narrow.headDim = 32;

@@ -15,15 +15,6 @@ using namespace flashjit::test;
 
 namespace {
 
-struct DecodeCtx {
-  flashjit_context_t ctx = nullptr;
-  DecodeCtx() {
-    REQUIRE(flashjit_context_create(0, "", "sm_90a", &ctx) ==
-            FLASHJIT_STATUS_OK);
-  }
-  ~DecodeCtx() { flashjit_context_destroy(ctx); }
-};
-
 flashjit_decode_spec_t smallDecodeSpec() {
   flashjit_decode_spec_t spec;
   flashjit_decode_spec_init(&spec);
@@ -35,7 +26,7 @@ flashjit_decode_spec_t smallDecodeSpec() {
 } // namespace
 
 TEST_CASE("C API decode: compile, bad specs, release") {
-  DecodeCtx c;
+  Ctx c("sm_90a");
   flashjit_decode_spec_t spec = smallDecodeSpec();
   flashjit_decode_kernel_t kernel = nullptr;
   REQUIRE(flashjit_decode_kernel_compile(c.ctx, &spec, &kernel) ==
@@ -68,7 +59,7 @@ TEST_CASE("C API decode: compile, bad specs, release") {
 }
 
 TEST_CASE("C API decode: tensors are checked before the launch") {
-  DecodeCtx c;
+  Ctx c("sm_90a");
   flashjit_decode_spec_t spec = smallDecodeSpec();
   flashjit_decode_kernel_t kernel = nullptr;
   REQUIRE(flashjit_decode_kernel_compile(c.ctx, &spec, &kernel) ==

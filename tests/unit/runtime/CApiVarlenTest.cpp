@@ -13,16 +13,12 @@ using namespace flashjit::test;
 
 namespace {
 
-struct VarlenCtx {
-  flashjit_context_t ctx = nullptr;
+struct VarlenCtx : Ctx {
   int32_t hasDevice = 0;
-  VarlenCtx() {
-    REQUIRE(flashjit_context_create(0, "", "sm_90a", &ctx) ==
-            FLASHJIT_STATUS_OK);
+  VarlenCtx() : Ctx("sm_90a") {
     REQUIRE(flashjit_context_device(ctx, &hasDevice, nullptr) ==
             FLASHJIT_STATUS_OK);
   }
-  ~VarlenCtx() { flashjit_context_destroy(ctx); }
   flashjit_kernel_t compile(int64_t pageSize) {
     flashjit_attention_spec_t spec;
     flashjit_attention_spec_init(&spec);

@@ -14,6 +14,10 @@
 #include <memory>
 #include <vector>
 
+namespace mlir {
+class Block;
+} // namespace mlir
+
 namespace flashjit {
 
 /// A captured tensor on the host: row-major values of its shape (i32
@@ -31,6 +35,12 @@ public:
   create(const AttentionSpec &spec);
   ~ModInterpreter();
 
+  /// For a checked run: create() when the spec has mods (null when it has
+  /// none), and an error unless `captures` holds one tensor per captured
+  /// tensor of the spec.
+  static llvm::Expected<std::unique_ptr<ModInterpreter>>
+  forCheck(const AttentionSpec &spec, llvm::ArrayRef<HostCapture> captures);
+
   bool hasScoreMod() const;
   bool hasMaskMod() const;
   /// score_mod(score, b, h, q, kv, captures...); `score` unchanged without
@@ -41,6 +51,14 @@ public:
   /// mask_mod(b, h, q, kv, captures...); true without one.
   llvm::Expected<bool> keep(int64_t b, int64_t h, int64_t q, int64_t kv,
                             llvm::ArrayRef<HostCapture> captures) const;
+
+  /// Interprets one block of mod ops (a func.func's body, or a score_mod,
+  /// mask_mod or score_grad region of an attn.attention) with its leading
+  /// arguments bound to `fixed` (the score, then b, h, q, kv) and the
+  /// captures after them; returns every value it returns or yields.
+  static llvm::Expected<std::vector<double>>
+  evaluateBlock(mlir::Block &block, llvm::ArrayRef<double> fixed,
+                llvm::ArrayRef<HostCapture> captures);
 
 private:
   ModInterpreter();

@@ -43,7 +43,8 @@ def LowerAttentionToKernel
     With `kernel=backward`, each function becomes the three kernels of its
     backward pass (templates/MmaSyncBackward.h), `<function>_bwd_pre`,
     `<function>_bwd` and `<function>_bwd_dq`, built from its
-    `mma_sync_bwd` tile config.
+    `mma_sync_bwd` or `wgmma_bwd` tile config; a `score_mod` needs its
+    `score_grad` region (attn-differentiate-score-mod).
   }];
   let options = [
     Option<"kernel", "kernel", "std::string", /*default=*/"\"forward\"",
@@ -54,6 +55,22 @@ def LowerAttentionToKernel
     "::mlir::LLVM::LLVMDialect", "::mlir::memref::MemRefDialect",
     "::mlir::NVVM::NVVMDialect", "::mlir::scf::SCFDialect",
     "::mlir::vector::VectorDialect"];
+}
+
+def DifferentiateScoreMod
+    : Pass<"attn-differentiate-score-mod", "mlir::ModuleOp"> {
+  let summary = "Derive the score_grad region of each score_mod";
+  let description = [{
+    The backward pass needs the derivative of each score_mod with respect
+    to its score. For every `attn.attention` with a `score_mod` and no
+    `score_grad`, this writes `score_grad`: the score_mod's ops, each
+    followed by the ops of its derivative (forward mode), yielding the
+    modified score and d(score_mod)/d(score). An op on the score's path
+    that has no derivative rule (arith.remf, a bitcast) fails the pass
+    with a diagnostic on that op. A score_grad region already present is
+    kept.
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect"];
 }
 
 def MarkGridConstantParams

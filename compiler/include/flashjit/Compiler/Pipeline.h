@@ -38,8 +38,9 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
 /// Post-condition of each stage: `Stage` in Compiler.h. The chip must come
 /// from Target::parse (LLVM aborts on an unknown chip/feature pair). For
 /// KernelKind::BlockMask, step 1 is skipped and step 2 builds the
-/// block-mask kernel; for KernelKind::Backward, step 1 is skipped and
-/// step 2 builds the three backward kernels from the op's config.
+/// block-mask kernel; for KernelKind::Backward, step 1 is
+/// attn-differentiate-score-mod (a score_mod's derivative) and step 2
+/// builds the three backward kernels from the op's config.
 void buildAttentionPipeline(mlir::OpPassManager &pm, const Target &target,
                             llvm::StringRef device, Stage stopAfter,
                             KernelKind kind = KernelKind::Forward);

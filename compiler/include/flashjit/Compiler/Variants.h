@@ -54,7 +54,9 @@ llvm::Error alibi(AttentionSpec &spec);
 /// 2^(-8 (h + 1) / H) for H a power of two, interleaved as in the paper
 /// otherwise.
 std::vector<float> alibiSlopes(int64_t numHeads);
-/// Logit soft-capping (Gemma 2): cap * tanh(score / cap), cap > 0.
+/// Logit soft-capping (Gemma 2): cap * tanh(score / cap), cap > 0. The
+/// spec may already have a mask_mod and its captures (apply the mask
+/// preset first), not a score_mod.
 llvm::Error softcap(AttentionSpec &spec, double cap);
 /// Sliding window: keys [q_idx - left, q_idx + right] (structural: a loop
 /// bound, no mod). right = 0 with causal is the usual causal window.

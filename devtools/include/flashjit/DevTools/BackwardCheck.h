@@ -28,6 +28,9 @@ struct BackwardCheckOptions {
   /// for bit (the deterministic mode's promise).
   int repeats = 0;
   std::optional<double> scale;
+  /// The spec's captured tensors (as CheckOptions::captures): read by the
+  /// forward, the backward and the reference's mods.
+  std::vector<HostCapture> captures;
   /// Timed backward calls after `warmup` untimed ones (0: correctness only).
   int warmup = 0, iterations = 0;
 };

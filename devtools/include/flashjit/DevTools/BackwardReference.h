@@ -6,21 +6,29 @@
 #ifndef FLASHJIT_DEVTOOLS_BACKWARDREFERENCE_H
 #define FLASHJIT_DEVTOOLS_BACKWARDREFERENCE_H
 
+#include "flashjit/Compiler/ModInterpreter.h"
 #include "flashjit/Dialect/AttentionSpec.h"
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace flashjit {
 
 /// Host tensors in float, contiguous: q, dO [batch, heads, seqlen_q, d];
 /// k, v [batch, kv_heads, seqlen_k, d]. Dense or causal (either
-/// alignment) attention.
+/// alignment) attention, windows, and the spec's mods.
 struct HostBackwardProblem {
   AttentionSpec spec;
   int64_t batch = 1, seqlenQ = 1, seqlenK = 1;
   double scale = 0;
   std::vector<float> q, k, v, dO;
+  /// The spec's mods (null: none) and the tensors they read. The
+  /// score_mod's derivative is taken by central differences of the
+  /// interpreted function (step 1e-4 max(1, |score|)), independent of the
+  /// kernels' derived score_grad.
+  const ModInterpreter *mods = nullptr;
+  std::vector<HostCapture> captures;
 };
 
 /// The gradients of one KV head's group: dq of its spec.groupSize() query
@@ -35,6 +43,9 @@ struct ReferenceGradients {
   /// dS = 0, so dq = dk = 0 while the kernels' rounded O leaves dP - D at
   /// the rounding of D).
   std::vector<double> dqMagnitude, dkMagnitude, dvMagnitude;
+  /// Set when a mod cannot be evaluated (a captured tensor read out of
+  /// bounds); the gradients are then incomplete.
+  std::string error;
 };
 
 /// Computes the gradients of (batch, kvHead) on `threads` host threads

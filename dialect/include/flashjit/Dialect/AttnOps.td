@@ -51,7 +51,12 @@ def Attn_AttentionOp : Attn_Op<"attention", [
     `captures` operands (f32 or i32 tensors of rank 1 to 4); the regions
     read them with `tensor.extract`. The regions may use `arith` ops,
     the `math` ops exp, exp2, log, log2, tanh, sqrt, rsqrt, absf, fma,
-    floor and ceil, and `tensor.extract` of a captured tensor. The optional
+    floor and ceil, and `tensor.extract` of a captured tensor. The
+    optional `score_grad` region is what the backward pass needs of a
+    `score_mod`: it takes the same arguments and yields the modified
+    score and its derivative with respect to `score`.
+    `attn-differentiate-score-mod` writes it from `score_mod`; one written
+    by hand (for a function the pass has no rule for) is kept. The optional
     `config` attribute is the tile configuration that the autotuner
     attaches.
 
@@ -95,11 +100,13 @@ def Attn_AttentionOp : Attn_Op<"attention", [
     OptionalAttr<I64Attr>:$page_size);
   let results = (outs AnyRankedTensor:$output, AnyRankedTensor:$lse);
   let regions = (region MaxSizedRegion<1>:$score_mod,
-                        MaxSizedRegion<1>:$mask_mod);
+                        MaxSizedRegion<1>:$mask_mod,
+                        MaxSizedRegion<1>:$score_grad);
   let assemblyFormat = [{
     $query `,` $key `,` $value `scale` $scale (`causal` $causal^)?
     (`captures` `(` $captures^ `:` type($captures) `)`)?
     attr-dict (`score_mod` $score_mod^)? (`mask_mod` $mask_mod^)?
+    (`score_grad` $score_grad^)?
     `:` type($query) `,` type($key) `,` type($value) `->`
     type($output) `,` type($lse)
   }];
@@ -122,10 +129,12 @@ def Attn_AttentionOp : Attn_Op<"attention", [
 
 def Attn_YieldOp : Attn_Op<"yield", [Pure, Terminator,
     ParentOneOf<["AttentionOp"]>]> {
-  let summary = "Returns the value of a score_mod or mask_mod region";
+  let summary = "Returns the values of a mod region";
   let description = [{
-    Terminates the `score_mod` region with the modified `f32` score, or the
-    `mask_mod` region with an `i1` that keeps the score when true.
+    Terminates the `score_mod` region with the modified `f32` score, the
+    `mask_mod` region with an `i1` that keeps the score when true, or the
+    `score_grad` region with the modified score and its derivative (two
+    `f32`).
 
     Example:
     ```mlir

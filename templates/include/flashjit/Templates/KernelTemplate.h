@@ -25,11 +25,14 @@ class Region;
 namespace flashjit {
 
 /// The IR part of a variant: the attn op's score_mod and mask_mod regions
-/// (null: none). Their trailing block arguments are the captured tensors
-/// of AttentionSpec::captures, in order.
+/// (null: none), and for the backward pass the score_mod's derivative
+/// (score_grad: the score_mod's arguments -> (score, d score / d input
+/// score)). Their trailing block arguments are the captured tensors of
+/// AttentionSpec::captures, in order.
 struct ModRegions {
   mlir::Region *scoreMod = nullptr;
   mlir::Region *maskMod = nullptr;
+  mlir::Region *scoreGrad = nullptr;
 };
 
 /// Resources one thread block of a config needs.

@@ -182,8 +182,8 @@ public:
 
   /// Whether the backward can be built for this spec and target: head dim
   /// in headDims(), sm_80 or newer, dense or causal attention (either
-  /// alignment) and sliding windows, with no mods or block mask yet
-  /// (checkConfig refuses the deterministic family with a window).
+  /// alignment), sliding windows, score_mod and mask_mod, no block mask
+  /// yet (checkConfig refuses the deterministic family with a window).
   static llvm::Error supports(const AttentionSpec &spec, const Target &target);
   static llvm::Error checkConfig(const AttentionSpec &spec,
                                  const TileConfig &config);
@@ -214,10 +214,12 @@ public:
                                    llvm::StringRef baseName);
 
   /// Checks, then emits the three kernels of `baseName` at the builder's
-  /// insertion point (inside a gpu.module).
+  /// insertion point (inside a gpu.module), with the spec's mods (a
+  /// score_mod needs its score_grad region).
   static llvm::Error build(mlir::OpBuilder &builder, mlir::Location loc,
                            const AttentionSpec &spec, const TileConfig &config,
-                           llvm::StringRef baseName);
+                           llvm::StringRef baseName,
+                           const ModRegions &mods = {});
 };
 
 } // namespace flashjit

@@ -83,11 +83,12 @@ public:
   static std::vector<TileConfig> candidates(const AttentionSpec &spec);
   static TileConfig defaultConfig(const AttentionSpec &spec);
   /// Emits the main kernel `name` (BackwardMainArgs; the deterministic
-  /// variant takes the turn counters last); the config has passed
-  /// checkConfig.
+  /// variant takes the turn counters next, then the maps and the mods'
+  /// captured tensors) with the spec's mods (their score_grad region
+  /// where there is a score_mod); the config has passed checkConfig.
   static void buildMain(mlir::OpBuilder &builder, mlir::Location loc,
                         const AttentionSpec &spec, const TileConfig &config,
-                        llvm::StringRef name);
+                        llvm::StringRef name, const ModRegions &mods);
 };
 
 } // namespace flashjit
