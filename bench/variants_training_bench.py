@@ -8,8 +8,9 @@ derivative flashjit derives), ALiBi (a score_mod reading a captured slope
 per head) and document masking (a mask_mod reading captured document ids)
 through PyTorch autograd on both sides: flashjit.attention (its backward
 kernels) and torch.compile(flex_attention) with the same functions and,
-for the document mask, the BlockMask create_block_mask builds (flashjit's
-backward applies its mask_mod on every tile: it takes no block mask yet).
+for the document mask, the BlockMask create_block_mask builds (flashjit
+visits its listed blocks, the mask_mod on partial ones only, forward and
+backward; its backward transposes the lists on the GPU at each call).
 Before timing, flashjit's dQ, dK, dV are compared with Flex's.
 
 FLOPs count computed scores only, as variants_bench.py does: 4 b h d x the
@@ -127,7 +128,7 @@ def variant_fns(torch, variant, batch, heads, seqlen, args):
     counts = torch.stack([torch.bincount(ids[b].long()) for b in range(batch)])
     visible = float((counts.double() ** 2).sum())
     return (lambda q, k, v: flashjit.attention(q, k, v, mask_mod=DOCUMENT_MASK, captures=[ids],
-                                               capture_dims=[[-1, -1]]),
+                                               capture_dims=[[-1, -1]], block_mask=mask),
             lambda q, k, v: compiled(q, k, v, block_mask=mask), visible)
 
 

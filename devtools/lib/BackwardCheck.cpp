@@ -163,9 +163,30 @@ runAndCheckBackward(const Kernel &forward, const BackwardKernel &backward,
   std::vector<CapturedRef> captures;
   if (auto err = words.uploadCaptures(spec, opt.captures, captures))
     return std::move(err);
+  // The block mask (the caller's or a random one): its lists for the
+  // forward, their transpose for the backward.
+  HostBlockMask blockMask;
+  BlockMaskRef forwardLists, backwardLists;
+  if (spec.isBlockSparse()) {
+    blockMask = opt.blockMask
+                    ? *opt.blockMask
+                    : HostBlockMask::random(spec, B, Sq, Sk, opt.blockDensity,
+                                            /*fullLists=*/true,
+                                            /*shareBatch=*/false,
+                                            /*shareHeads=*/false, rng);
+    host.blockMask = &blockMask;
+    const int64_t keyBlocks = (Sk + spec.sparseBlockN - 1) / spec.sparseBlockN;
+    if (auto err = words.uploadBlockMask(blockMask, forwardLists))
+      return std::move(err);
+    if (auto err =
+            words.uploadBlockMask(blockMask.transposed(keyBlocks),
+                                  backwardLists))
+      return std::move(err);
+  }
 
   ForwardArgs fwd;
   fwd.captures = captures;
+  fwd.blockMask = forwardLists;
   fwd.q = viewOf(opt.layout, q, spec.dtype, B, H, Sq, D);
   fwd.k = viewOf(opt.layout, k, spec.dtype, B, Hkv, Sk, D);
   fwd.v = viewOf(opt.layout, v, spec.dtype, B, Hkv, Sk, D);
@@ -189,6 +210,7 @@ runAndCheckBackward(const Kernel &forward, const BackwardKernel &backward,
   args.workspaceBytes = workspace.bytes();
   args.scale = host.scale;
   args.captures = captures;
+  args.blockMask = backwardLists;
   if (auto err = backward.backward(args))
     return std::move(err);
   if (auto err = FLASHJIT_CU(drv, cuCtxSynchronize))
@@ -282,9 +304,12 @@ runAndCheckBackward(const Kernel &forward, const BackwardKernel &backward,
       return measured.takeError();
     report.medianMs = measured->medianMs;
     // Plain attention by the FlashAttention convention; a window counts
-    // the scores it leaves.
-    report.tflops = 2.5 * computedFlops(spec, B, Sq, Sk) /
-                    (report.medianMs * 1e-3) / 1e12;
+    // the scores it leaves, a block mask the pairs it lists.
+    const double flops =
+        spec.isBlockSparse()
+            ? 4.0 * D * listedPairs(spec, blockMask, B, Sq, Sk)
+            : computedFlops(spec, B, Sq, Sk);
+    report.tflops = 2.5 * flops / (report.medianMs * 1e-3) / 1e12;
   }
   return report;
 }

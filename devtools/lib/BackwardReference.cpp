@@ -43,10 +43,11 @@ ReferenceGradients referenceGradients(const HostBackwardProblem &p,
   std::atomic<int64_t> next{0};
   constexpr int64_t kRowsPerTask = 16;
   std::mutex errorLock;
-  // The mods of one score (b, h, i, j): whether it is kept, its modified
-  // value and the derivative; false when a mod fails (error set).
-  auto modded = [&](double x, int64_t head, int64_t i, int64_t j, bool &keep,
-                    double &y, double &grad) {
+  // The mods of one score (b, h, i, j): whether the mask_mod keeps it
+  // (asked only where `masked`), its modified value and the derivative;
+  // false when a mod fails (error set).
+  auto modded = [&](double x, int64_t head, int64_t i, int64_t j, bool masked,
+                    bool &keep, double &y, double &grad) {
     keep = true;
     y = x;
     grad = 1.0;
@@ -60,11 +61,13 @@ ReferenceGradients referenceGradients(const HostBackwardProblem &p,
         llvm::consumeError(std::move(err));
       return false;
     };
-    auto kept = p.mods->keep(batch, head, i, j, p.captures);
-    if (!kept)
-      return fail(kept.takeError());
-    keep = *kept;
-    if (!keep || !p.mods->hasScoreMod())
+    if (masked) {
+      auto kept = p.mods->keep(batch, head, i, j, p.captures);
+      if (!kept)
+        return fail(kept.takeError());
+      keep = *kept;
+    }
+    if (!p.mods->hasScoreMod())
       return true;
     const double h = 1e-4 * std::max(1.0, std::fabs(x));
     auto at = [&](double s) { return p.mods->score(s, batch, head, i, j,
@@ -110,16 +113,35 @@ ReferenceGradients referenceGradients(const HostBackwardProblem &p,
           begin = std::clamp<int64_t>(i + offset - spec.windowLeft, 0, Sk);
         if (end <= begin)
           continue;
+        // Block-sparse: each key counts as often as its block is listed
+        // (partial visits only where the mask_mod keeps it); the weight
+        // joins the score as ln(weight).
+        std::vector<int> partial, full;
+        if (p.blockMask)
+          p.blockMask->visits(batch, head, i / spec.sparseBlockM,
+                              (Sk + spec.sparseBlockN - 1) /
+                                  spec.sparseBlockN,
+                              partial, full);
         double max = -INFINITY;
         for (int64_t j = begin; j < end; ++j) {
+          int partialVisits = 1, fullVisits = 0;
+          if (p.blockMask) {
+            partialVisits = partial[j / spec.sparseBlockN];
+            fullVisits = full[j / spec.sparseBlockN];
+          }
+          if (partialVisits + fullVisits == 0) {
+            s[j] = -INFINITY;
+            continue;
+          }
           double dot = 0;
           for (int64_t c = 0; c < D; ++c)
             dot += qi[c] * k[j * D + c];
           bool keep = true;
-          if (!modded(p.scale * dot, head, i, j, keep, s[j], grad[j]))
+          if (!modded(p.scale * dot, head, i, j, partialVisits > 0, keep,
+                      s[j], grad[j]))
             return;
-          if (!keep)
-            s[j] = -INFINITY;
+          const int weight = (keep ? partialVisits : 0) + fullVisits;
+          s[j] = weight == 0 ? -INFINITY : s[j] + std::log(double(weight));
           max = std::max(max, s[j]);
         }
         if (max == -INFINITY)

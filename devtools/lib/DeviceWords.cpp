@@ -45,4 +45,20 @@ llvm::Error DeviceWords::uploadCaptures(const AttentionSpec &spec,
   return llvm::Error::success();
 }
 
+llvm::Error DeviceWords::uploadBlockMask(const HostBlockMask &mask,
+                                         BlockMaskRef &out) {
+  const std::vector<int32_t> *values[] = {
+      &mask.kvNumBlocks, &mask.kvIndices, &mask.fullKvNumBlocks,
+      &mask.fullKvIndices};
+  auto lists = out.lists();
+  for (unsigned l = 0; l < (mask.hasFullLists() ? 4u : 2u); ++l) {
+    auto ref = upload(values[l]->data(), values[l]->size(), CaptureDType::I32,
+                      l % 2 == 0 ? mask.countShape() : mask.indexShape());
+    if (!ref)
+      return ref.takeError();
+    *lists[l] = *ref;
+  }
+  return llvm::Error::success();
+}
+
 } // namespace flashjit

@@ -260,20 +260,8 @@ llvm::Expected<CheckReport> runAndCheck(const Kernel &kernel,
                                             /*shareBatch=*/false,
                                             /*shareHeads=*/false, rng);
     host.blockMask = &blockMask;
-    const std::vector<int32_t> *values[] = {
-        &blockMask.kvNumBlocks, &blockMask.kvIndices,
-        &blockMask.fullKvNumBlocks, &blockMask.fullKvIndices};
-    auto lists = args.blockMask.lists();
-    // Counts, indices, then the full lists when there are any.
-    for (unsigned l = 0; l < (blockMask.hasFullLists() ? 4u : 2u); ++l) {
-      auto ref = words.upload(values[l]->data(), values[l]->size(),
-                              CaptureDType::I32,
-                              l % 2 == 0 ? blockMask.countShape()
-                                         : blockMask.indexShape());
-      if (!ref)
-        return ref.takeError();
-      *lists[l] = *ref;
-    }
+    if (auto err = words.uploadBlockMask(blockMask, args.blockMask))
+      return std::move(err);
   }
   if (auto err = kernel.forward(args))
     return std::move(err);

@@ -30,6 +30,48 @@ void HostBlockMask::visits(int64_t b, int64_t h, int64_t qb,
   walk(fullKvNumBlocks, fullKvIndices, full);
 }
 
+HostBlockMask HostBlockMask::transposed(int64_t keyBlocks) const {
+  HostBlockMask t;
+  t.batch = batch;
+  t.heads = heads;
+  t.queryBlocks = keyBlocks;
+  // visits[which][(b, h, kb)]: the query blocks, with repeats.
+  std::vector<std::vector<int32_t>> lists[2];
+  for (auto &l : lists)
+    l.resize(batch * heads * keyBlocks);
+  std::vector<int> partial, full;
+  int64_t longest = queryBlocks;
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t qb = 0; qb < queryBlocks; ++qb) {
+        visits(b, h, qb, keyBlocks, partial, full);
+        for (int64_t kb = 0; kb < keyBlocks; ++kb) {
+          const int64_t row = (b * heads + h) * keyBlocks + kb;
+          for (int which = 0; which < 2; ++which)
+            for (int n = 0; n < (which ? full : partial)[kb]; ++n) {
+              lists[which][row].push_back(static_cast<int32_t>(qb));
+              longest = std::max<int64_t>(longest, lists[which][row].size());
+            }
+        }
+      }
+  t.indexColumns = longest;
+  auto flatten = [&](const std::vector<std::vector<int32_t>> &rows,
+                     std::vector<int32_t> &counts,
+                     std::vector<int32_t> &indices) {
+    counts.clear();
+    indices.assign(rows.size() * t.indexColumns, -1);
+    for (size_t r = 0; r < rows.size(); ++r) {
+      counts.push_back(static_cast<int32_t>(rows[r].size()));
+      std::copy(rows[r].begin(), rows[r].end(),
+                indices.begin() + r * t.indexColumns);
+    }
+  };
+  flatten(lists[0], t.kvNumBlocks, t.kvIndices);
+  if (hasFullLists())
+    flatten(lists[1], t.fullKvNumBlocks, t.fullKvIndices);
+  return t;
+}
+
 HostBlockMask HostBlockMask::random(const AttentionSpec &spec, int64_t batch,
                                     int64_t seqlenQ, int64_t seqlenK,
                                     double density, bool fullLists,

@@ -191,10 +191,11 @@ def _check_inputs(q, k, v, scale, causal_align, softcap, score_mod, captures, ca
     if (sparse_block_m == 0) != (sparse_block_n == 0):
         raise InvalidArgumentError(
             f"sparse block ({sparse_block_m}, {sparse_block_n}): give both sizes, or neither")
-    if block_mask and len(block_mask) not in (2, 4):
+    if block_mask and len(block_mask) not in (2, 4, 8):
         raise InvalidArgumentError(
             f"block_mask has {len(block_mask)} tensors: give (kv_num_blocks, kv_indices) or "
-            "those and (full_kv_num_blocks, full_kv_indices)")
+            "those and (full_kv_num_blocks, full_kv_indices), then optionally the four "
+            "transposed lists (q_num_blocks, q_indices, full_q_num_blocks, full_q_indices)")
     if bool(block_mask) != (sparse_block_m != 0):
         raise InvalidArgumentError(
             "a block mask needs its block size and a block size needs a block mask: pass "
@@ -282,7 +283,7 @@ def _launch(kernel: Kernel, q, k, v, o, lse, scale, captures, block_mask, device
     borrowed = [_dlpack.borrow(t, strides=_kernel_strides(n, t))
                 for n, t in (("q", q), ("k", k), ("v", v), ("o", o))]
     kernel.forward(*borrowed, lse, scale=scale, stream=stream, captures=captures,
-                   block_mask=block_mask if block_mask else None)
+                   block_mask=block_mask[:4] if block_mask else None)
     if kernel.takes_tile_counter and not capturing:
         _primed.add(pair)
 
@@ -375,9 +376,10 @@ def attention_backward(
     """dQ, dK, dV of attention_forward from its inputs, its O and LSE, and
     dO (docs/backward.md): flashjit's backward kernels on the current CUDA
     stream, deterministic when torch.use_deterministic_algorithms(True) is
-    on; score_mod, soft-capping and mask_mod included (the score_mod's
-    derivative is derived from its function). A forward the backward does
-    not support (block masks) raises UnsupportedError naming what."""
+    on; score_mod, soft-capping, mask_mod (the score_mod's derivative is
+    derived from its function) and block masks (their lists transposed
+    here) included. What the backward does not support raises
+    UnsupportedError naming it."""
     device = _check_devices(q, k, v, captures, block_mask)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     if dq.numel() == 0 or dk.numel() == 0:  # no query or no key: no gradient flows
@@ -401,11 +403,52 @@ def attention_backward(
                     for n, t in (("q", q), ("k", k), ("v", v), ("o", o))]
         gradients = [_dlpack.borrow(t, strides=_kernel_strides(n, t))
                      for n, t in (("dq", dq), ("dk", dk), ("dv", dv))]
+        transposed = None
+        if len(block_mask) == 8:  # the forward's lists, then the transposed ones
+            transposed = block_mask[4:]
+        elif block_mask:
+            transposed = _transposed_block_mask(block_mask, q.shape[2], k.shape[2],
+                                                sparse_block_m, sparse_block_n)
         backward.backward(*borrowed, lse, _dlpack.borrow(grad_o, strides=grad_strides),
                           *gradients, workspace=workspace, scale=scale,
                           stream=torch.cuda.current_stream(device).cuda_stream,
-                          captures=list(captures))
+                          captures=list(captures), block_mask=transposed)
     return dq, dk, dv
+
+
+def _transposed_block_mask(lists, seqlen_q: int, seqlen_k: int, block_m: int,
+                           block_n: int) -> List[torch.Tensor]:
+    """The backward's block mask from the forward's lists (kv_num_blocks,
+    kv_indices[, full_kv_num_blocks, full_kv_indices]): for each key block,
+    the query blocks whose lists hold it, ascending (FlexAttention's
+    q_num_blocks, q_indices, ...), by the kernels' rules (counts clamped,
+    indices out of range skipped). A key block listed twice in one row is
+    refused outside CUDA graph capture: the transpose keeps each once."""
+    key_blocks = -(-seqlen_k // block_n)
+    out = []
+    for num, idx in zip(lists[0::2], lists[1::2]):
+        columns = torch.arange(idx.shape[-1], device=idx.device)
+        valid = ((columns < num.clamp(0, key_blocks)[..., None]) & (idx >= 0)
+                 & (idx < key_blocks))
+        dense = torch.zeros(*idx.shape[:3], key_blocks + 1, dtype=torch.int32, device=idx.device)
+        dense.scatter_add_(-1, torch.where(valid, idx, key_blocks).long(), valid.int())
+        dense = dense[..., :key_blocks]
+        if not torch.cuda.is_current_stream_capturing() and bool((dense > 1).any()):
+            raise InvalidArgumentError(
+                "the block mask lists a key block twice in one query block's list: the "
+                "backward takes each block once; list it once")
+        # Each listed query block at its rank among the listed ones.
+        listed = dense.transpose(-1, -2) > 0
+        rank = torch.cumsum(listed, dim=-1, dtype=torch.int32) - 1
+        query_blocks = listed.shape[-1]
+        indices = torch.zeros(*listed.shape[:3], query_blocks + 1, dtype=torch.int32,
+                              device=idx.device)
+        order = torch.arange(query_blocks, dtype=torch.int32, device=idx.device)
+        indices.scatter_(-1, torch.where(listed, rank, query_blocks).long(),
+                         order.expand_as(rank))
+        out.append(listed.sum(-1, dtype=torch.int32))
+        out.append(indices[..., :query_blocks])
+    return out
 
 
 @attention_backward.register_fake
@@ -803,6 +846,12 @@ def _block_mask_args(block_mask, sparse_block) -> Tuple[int, int, List[torch.Ten
         full = getattr(block_mask, "full_kv_num_blocks", None)
         if full is not None:
             lists += [full, block_mask.full_kv_indices]
+            # Its transposed lists too, for the backward (which otherwise
+            # transposes the forward's on the GPU at each call).
+            transposed = [getattr(block_mask, name, None) for name in (
+                "q_num_blocks", "q_indices", "full_q_num_blocks", "full_q_indices")]
+            if all(t is not None for t in transposed):
+                lists += transposed
     else:
         lists = list(block_mask)
         if sparse_block is None:
@@ -847,9 +896,10 @@ def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None,
     causal attention (either alignment, GQA/MQA, head dims 64, 96, 128, 256),
     bitwise reproducible under torch.use_deterministic_algorithms(True).
     Sliding windows have a backward too (not deterministic yet), and so do
-    score_mod, soft-capping and mask_mod (the score_mod's derivative is
-    derived from its function); block masks do not (an UnsupportedError
-    when backward runs). LSE is not differentiable.
+    score_mod, soft-capping, mask_mod (the score_mod's derivative is
+    derived from its function) and block masks (transposed for the
+    backward on the GPU; not deterministic yet). LSE is not
+    differentiable.
     """
     # The eager path where the op's dispatcher has nothing to add: no
     # tracing, no dispatch or function mode, no functorch transform here;

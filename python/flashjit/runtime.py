@@ -360,14 +360,17 @@ class Backward(_Handle):
 
     def backward(self, q, k, v, o, lse, dout, dq, dk, dv, *, workspace,
                  scale: Optional[float] = None, stream: Any = None,
-                 captures: Sequence[Any] = ()) -> None:
+                 captures: Sequence[Any] = (),
+                 block_mask: Optional[Sequence[Any]] = None) -> None:
         """Writes dq, dk, dv (shaped as q, k, v) on `stream`. Tensors are
         DLPack tensors as Kernel.forward takes them, dout shaped as o.
         workspace: a DLPack tensor of at least workspace_bytes() bytes on
         the same device (its contents are overwritten). scale: the
         forward's (None: 1/sqrt(head_dim)). captures: the spec's captured
-        tensors, as the forward took them. Nothing is launched unless
-        every check passes."""
+        tensors, as the forward took them. block_mask: a block-sparse
+        spec's lists transposed, (q_num_blocks, q_indices) or those and
+        (full_q_num_blocks, full_q_indices), as FlexAttention's BlockMask
+        holds them. Nothing is launched unless every check passes."""
         stream_handle = _stream_handle(stream)
         tensors = [_dlpack.borrow(t, stream=stream_handle)
                    for t in (q, k, v, o, lse, dout, dq, dk, dv)]
@@ -379,6 +382,22 @@ class Backward(_Handle):
         size = count * ((c.dtype.bits * c.dtype.lanes + 7) // 8)
         address = (c.data or 0) + c.byte_offset
         c_scale = math.nan if scale is None else float(scale)
+        if block_mask is not None:
+            if len(block_mask) not in (2, 4):
+                raise InvalidArgumentError(
+                    f"block_mask has {len(block_mask)} tensors: give (q_num_blocks, q_indices) "
+                    "or those and (full_q_num_blocks, full_q_indices)")
+            captured = [_dlpack.borrow(t, stream=stream_handle) for t in captures]
+            array = ((_dlpack.DLTensor * len(captured))(*[t.tensor for t in captured])
+                     if captured else None)
+            lists = [_dlpack.borrow(t, stream=stream_handle) if t is not None else None
+                     for t in block_mask] + [None] * (4 - len(block_mask))
+            self._lib.check(self._lib.fn("flashjit_backward_run_block_sparse")(
+                self._live(), *[t.pointer for t in tensors], ctypes.c_void_p(address or None),
+                size, c_scale, array, len(captured),
+                *[t.pointer if t is not None else None for t in lists],
+                ctypes.c_void_p(stream_handle)))
+            return
         if not captures:
             self._lib.check(self._lib.fn("flashjit_backward_run")(
                 self._live(), *[t.pointer for t in tensors], ctypes.c_void_p(address or None),

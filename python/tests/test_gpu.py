@@ -515,6 +515,40 @@ DOCUMENT_MASK = "\n".join([
     "}"])
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_backward_of_a_block_mask(cuda, causal):
+    # Random lists of 128 x 128 blocks (shuffled, every row with a block):
+    # the backward's transposed lists are built from them on the GPU.
+    torch = cuda
+    block, seqlen, heads, kv_heads = 128, 1000, 4, 2
+    blocks = -(-seqlen // block)
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    chosen = torch.rand(heads, blocks, blocks, device="cuda", generator=gen) < 0.4
+    chosen[:, torch.arange(blocks), torch.arange(blocks)] = True
+    counts = chosen.sum(-1).to(torch.int32)
+    shuffled = torch.rand(heads, blocks, blocks, device="cuda", generator=gen)
+    order = torch.argsort(torch.where(chosen, shuffled, 2.0), dim=-1).to(torch.int32)
+    lists = (counts.view(1, heads, blocks), order.view(1, heads, blocks, blocks))
+    q = rand(torch, 1, heads, seqlen, 64, dtype=torch.bfloat16).requires_grad_()
+    k = rand(torch, 1, kv_heads, seqlen, 64, dtype=torch.bfloat16).requires_grad_()
+    v = rand(torch, 1, kv_heads, seqlen, 64, dtype=torch.bfloat16).requires_grad_()
+    grad_o = rand(torch, 1, heads, seqlen, 64, dtype=torch.bfloat16)
+    o = flashjit.attention(q, k, v, causal=causal, block_mask=lists, sparse_block=(block, block))
+    poison_allocator(torch, q, k, v)
+    o.backward(grad_o)
+    qd, kd, vd = (t.detach().double().requires_grad_() for t in (q, k, v))
+    group = heads // kv_heads
+    s = qd @ kd.repeat_interleave(group, dim=1).transpose(-1, -2) / 8.0
+    i = torch.arange(seqlen, device="cuda")
+    keep = chosen[:, i[:, None] // block, i[None, :] // block][None]
+    if causal:
+        keep = keep & (i[None, :] <= i[:, None])
+    p = torch.softmax(s.masked_fill(~keep, -math.inf), dim=-1)
+    (p @ vd.repeat_interleave(group, dim=1)).backward(grad_o.double())
+    for name, got, ref in zip("qkv", (q.grad, k.grad, v.grad), (qd.grad, kd.grad, vd.grad)):
+        assert relative_error(got, ref) < 2e-2, name
+
+
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_backward_of_softcap_and_a_document_mask(cuda, head_dim):
     # Soft-capped scores (their derivative 1 - tanh^2 derived from the

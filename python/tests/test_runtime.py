@@ -329,10 +329,14 @@ def test_backward_compiles_and_its_checks_reach_python(ctx, has_gpu):
 
 def test_backward_of_an_unsupported_spec_says_what(ctx):
     with pytest.raises(flashjit.UnsupportedError) as info:
-        ctx.compile_backward(AttentionSpec(sparse_block=(128, 128)))
-    assert "block-sparse" in info.value.message, info.value.message
-    # score_mod has a backward: its derivative is derived from its text.
+        ctx.compile_backward(AttentionSpec(varlen=True))
+    assert "varlen" in info.value.message, info.value.message
+    # score_mod has a backward (its derivative is derived from its text),
+    # and so do block masks, not deterministic ones.
     ctx.compile_backward(AttentionSpec(score_mod=flashjit.softcap_score_mod(30.0)))
+    ctx.compile_backward(AttentionSpec(sparse_block=(128, 128)))
+    with pytest.raises(flashjit.UnsupportedError, match="block masks"):
+        ctx.compile_backward(AttentionSpec(sparse_block=(128, 128)), deterministic=True)
     # Windows have a backward, not a deterministic one yet.
     ctx.compile_backward(AttentionSpec(window=(64, 0), causal=True))
     with pytest.raises(flashjit.UnsupportedError, match="sliding windows"):

@@ -110,8 +110,15 @@ llvm::Expected<MapLayouts> checkBackwardArgs(const BackwardKernel &kernel,
   forward.lse = a.lse;
   forward.scale = a.scale;
   forward.captures = a.captures;
-  if (auto err = checkForwardArgs(spec, forward))
+  // The block mask is the backward's own (transposed), checked below.
+  AttentionSpec tensorsOnly = spec;
+  tensorsOnly.sparseBlockM = tensorsOnly.sparseBlockN = 0;
+  if (auto err = checkForwardArgs(tensorsOnly, forward))
     return invalid("the forward's tensors: " + llvm::toString(std::move(err)));
+  if (auto err = checkTransposedBlockMask(spec, a.blockMask, a.q.shape[0],
+                                          a.q.shape[1], a.q.shape[2],
+                                          a.k.shape[2]))
+    return withCode(ErrorCode::InvalidArgument, std::move(err));
   const std::pair<const char *, const TensorRef *> grads[] = {
       {"dO", &a.dO}, {"dq", &a.dq}, {"dk", &a.dk}, {"dv", &a.dv}};
   for (auto [name, t] : grads) {
@@ -248,7 +255,7 @@ llvm::Error BackwardKernel::backward(const BackwardArgs &a) const {
   std::copy(mainPointers.begin(), mainPointers.end(), mainParams.begin());
   size_t variantAt = BackwardMainArgs::kNumParams - (deterministic() ? 0 : 1);
   VariantLaunchParams variant;
-  variant.fill(a.captures, BlockMaskRef());
+  variant.fill(a.captures, a.blockMask);
   std::array<CUtensorMap, 2> maps{};
   if (*layouts) {
     auto drv = CudaDriver::get();

@@ -26,23 +26,6 @@ namespace {
 using flashjit::ErrorCode;
 using namespace flashjit::capi;
 
-/// The block mask's four DLTensors (a null one: not given) into `mask`.
-llvm::Error readBlockMask(const DLTensor *const *lists, int device,
-                          flashjit::BlockMaskRef &mask) {
-  const char *names[] = {"kv_num_blocks", "kv_indices", "full_kv_num_blocks",
-                         "full_kv_indices"};
-  auto refs = mask.lists();
-  for (int l = 0; l < 4; ++l) {
-    if (!lists[l])
-      continue;
-    auto ref = flashjit::toCapturedRef(names[l], lists[l], device);
-    if (!ref)
-      return ref.takeError();
-    *refs[l] = *ref;
-  }
-  return llvm::Error::success();
-}
-
 /// flashjit_kernel_forward(_captures) once inside guarded(): `fn` names
 /// the entry point in messages.
 flashjit_status_t forwardKernel(const char *fn, flashjit_kernel_t kernel,
@@ -74,7 +57,7 @@ flashjit_status_t forwardKernel(const char *fn, flashjit_kernel_t kernel,
     return fail(fn, std::move(err));
   if (blockMask)
     if (llvm::Error err = readBlockMask(blockMask, kernel->device,
-                                        args.blockMask))
+                                        args.blockMask, kKvListNames))
       return fail(fn, std::move(err));
   if (!std::isnan(scale))
     args.scale = scale;
@@ -190,6 +173,21 @@ llvm::Error readCaptures(const DLTensor *captures, int32_t num_captures,
     if (!ref)
       return ref.takeError();
     out.push_back(*ref);
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error readBlockMask(const DLTensor *const *lists, int device,
+                          flashjit::BlockMaskRef &mask,
+                          const char *const *names) {
+  auto refs = mask.lists();
+  for (int l = 0; l < 4; ++l) {
+    if (!lists[l])
+      continue;
+    auto ref = flashjit::toCapturedRef(names[l], lists[l], device);
+    if (!ref)
+      return ref.takeError();
+    *refs[l] = *ref;
   }
   return llvm::Error::success();
 }
@@ -430,7 +428,8 @@ flashjit_status_t flashjit_context_build_block_mask(
       return fail(fn, std::move(err));
     const DLTensor *lists[] = {kv_num_blocks, kv_indices, full_kv_num_blocks,
                                full_kv_indices};
-    if (llvm::Error err = readBlockMask(lists, ctx->device, args.blockMask))
+    if (llvm::Error err =
+            readBlockMask(lists, ctx->device, args.blockMask, kKvListNames))
       return fail(fn, std::move(err));
     auto builder = ctx->context->blockMaskBuilder(*parsed);
     if (!builder)

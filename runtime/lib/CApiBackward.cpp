@@ -129,7 +129,8 @@ flashjit_status_t runBackward(
     const DLTensor *k, const DLTensor *v, const DLTensor *o,
     const DLTensor *lse, const DLTensor *dout, DLTensor *dq, DLTensor *dk,
     DLTensor *dv, void *workspace, uint64_t workspace_bytes, double scale,
-    const DLTensor *captures, int32_t num_captures, void *stream) {
+    const DLTensor *captures, int32_t num_captures,
+    const DLTensor *const *qLists, void *stream) {
     if (!backward)
       return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
                   "backward is a null handle");
@@ -157,6 +158,10 @@ flashjit_status_t runBackward(
     if (llvm::Error err = readCaptures(captures, num_captures,
                                        backward->device, args.captures))
       return fail(fn, std::move(err));
+    if (qLists)
+      if (llvm::Error err = readBlockMask(qLists, backward->device,
+                                          args.blockMask, kQListNames))
+        return fail(fn, std::move(err));
     args.stream = static_cast<CUstream>(stream);
     if (llvm::Error err = backward->kernel->backward(args))
       return fail(fn, std::move(err));
@@ -173,7 +178,8 @@ flashjit_status_t flashjit_backward_run(
     void *workspace, uint64_t workspace_bytes, double scale, void *stream) {
   return guarded(__func__, [&](const char *fn) {
     return runBackward(fn, backward, q, k, v, o, lse, dout, dq, dk, dv,
-                       workspace, workspace_bytes, scale, nullptr, 0, stream);
+                       workspace, workspace_bytes, scale, nullptr, 0, nullptr,
+                       stream);
   });
 }
 
@@ -186,7 +192,25 @@ flashjit_status_t flashjit_backward_run_captures(
   return guarded(__func__, [&](const char *fn) {
     return runBackward(fn, backward, q, k, v, o, lse, dout, dq, dk, dv,
                        workspace, workspace_bytes, scale, captures,
-                       num_captures, stream);
+                       num_captures, nullptr, stream);
+  });
+}
+
+flashjit_status_t flashjit_backward_run_block_sparse(
+    flashjit_backward_t backward, const DLTensor *q, const DLTensor *k,
+    const DLTensor *v, const DLTensor *o, const DLTensor *lse,
+    const DLTensor *dout, DLTensor *dq, DLTensor *dk, DLTensor *dv,
+    void *workspace, uint64_t workspace_bytes, double scale,
+    const DLTensor *captures, int32_t num_captures,
+    const DLTensor *q_num_blocks, const DLTensor *q_indices,
+    const DLTensor *full_q_num_blocks, const DLTensor *full_q_indices,
+    void *stream) {
+  return guarded(__func__, [&](const char *fn) {
+    const DLTensor *lists[] = {q_num_blocks, q_indices, full_q_num_blocks,
+                               full_q_indices};
+    return runBackward(fn, backward, q, k, v, o, lse, dout, dq, dk, dv,
+                       workspace, workspace_bytes, scale, captures,
+                       num_captures, lists, stream);
   });
 }
 

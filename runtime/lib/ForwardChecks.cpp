@@ -5,6 +5,7 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -134,11 +135,25 @@ llvm::Error checkTensor(const char *name, const TensorRef &t,
   return llvm::Error::success();
 }
 
-} // namespace
+/// Blocks of `block` covering `length` (0 for a dense spec's block 0).
+int64_t ceilDivBlocks(int64_t length, int64_t block) {
+  return block > 0 ? (length + block - 1) / block : 0;
+}
 
-llvm::Error checkBlockMask(const AttentionSpec &spec, const BlockMaskRef &m,
-                           int64_t batch, int64_t heads, int64_t seqlenQ,
-                           int64_t seqlenK) {
+/// The lists' names in messages: the forward's, or the backward's
+/// transposed ones.
+constexpr std::array<const char *, 4> kKvListNames = {
+    "kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices"};
+constexpr std::array<const char *, 4> kQListNames = {
+    "q_num_blocks", "q_indices", "full_q_num_blocks", "full_q_indices"};
+
+/// checkBlockMask for lists whose rows are `rowBlocks` blocks and whose
+/// indices name `columnBlocks` blocks, named `names`.
+llvm::Error checkListsOf(const AttentionSpec &spec, const BlockMaskRef &m,
+                         int64_t batch, int64_t heads, int64_t seqlenQ,
+                         int64_t seqlenK, int64_t rowBlocks,
+                         int64_t columnBlocks,
+                         const std::array<const char *, 4> &names) {
   const bool anyGiven = m.kvNumBlocks.data || m.kvIndices.data ||
                         m.fullKvNumBlocks.data || m.fullKvIndices.data;
   if (!spec.isBlockSparse()) {
@@ -147,17 +162,15 @@ llvm::Error checkBlockMask(const AttentionSpec &spec, const BlockMaskRef &m,
                   "(set AttentionSpec::sparseBlockM and sparseBlockN)");
     return llvm::Error::success();
   }
-  const int64_t queryBlocks =
-      (seqlenQ + spec.sparseBlockM - 1) / spec.sparseBlockM;
-  const int64_t keyBlocks =
-      (seqlenK + spec.sparseBlockN - 1) / spec.sparseBlockN;
+  const int64_t queryBlocks = rowBlocks, keyBlocks = columnBlocks;
   if (!m.kvNumBlocks.data || !m.kvIndices.data)
-    return fail("the kernel is block-sparse: its block mask needs "
-                "kv_num_blocks and kv_indices (full_kv_num_blocks and "
-                "full_kv_indices are optional)");
+    return fail(llvm::formatv("the kernel is block-sparse: its block mask "
+                              "needs {0} and {1} ({2} and {3} are optional)",
+                              names[0], names[1], names[2], names[3]));
   if (!m.fullKvNumBlocks.data != !m.fullKvIndices.data)
-    return fail("full_kv_num_blocks and full_kv_indices come together: give "
-                "both or neither");
+    return fail(llvm::formatv("{0} and {1} come together: give both or "
+                              "neither",
+                              names[2], names[3]));
   auto check = [&](const char *name, const CapturedRef &t,
                    bool isIndices) -> llvm::Error {
     if (!t.data)
@@ -195,13 +208,30 @@ llvm::Error checkBlockMask(const AttentionSpec &spec, const BlockMaskRef &m,
                                 name));
     return llvm::Error::success();
   };
-  if (auto err = check("kv_num_blocks", m.kvNumBlocks, false))
-    return err;
-  if (auto err = check("kv_indices", m.kvIndices, true))
-    return err;
-  if (auto err = check("full_kv_num_blocks", m.fullKvNumBlocks, false))
-    return err;
-  return check("full_kv_indices", m.fullKvIndices, true);
+  auto lists = m.lists();
+  for (int l = 0; l < 4; ++l)
+    if (auto err = check(names[l], *lists[l], l % 2 == 1))
+      return err;
+  return llvm::Error::success();
+}
+
+} // namespace
+
+llvm::Error checkBlockMask(const AttentionSpec &spec, const BlockMaskRef &m,
+                           int64_t batch, int64_t heads, int64_t seqlenQ,
+                           int64_t seqlenK) {
+  return checkListsOf(spec, m, batch, heads, seqlenQ, seqlenK,
+                      ceilDivBlocks(seqlenQ, spec.sparseBlockM),
+                      ceilDivBlocks(seqlenK, spec.sparseBlockN), kKvListNames);
+}
+
+llvm::Error checkTransposedBlockMask(const AttentionSpec &spec,
+                                     const BlockMaskRef &m, int64_t batch,
+                                     int64_t heads, int64_t seqlenQ,
+                                     int64_t seqlenK) {
+  return checkListsOf(spec, m, batch, heads, seqlenQ, seqlenK,
+                      ceilDivBlocks(seqlenK, spec.sparseBlockN),
+                      ceilDivBlocks(seqlenQ, spec.sparseBlockM), kQListNames);
 }
 
 llvm::Error checkCaptures(const AttentionSpec &spec,

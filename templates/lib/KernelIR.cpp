@@ -355,49 +355,13 @@ KvTileRange KernelIR::kvTileRange(const ForwardParams &p, Value batch,
   KvTileRange r;
   if (spec.isBlockSparse()) {
     // The query block's row of each list (the kernel's block_m divides
-    // the mask's, TemplateRegistry's checkSparseTile).
-    const ForwardParams::Capture &counts = p.blockMask[0],
-                                 &partial = p.blockMask[1],
-                                 &fullCounts = p.blockMask[2],
-                                 &full = p.blockMask[3];
-    Value maskRow = divU(m0, spec.sparseBlockM);
-    auto rowOf = [&](const ForwardParams::Capture &c) {
-      return add(add(mul(batch, c.strides[0]), mul(head, c.strides[1])),
-                 mul(maskRow, c.strides[2]));
-    };
-    r.tilesPerBlock = spec.sparseBlockN / blockN;
-    r.maskBlocks = divU(add(p.seqlenK, c64(spec.sparseBlockN - 1)),
-                        spec.sparseBlockN);
-    // Lengths clamped to [0, maskBlocks] (as unsigned, so a negative one
-    // is a full row first, then clamped): the lists hold that many.
-    auto length = [&](Value address) {
-      Value raw = arith::ExtSIOp::create(
-          b, loc, i64, LLVM::LoadOp::create(b, loc, i32, address, 4));
-      Value negative = cmp(arith::CmpIPredicate::slt, raw, c64(0));
-      return arith::SelectOp::create(b, loc, negative, c64(0),
-                                     minS(raw, r.maskBlocks));
-    };
-    Value countAddress = globalAddress(counts.data, i32, rowOf(counts));
-    r.numPartial = length(countAddress);
-    // No full lists: a null pointer. Their length is then 0 (read from
-    // the partial length's address, which is valid).
-    Value nullPtr = LLVM::ZeroOp::create(b, loc, globalPtr);
-    r.hasFull = LLVM::ICmpOp::create(b, loc, LLVM::ICmpPredicate::ne,
-                                     fullCounts.data, nullPtr);
-    Value fullCountAddress = arith::SelectOp::create(
-        b, loc, r.hasFull,
-        globalAddress(fullCounts.data, i32, rowOf(fullCounts)), countAddress);
-    r.numFull = arith::SelectOp::create(b, loc, r.hasFull,
-                                        length(fullCountAddress), c64(0));
-    r.partialList = globalAddress(partial.data, i32, rowOf(partial));
-    r.partialStride = partial.strides[3];
-    r.fullList = arith::SelectOp::create(
-        b, loc, r.hasFull, globalAddress(full.data, i32, rowOf(full)),
-        r.partialList);
-    r.fullStride = full.strides[3];
-    r.first = c64(0);
-    r.count = maxS(mul(add(r.numPartial, r.numFull), c64(r.tilesPerBlock)),
-                   c64(1));
+    // the mask's, TemplateRegistry's checkSparseTile). A query block whose
+    // lists are empty visits one tile (all masked), so that its output is
+    // written.
+    r = blockListRange(p.blockMask, batch, head,
+                       divU(m0, spec.sparseBlockM), spec.sparseBlockN, blockN,
+                       p.seqlenK);
+    r.count = maxS(r.count, c64(1));
     return r;
   }
   if (spec.isPlain()) {
@@ -417,6 +381,51 @@ KvTileRange KernelIR::kvTileRange(const ForwardParams &p, Value batch,
   // keeps one tile.
   Value end = divU(add(maxS(hi, c64(0)), c64(blockN - 1)), blockN);
   r.count = maxS(sub(end, r.first), c64(1));
+  return r;
+}
+
+KvTileRange KernelIR::blockListRange(ArrayRef<ForwardParams::Capture> lists,
+                                     Value batch, Value head, Value listRow,
+                                     int64_t maskBlock, int64_t tile,
+                                     Value columns) {
+  KvTileRange r;
+  const ForwardParams::Capture &counts = lists[0], &partial = lists[1],
+                               &fullCounts = lists[2], &full = lists[3];
+  auto rowOf = [&](const ForwardParams::Capture &c) {
+    return add(add(mul(batch, c.strides[0]), mul(head, c.strides[1])),
+               mul(listRow, c.strides[2]));
+  };
+  r.tilesPerBlock = maskBlock / tile;
+  r.maskBlocks = divU(add(columns, c64(maskBlock - 1)), maskBlock);
+  // Lengths clamped to [0, maskBlocks] (as unsigned, so a negative one
+  // is a full row first, then clamped): the lists hold that many.
+  auto length = [&](Value address) {
+    Value raw = arith::ExtSIOp::create(
+        b, loc, i64, LLVM::LoadOp::create(b, loc, i32, address, 4));
+    Value negative = cmp(arith::CmpIPredicate::slt, raw, c64(0));
+    return arith::SelectOp::create(b, loc, negative, c64(0),
+                                   minS(raw, r.maskBlocks));
+  };
+  Value countAddress = globalAddress(counts.data, i32, rowOf(counts));
+  r.numPartial = length(countAddress);
+  // No full lists: a null pointer. Their length is then 0 (read from
+  // the partial length's address, which is valid).
+  Value nullPtr = LLVM::ZeroOp::create(b, loc, globalPtr);
+  r.hasFull = LLVM::ICmpOp::create(b, loc, LLVM::ICmpPredicate::ne,
+                                   fullCounts.data, nullPtr);
+  Value fullCountAddress = arith::SelectOp::create(
+      b, loc, r.hasFull,
+      globalAddress(fullCounts.data, i32, rowOf(fullCounts)), countAddress);
+  r.numFull = arith::SelectOp::create(b, loc, r.hasFull,
+                                      length(fullCountAddress), c64(0));
+  r.partialList = globalAddress(partial.data, i32, rowOf(partial));
+  r.partialStride = partial.strides[3];
+  r.fullList = arith::SelectOp::create(
+      b, loc, r.hasFull, globalAddress(full.data, i32, rowOf(full)),
+      r.partialList);
+  r.fullStride = full.strides[3];
+  r.first = c64(0);
+  r.count = mul(add(r.numPartial, r.numFull), c64(r.tilesPerBlock));
   return r;
 }
 

@@ -151,6 +151,17 @@ public:
   KvTileRange kvTileRange(const ForwardParams &p, mlir::Value batch,
                           mlir::Value head, mlir::Value m0, int64_t blockM,
                           int64_t blockN);
+  /// One row of a block-sparse mask's lists (ForwardParams::blockMask
+  /// order: counts, indices, full counts, full indices), walked in tiles:
+  /// the row `listRow` (i64) of (batch, head), whose indices name blocks
+  /// of `maskBlock` columns of a length `columns` (i64), each `tile`
+  /// columns a tile. The forward walks a query block's key blocks; the
+  /// backward, on the transposed lists, a key block's query blocks. count
+  /// is (partial + full) x tiles per block, 0 for empty lists.
+  KvTileRange blockListRange(llvm::ArrayRef<ForwardParams::Capture> lists,
+                             mlir::Value batch, mlir::Value head,
+                             mlir::Value listRow, int64_t maskBlock,
+                             int64_t tile, mlir::Value columns);
   /// The index (i64, in tiles of block_n) of the j-th tile (i32 or i64) a
   /// query block visits.
   mlir::Value kvTile(const KvTileRange &range, mlir::Value j);

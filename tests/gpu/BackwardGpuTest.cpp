@@ -48,8 +48,10 @@ constexpr Mode kDeterministic{true, 1};
 void checkBackward(const AttentionSpec &spec, int64_t batch, int64_t seqlenQ,
                    int64_t seqlenK, Layout layout = Layout::BHSD,
                    std::optional<TileConfig> config = std::nullopt,
-                   int64_t checkedGroups = 0, Mode mode = Mode()) {
+                   int64_t checkedGroups = 0, Mode mode = Mode(),
+                   double blockDensity = 0.25) {
   BackwardCheckOptions o;
+  o.blockDensity = blockDensity;
   o.batch = batch;
   o.seqlenQ = seqlenQ;
   o.seqlenK = seqlenK;
@@ -68,6 +70,9 @@ void checkBackward(const AttentionSpec &spec, int64_t batch, int64_t seqlenQ,
        << " b=" << batch << " sq=" << seqlenQ << " sk=" << seqlenK
        << (layout == Layout::BSHD ? " bshd" : " bhsd") << " seed=" << o.seed
        << (config ? " config=" + config->canonical() : "")
+       << (spec.isBlockSparse()
+               ? " density=" + std::to_string(blockDensity)
+               : std::string())
        << std::string(mode.deterministic ? " deterministic" : ""));
   auto forward = gpuContext().compile(spec);
   REQUIRE_MESSAGE(bool(forward), llvm::toString(forward.takeError()));
@@ -392,4 +397,37 @@ TEST_CASE("backward mods: a score_mod through every derivative rule") {
                     MmaSyncBackward::defaultConfig(spec));
     }
   }
+}
+
+TEST_CASE("backward block-sparse: listed query blocks only, the mask_mod on "
+          "partial ones; both families, densities, odd shapes") {
+  // Random lists (partial and full blocks, shuffled), each key block's
+  // query blocks given to the backward as their transpose.
+  auto sparse = [](AttentionSpec spec, int64_t m, int64_t n) {
+    spec.sparseBlockM = m;
+    spec.sparseBlockN = n;
+    return spec;
+  };
+  for (int64_t d : {64, 128, 256})
+    for (bool causal : {false, true})
+      for (double density : {0.0, 0.3, 1.0})
+        checkBackward(sparse(makeSpec(d, DType::BF16, causal, 4, 2), 128, 128),
+                      2, 1000, 1000, Layout::BHSD, std::nullopt, 0, Mode(),
+                      density);
+  // A document mask_mod on the partial blocks, soft-capped; odd lengths.
+  AttentionSpec documents = sparse(
+      withPreset(withPreset(makeSpec(128, DType::F16, true, 4, 2), 2), 1), 128,
+      128);
+  for (int64_t s : {17, 1000, 4097})
+    checkBackward(documents, 1, s, s, Layout::BHSD, std::nullopt,
+                  /*checkedGroups=*/s > 2000 ? 1 : 0, Mode(), 0.5);
+  // Sq != Sk, mask blocks of 256 x 128, bottom-right, every candidate.
+  AttentionSpec wide = sparse(
+      makeSpec(128, DType::BF16, true, 8, 2, CausalAlign::BottomRight), 256,
+      128);
+  for (const TileConfig &config :
+       MmaSyncBackward::candidates(wide, gpuContext().target()))
+    checkBackward(wide, 1, 300, 1000, Layout::BHSD, config, 0, Mode(), 0.5);
+  checkBackward(wide, 1, 1000, 300, Layout::BHSD, std::nullopt, 0, Mode(),
+                0.5);
 }

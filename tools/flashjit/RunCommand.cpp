@@ -233,6 +233,26 @@ int runRun() {
     if (!captures)
       return reportError("run", captures.takeError());
     check.captures = std::move(*captures);
+    // Block-sparse: a random mask of the density asked, or the mask built
+    // on the GPU from the spec's mask (checked against the host's where
+    // affordable), as for the forward.
+    if (spec->isBlockSparse()) {
+      if (auto density = randomBlockDensity()) {
+        check.blockDensity = *density;
+      } else {
+        CheckOptions maskOptions;
+        maskOptions.batch = check.batch;
+        maskOptions.seqlenQ = check.seqlenQ;
+        maskOptions.seqlenK = check.seqlenK;
+        maskOptions.captures = check.captures;
+        auto built = buildMask(**ctx, *spec, maskOptions);
+        if (!built)
+          return reportError("run", built.takeError());
+        if (!built->matchesHost)
+          return 1;
+        check.blockMask = std::move(maskOptions.blockMask);
+      }
+    }
     request.config = backwardConfig;
     request.deterministic = deterministic;
     if (deterministic)

@@ -42,6 +42,18 @@ struct BackwardArgs {
   /// One per AttentionSpec::captures, as the forward took them (its
   /// score_mod and mask_mod read them again here).
   std::vector<CapturedRef> captures;
+  /// A block-sparse spec's block mask, transposed: the backward walks the
+  /// query blocks of each key block. In BlockMaskRef's four fields, i32
+  /// device tensors over Nk = ceil(seqlen_k / sparseBlockN) key blocks and
+  /// Mq = ceil(seqlen_q / sparseBlockM) query blocks, FlexAttention's
+  /// BlockMask q_num_blocks [B or 1, H or 1, Nk], q_indices [B or 1, H or
+  /// 1, Nk, Mq or more] (partial blocks: the mask_mod applies), then
+  /// full_q_num_blocks and full_q_indices (optional). Key block kb of (b,
+  /// h) visits query blocks qIndices[b, h, kb, 0 .. qNumBlocks[b, h, kb]),
+  /// then the full ones: the transpose of the forward's lists (a block
+  /// listed k times there is listed k times here). Counts are clamped to
+  /// [0, Mq] and indices outside [0, Mq) name no rows, as in the forward.
+  BlockMaskRef blockMask;
   /// The caller's stream (null: the legacy default stream).
   CUstream stream = nullptr;
 };

@@ -367,9 +367,9 @@ FLASHJIT_API flashjit_status_t flashjit_context_build_block_mask(
 
 /* The backward kernels of one spec: dQ, dK and dV of softmax(scale Q K^T) V
  * from q, k, v, the forward's o and lse, and dO. Dense or causal attention
- * (either alignment), sliding windows, score_mod and mask_mod (API 11),
- * head dims 64, 96, 128 and 256, sm_80 or newer; any other spec (a block
- * mask) is FLASHJIT_STATUS_UNSUPPORTED. */
+ * (either alignment), sliding windows, score_mod, mask_mod and block
+ * masks (API 11), head dims 64, 96, 128 and 256, sm_80 or newer; any
+ * other spec (varlen) is FLASHJIT_STATUS_UNSUPPORTED. */
 typedef struct flashjit_backward *flashjit_backward_t;
 
 /* Compiles (or takes from the cache) the backward kernels of `spec`.
@@ -418,6 +418,31 @@ FLASHJIT_API flashjit_status_t flashjit_backward_run_captures(
     const DLTensor *dout, DLTensor *dq, DLTensor *dk, DLTensor *dv,
     void *workspace, uint64_t workspace_bytes, double scale,
     const DLTensor *captures, int32_t num_captures, void *stream);
+
+/* (API version 11) flashjit_backward_run_captures for a block-sparse spec,
+ * with its block mask transposed: for each key block the query blocks that
+ * list it, FlexAttention's BlockMask q_num_blocks, q_indices,
+ * full_q_num_blocks and full_q_indices (kDLInt 32-bit on the context's
+ * device, 4-byte aligned, strides in elements or NULL), over Nk =
+ * ceil(seqlen_k / sparse_block_n) key blocks and Mq = ceil(seqlen_q /
+ * sparse_block_m) query blocks:
+ *   q_num_blocks       [batch or 1, num_heads or 1, Nk]
+ *   q_indices          [batch or 1, num_heads or 1, Nk, Mq or more]
+ *   full_q_num_blocks  as q_num_blocks, or NULL (no full blocks)
+ *   full_q_indices     as q_indices, or NULL with full_q_num_blocks
+ * The transpose of the forward's lists (a block listed k times there is
+ * listed k times here); the mask_mod applies on partial blocks. Shapes are
+ * checked; contents are read on the GPU as the forward reads its lists. No
+ * deterministic kernels for block masks yet. */
+FLASHJIT_API flashjit_status_t flashjit_backward_run_block_sparse(
+    flashjit_backward_t backward, const DLTensor *q, const DLTensor *k,
+    const DLTensor *v, const DLTensor *o, const DLTensor *lse,
+    const DLTensor *dout, DLTensor *dq, DLTensor *dk, DLTensor *dv,
+    void *workspace, uint64_t workspace_bytes, double scale,
+    const DLTensor *captures, int32_t num_captures,
+    const DLTensor *q_num_blocks, const DLTensor *q_indices,
+    const DLTensor *full_q_num_blocks, const DLTensor *full_q_indices,
+    void *stream);
 
 /* ---- API version 6: decode steps on a KV cache (flashjit/Decode.h) ---- */
 

@@ -55,17 +55,30 @@ Value dqAccumRow(KernelIR &ir, const DqAccumLayout &layout, Value seqlenQ,
 /// The steps of a main kernel's loop: every (query head of the GQA group,
 /// query block that the causal mask and the window leave visible to some
 /// key of the block_n keys from n0), head-major; `count` of them (i64
-/// values).
+/// values). Block-sparse, a query head's steps are instead the query
+/// blocks its transposed lists give for the key block (partial ones, then
+/// full ones, in tiles of block_m rows): an index out of range gives a
+/// step past seqlen_q, all masked.
 struct BackwardSteps {
   Value queryBlocks, firstBlock, blocks, count;
   Value kvHead;
   int64_t group = 1, blockM = 0;
-  static BackwardSteps of(KernelIR &ir, const MainParams &p, Value kvHead,
-                          Value n0, Value diagonal, int64_t blockM,
-                          int64_t blockN);
+  /// Block-sparse: each query head's list walk and the steps before it.
+  SmallVector<KvTileRange> lists;
+  SmallVector<Value> prefix;
+  static BackwardSteps of(KernelIR &ir, const MainParams &p, Value batch,
+                          Value kvHead, Value n0, Value diagonal,
+                          int64_t blockM, int64_t blockN);
   /// The query head and the first query row of step t (i64).
   Value head(KernelIR &ir, Value t) const;
   Value firstRow(KernelIR &ir, Value t) const;
+  /// Whether the mask_mod applies at step t (i1): on a partial block of
+  /// a block-sparse mask; null (everywhere) otherwise.
+  Value maskModApplies(KernelIR &ir, Value t) const;
+
+private:
+  /// Block-sparse: the list walk of step t's head, and its first step.
+  std::pair<KvTileRange, Value> listOf(KernelIR &ir, Value t) const;
 };
 /// Starts the 4-byte cp.async of query row m0 + offset's LSE and D (f32)
 /// of (batch, head) to the shared pointers lseDst and dDst; a row at or
@@ -109,8 +122,9 @@ public:
   /// per accumulator, the factor of dS; none without a score_mod.
   SmallVector<Value> applyScoreMod(mlir::MutableArrayRef<Value> s,
                                    const Tile &tile);
-  /// The mask_mod of accumulator i (i1): true where the score is kept.
-  Value keep(const Tile &tile, int64_t i);
+  /// The mask_mod of accumulator i (i1): true where the score is kept
+  /// (and where `appliesHere`, if given, is false).
+  Value keep(const Tile &tile, int64_t i, Value appliesHere = {});
 
 private:
   ModIndex query(const Tile &tile, int64_t i);

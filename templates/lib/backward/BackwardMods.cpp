@@ -44,8 +44,9 @@ SmallVector<Value> BackwardMods::applyScoreMod(MutableArrayRef<Value> s,
   return factors;
 }
 
-Value BackwardMods::keep(const Tile &tile, int64_t i) {
-  return mods.keep(tile.batch, tile.head, query(tile, i), key(tile, i));
+Value BackwardMods::keep(const Tile &tile, int64_t i, Value appliesHere) {
+  return mods.keep(tile.batch, tile.head, query(tile, i), key(tile, i),
+                   appliesHere);
 }
 
 } // namespace flashjit::backward

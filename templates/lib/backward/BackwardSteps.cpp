@@ -86,14 +86,31 @@ Value dqAccumRow(KernelIR &ir, const DqAccumLayout &layout, Value seqlenQ,
 }
 
 BackwardSteps BackwardSteps::of(KernelIR &ir, const MainParams &p,
-                                Value kvHead, Value n0, Value diagonal,
-                                int64_t blockM, int64_t blockN) {
+                                Value batch, Value kvHead, Value n0,
+                                Value diagonal, int64_t blockM,
+                                int64_t blockN) {
   BackwardSteps s;
   s.kvHead = kvHead;
   s.blockM = blockM;
   s.group = ir.spec.groupSize();
   s.queryBlocks = ir.divU(ir.add(p.seqlenQ, ir.c64(blockM - 1)), blockM);
   s.firstBlock = ir.c64(0);
+  if (ir.spec.isBlockSparse()) {
+    // The key block's row of each query head's transposed lists (the
+    // kernel's block_n divides the mask's); the causal mask and the window
+    // mask the tiles they cross.
+    Value listRow = ir.divU(n0, ir.spec.sparseBlockN);
+    s.prefix.push_back(ir.c64(0));
+    for (int64_t g = 0; g < s.group; ++g) {
+      Value head = ir.add(ir.mul(kvHead, ir.c64(s.group)), ir.c64(g));
+      s.lists.push_back(ir.blockListRange(p.variant.blockMask, batch, head,
+                                          listRow, ir.spec.sparseBlockM,
+                                          blockM, p.seqlenQ));
+      s.prefix.push_back(ir.add(s.prefix.back(), s.lists.back().count));
+    }
+    s.count = s.prefix.back();
+    return s;
+  }
   WindowDiagonals window = WindowDiagonals::of(ir, diagonal);
   if (window.right) {
     // Query row i sees key j only if j - i <= window.right.
@@ -117,14 +134,50 @@ BackwardSteps BackwardSteps::of(KernelIR &ir, const MainParams &p,
   return s;
 }
 
+std::pair<KvTileRange, Value> BackwardSteps::listOf(KernelIR &ir,
+                                                   Value t) const {
+  KvTileRange r = lists[0];
+  Value start = prefix[0];
+  for (int64_t g = 1; g < group; ++g) {
+    Value past = ir.cmp(Pred::sge, t, prefix[g]);
+    auto pick = [&](Value later, Value earlier) {
+      return arith::SelectOp::create(ir.b, ir.loc, past, later, earlier)
+          .getResult();
+    };
+    start = pick(prefix[g], start);
+    r.partialList = pick(lists[g].partialList, r.partialList);
+    r.fullList = pick(lists[g].fullList, r.fullList);
+    r.numPartial = pick(lists[g].numPartial, r.numPartial);
+    r.numFull = pick(lists[g].numFull, r.numFull);
+  }
+  return {r, start};
+}
+
 Value BackwardSteps::head(KernelIR &ir, Value t) const {
+  if (!lists.empty()) {
+    Value g = ir.c64(0);
+    for (int64_t k = 1; k < group; ++k)
+      g = ir.add(g, ir.toI64(ir.cmp(Pred::sge, t, prefix[k])));
+    return ir.add(ir.mul(kvHead, ir.c64(group)), g);
+  }
   if (group == 1)
     return kvHead;
   return ir.add(ir.mul(kvHead, ir.c64(group)),
                 arith::DivUIOp::create(ir.b, ir.loc, t, blocks));
 }
 
+Value BackwardSteps::maskModApplies(KernelIR &ir, Value t) const {
+  if (lists.empty())
+    return Value();
+  auto [r, start] = listOf(ir, t);
+  return ir.maskModApplies(r, ir.sub(t, start));
+}
+
 Value BackwardSteps::firstRow(KernelIR &ir, Value t) const {
+  if (!lists.empty()) {
+    auto [r, start] = listOf(ir, t);
+    return ir.mul(ir.kvTile(r, ir.sub(t, start)), ir.c64(blockM));
+  }
   Value block =
       group == 1 ? t : Value(arith::RemUIOp::create(ir.b, ir.loc, t, blocks));
   return ir.mul(ir.add(firstBlock, block), ir.c64(blockM));

@@ -160,12 +160,6 @@ llvm::Error MmaSyncBackward::supports(const AttentionSpec &spec,
   if (auto err = checkHeadDimAndTarget(spec, target, headDims(), family(),
                                        minComputeCapability()))
     return err;
-  if (spec.isBlockSparse())
-    return llvm::createStringError(
-        "the backward pass supports dense and causal attention (top-left or "
-        "bottom-right), sliding windows, score_mod and mask_mod so far; "
-        "block-sparse masks are not supported yet: " +
-        spec.canonical());
   if (spec.varlen)
     return llvm::createStringError(
         "the backward pass has no varlen form yet: run it on padded "
@@ -176,11 +170,19 @@ llvm::Error MmaSyncBackward::supports(const AttentionSpec &spec,
 llvm::Error MmaSyncBackward::checkConfig(const AttentionSpec &spec,
                                          const TileConfig &config) {
   // dQ's turns (BackwardDqTurns.cpp) assume the key blocks that add into a
-  // query block are a prefix of them, which a left window breaks.
+  // query block are a prefix of them, which a left window or a block mask
+  // breaks.
   if (isDeterministic(config) && (spec.hasLeftBound() || spec.windowRight >= 0))
     return configError(
         "the deterministic backward does not take sliding windows yet: "
         "leave BackwardOptions::deterministic off for a window");
+  if (isDeterministic(config) && spec.isBlockSparse())
+    return configError(
+        "the deterministic backward does not take block masks yet: leave "
+        "BackwardOptions::deterministic off for a block-sparse spec");
+  // A key block lies in one mask block, a query step in one.
+  if (auto err = checkSparseTile(spec, config))
+    return configError(llvm::toString(std::move(err)));
   if (WgmmaBackward::owns(config))
     return WgmmaBackward::checkConfig(spec, config);
   if (config.family != family() && !isDeterministic(config))
@@ -269,7 +271,10 @@ TemplateResources MmaSyncBackward::resources(const AttentionSpec &spec,
 
 std::vector<TileConfig> MmaSyncBackward::candidates(const AttentionSpec &spec) {
   std::vector<TileConfig> out;
-  out.push_back(defaultConfig(spec));
+  if (llvm::Error err = checkConfig(spec, defaultConfig(spec)))
+    llvm::consumeError(std::move(err));
+  else
+    out.push_back(defaultConfig(spec));
   // 64 query rows per step spill at head dim 128 and 96 with 4 warps
   // (defaultConfig), 128 at every head dim; at head dim 256 each warp
   // computes half of the columns of S^T and dP^T, and 64 rows fit.
@@ -283,7 +288,7 @@ std::vector<TileConfig> MmaSyncBackward::candidates(const AttentionSpec &spec) {
                    warps};
       if (llvm::Error err = checkConfig(spec, c))
         llvm::consumeError(std::move(err));
-      else if (c != out.front())
+      else if (llvm::find(out, c) == out.end())
         out.push_back(c);
     }
   return out;
@@ -295,7 +300,11 @@ std::vector<TileConfig> MmaSyncBackward::candidates(const AttentionSpec &spec,
   if (llvm::Error err = WgmmaBackward::supports(spec, target))
     llvm::consumeError(std::move(err));
   else
-    out = WgmmaBackward::candidates(spec);
+    for (TileConfig &c : WgmmaBackward::candidates(spec))
+      if (llvm::Error err = checkConfig(spec, c))
+        llvm::consumeError(std::move(err));
+      else
+        out.push_back(std::move(c));
   for (TileConfig &c : candidates(spec))
     out.push_back(std::move(c));
   return out;
@@ -303,11 +312,21 @@ std::vector<TileConfig> MmaSyncBackward::candidates(const AttentionSpec &spec,
 
 TileConfig MmaSyncBackward::defaultConfig(const AttentionSpec &spec,
                                           const Target &target) {
-  if (llvm::Error err = WgmmaBackward::supports(spec, target)) {
+  TileConfig preferred = defaultConfig(spec);
+  if (llvm::Error err = WgmmaBackward::supports(spec, target))
     llvm::consumeError(std::move(err));
-    return defaultConfig(spec);
+  else
+    preferred = WgmmaBackward::defaultConfig(spec);
+  // A block mask whose blocks the preferred tiles do not divide: the first
+  // candidate whose tiles do (none: the preferred, which checkConfig then
+  // refuses with the reason).
+  if (llvm::Error err = checkConfig(spec, preferred)) {
+    llvm::consumeError(std::move(err));
+    std::vector<TileConfig> fitting = candidates(spec, target);
+    if (!fitting.empty())
+      return fitting.front();
   }
-  return WgmmaBackward::defaultConfig(spec);
+  return preferred;
 }
 
 TileConfig MmaSyncBackward::defaultConfig(const AttentionSpec &spec) {

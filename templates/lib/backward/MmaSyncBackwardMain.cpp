@@ -221,7 +221,7 @@ void MainKernelBuilder::buildMain(StringRef name, const ModRegions &mods) {
 
   // ---- the steps: (query head of the group, visible query block) ---------
   BackwardSteps plan =
-      BackwardSteps::of(*this, p, kvHead, n0, diagonal, bM, bN);
+      BackwardSteps::of(*this, p, batch, kvHead, n0, diagonal, bM, bN);
   Value queryBlocks = plan.queryBlocks, steps = plan.count;
   const float log2e = static_cast<float>(M_LOG2E);
 
@@ -302,8 +302,14 @@ void MainKernelBuilder::buildMain(StringRef name, const ModRegions &mods) {
         b, loc, cmp(Pred::sgt, add(n0, c64(bN)), p.seqlenK),
         cmp(Pred::sgt, add(m0, c64(bM)), p.seqlenQ));
     needMask = window.orCrossed(*this, needMask, n0, bN, m0, bM);
+    // The mask_mod applies everywhere, or on a block mask's partial blocks.
+    Value maskModOn = plan.maskModApplies(*this, t);
     if (tileMods.hasMaskMod())
-      needMask = arith::ConstantOp::create(b, loc, b.getBoolAttr(true));
+      needMask = maskModOn ? arith::OrIOp::create(b, loc, needMask, maskModOn)
+                                 .getResult()
+                           : arith::ConstantOp::create(b, loc,
+                                                       b.getBoolAttr(true))
+                                 .getResult();
     s = maskWhere(*this, needMask, s, [&] {
       SmallVector<Value> out(s.size());
       // Column c is a query row below seqlen_q iff c < seqlen_q - m0 -
@@ -329,8 +335,8 @@ void MainKernelBuilder::buildMain(StringRef name, const ModRegions &mods) {
               valid = arith::AndIOp::create(
                   b, loc, valid, cmp(Pred::sle, c32(nt * 8 + e), limit));
             if (tileMods.hasMaskMod())
-              valid = arith::AndIOp::create(b, loc, valid,
-                                            tileMods.keep(modTile, i));
+              valid = arith::AndIOp::create(
+                  b, loc, valid, tileMods.keep(modTile, i, maskModOn));
             out[i] = arith::SelectOp::create(b, loc, valid, s[i],
                                              cF32(-kInf));
           }

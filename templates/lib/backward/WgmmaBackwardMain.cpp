@@ -186,7 +186,7 @@ void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
 
   // ---- the steps: (query head of the group, visible query block) ---------
   BackwardSteps plan =
-      BackwardSteps::of(*this, p, kvHead, n0, diagonal, bM, bN);
+      BackwardSteps::of(*this, p, batch, kvHead, n0, diagonal, bM, bN);
   Value steps = plan.count;
   auto headOf = [&](Value t) { return plan.head(*this, t); };
   auto firstRowOf = [&](Value t) { return plan.firstRow(*this, t); };
@@ -291,7 +291,13 @@ void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
               "[$0], [$1], $2;\n\tcp.async.bulk.commit_group;",
               "l,r,r", {dst, sharedAddress(c32(dqOff)), c32(bM * dqRowBytes)});
     };
-    ifThen(isIssuer, [&] {
+    // A block mask's step past seqlen_q (an index out of range, or a mask
+    // block's tiles past the end) has no rows of this head to add to.
+    Value adds = isIssuer;
+    if (spec.isBlockSparse())
+      adds = arith::AndIOp::create(b, loc, adds,
+                                   cmp(Pred::slt, m0, p.seqlenQ));
+    ifThen(adds, [&] {
       if (!deterministic) {
         issue();
         return;
@@ -434,8 +440,14 @@ void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
     if (maskQueryTail)
       needMask = arith::OrIOp::create(
           b, loc, needMask, cmp(Pred::sgt, add(m0, c64(bM)), p.seqlenQ));
+    // The mask_mod applies everywhere, or on a block mask's partial blocks.
+    Value maskModOn = plan.maskModApplies(*this, t);
     if (tileMods.hasMaskMod())
-      needMask = arith::ConstantOp::create(b, loc, b.getBoolAttr(true));
+      needMask = maskModOn ? arith::OrIOp::create(b, loc, needMask, maskModOn)
+                                 .getResult()
+                           : arith::ConstantOp::create(b, loc,
+                                                       b.getBoolAttr(true))
+                                 .getResult();
     prob = maskWhere(*this, needMask, prob, [&] {
       SmallVector<Value> out(prob.size());
       // Column c is a query row below seqlen_q iff c < seqlen_q - m0 -
@@ -465,8 +477,8 @@ void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
               valid = arith::AndIOp::create(
                   b, loc, valid, cmp(Pred::slt, c32(j * 8 + e), queryColumns));
             if (tileMods.hasMaskMod())
-              valid = arith::AndIOp::create(b, loc, valid,
-                                            tileMods.keep(modTile, i));
+              valid = arith::AndIOp::create(
+                  b, loc, valid, tileMods.keep(modTile, i, maskModOn));
             out[i] = arith::SelectOp::create(b, loc, valid, prob[i],
                                              cF32(0.0f));
           }

@@ -218,11 +218,26 @@ TEST_CASE("backward: what is not supported is an error") {
   CHECK(remfError.code == ErrorCode::CompileError);
   CHECK(remfError.message.find("'arith.remf' op computes on the score with "
                                "no derivative rule") != std::string::npos);
+  // Block masks build (tiles that divide the mask's block); not the
+  // deterministic kernels.
   AttentionSpec sparse = gqaSpec();
   sparse.sparseBlockM = sparse.sparseBlockN = 128;
   auto blockSparse = (*ctx)->compileBackward(sparse, BackwardOptions());
-  REQUIRE(!blockSparse);
-  CHECK(codeOf(blockSparse.takeError()) == ErrorCode::Unsupported);
+  REQUIRE_MESSAGE(static_cast<bool>(blockSparse),
+                  (blockSparse ? "" : llvm::toString(blockSparse.takeError())));
+  auto sparseTurns = (*ctx)->compileBackward(sparse, deterministic);
+  REQUIRE(!sparseTurns);
+  ErrorParts sparseTurnsError = takeErrorParts(sparseTurns.takeError());
+  CHECK(sparseTurnsError.code == ErrorCode::Unsupported);
+  CHECK(sparseTurnsError.message.find("block masks") != std::string::npos);
+  // A mask block of 64 keys: the default's 128-key tiles do not divide it,
+  // a 64-key candidate does.
+  AttentionSpec fine = sparse;
+  fine.sparseBlockN = 64;
+  auto fineBlocks = (*ctx)->compileBackward(fine, BackwardOptions());
+  REQUIRE_MESSAGE(static_cast<bool>(fineBlocks),
+                  (fineBlocks ? "" : llvm::toString(fineBlocks.takeError())));
+  CHECK(64 % (*fineBlocks)->info().config.blockN == 0);
   // Head dims 64, 96, 128 and 256 only (the forward builds more).
   AttentionSpec narrow = gqaSpec();
   narrow.headDim = 32;
@@ -318,6 +333,35 @@ TEST_CASE("backward: argument checks before any launch") {
   a = good.args;
   a.lse.shape[2] = Sq + 1;
   refused(a, "the forward's tensors");
+  // A block mask on a dense spec.
+  a = good.args;
+  int32_t words[64] = {};
+  a.blockMask.kvNumBlocks =
+      CapturedRef::contiguous(words, CaptureDType::I32, {B, 4, 3});
+  refused(a, "not block-sparse");
+
+  // A block-sparse spec takes the transposed lists: per key block
+  // (ceil(300 / 128) = 3) the query blocks (ceil(100 / 128) = 1).
+  AttentionSpec sparse = spec;
+  sparse.sparseBlockM = sparse.sparseBlockN = 128;
+  auto sparseBackward = (*ctx)->compileBackward(sparse, BackwardOptions());
+  REQUIRE(static_cast<bool>(sparseBackward));
+  const BackwardKernel &sparseKernel = **sparseBackward;
+  BackwardArgs lists = good.args;
+  llvm::Error missing = sparseKernel.check(lists);
+  REQUIRE(static_cast<bool>(missing));
+  CHECK(errorText(std::move(missing)).find("q_num_blocks and q_indices") !=
+        std::string::npos);
+  lists.blockMask.kvNumBlocks =
+      CapturedRef::contiguous(words, CaptureDType::I32, {B, 4, 3});
+  lists.blockMask.kvIndices =
+      CapturedRef::contiguous(words, CaptureDType::I32, {B, 4, 3, 1});
+  CHECK(errorText(sparseKernel.check(lists)).empty());
+  // Shaped as the forward's lists (per query block): refused, named.
+  lists.blockMask.kvNumBlocks =
+      CapturedRef::contiguous(words, CaptureDType::I32, {B, 4, 1});
+  CHECK(errorText(sparseKernel.check(lists)).find("q_num_blocks has shape") !=
+        std::string::npos);
 }
 
 TEST_CASE("backward: the wgmma dQ accumulator holds whole tiles, and the "

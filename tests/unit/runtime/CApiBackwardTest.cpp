@@ -19,6 +19,20 @@ struct Gradients {
       dv{0x90000000, {2, 2, 40, 64}, kBF16};
 };
 void *const kWorkspace = reinterpret_cast<void *>(uintptr_t(0xA0000000));
+
+/// The backward of `spec` in `c` and the workspace bytes of Args' problem
+/// (2 sequences of 40 query rows).
+flashjit_backward_t compiledBackward(Ctx &c,
+                                     const flashjit_attention_spec_t &spec,
+                                     uint64_t &bytes) {
+  flashjit_backward_t backward = nullptr;
+  REQUIRE_MESSAGE(flashjit_backward_compile(c.ctx, &spec, nullptr,
+                                            &backward) == FLASHJIT_STATUS_OK,
+                  lastError());
+  REQUIRE(flashjit_backward_workspace_size(backward, 2, 40, &bytes) ==
+          FLASHJIT_STATUS_OK);
+  return backward;
+}
 } // namespace
 
 TEST_CASE("the backward pass through the C API: compiled, sized, checked") {
@@ -176,13 +190,8 @@ TEST_CASE("the backward of a spec with mods through the C API: its "
   spec.capture_dtype[0] = FLASHJIT_CAPTURE_F32;
   spec.capture_rank[0] = 1;
   spec.capture_shape[0][0] = 4;
-  flashjit_backward_t backward = nullptr;
-  REQUIRE_MESSAGE(flashjit_backward_compile(c.ctx, &spec, nullptr,
-                                            &backward) == FLASHJIT_STATUS_OK,
-                  lastError());
   uint64_t bytes = 0;
-  REQUIRE(flashjit_backward_workspace_size(backward, 2, 40, &bytes) ==
-          FLASHJIT_STATUS_OK);
+  flashjit_backward_t backward = compiledBackward(c, spec, bytes);
   Args a;
   Gradients g;
   Tensor &dout = g.dout, &dq = g.dq, &dk = g.dk, &dv = g.dv;
@@ -209,6 +218,36 @@ TEST_CASE("the backward of a spec with mods through the C API: its "
   if (!driverLoadable()) {
     CHECK(run(&slopes.dl, 1) == FLASHJIT_STATUS_NO_DEVICE);
     CHECK(has(lastError(), "no GPU is available"));
+  }
+  CHECK(flashjit_backward_release(backward) == FLASHJIT_STATUS_OK);
+}
+
+TEST_CASE("the backward of a block-sparse spec through the C API: its "
+          "transposed lists are checked") {
+  Ctx c;
+  flashjit_attention_spec_t spec = smallSpec();
+  spec.sparse_block_m = spec.sparse_block_n = 128;
+  uint64_t bytes = 0;
+  flashjit_backward_t backward = compiledBackward(c, spec, bytes);
+  Args a;
+  Gradients g;
+  // One key block of 40 keys, one query block: [2, 4, 1] and [2, 4, 1, 1].
+  Tensor counts(0xC0000000, {2, 4, 1}, kI32),
+      indices(0xC1000000, {2, 4, 1, 1}, kI32),
+      forwardShaped(0xC2000000, {2, 4, 1, 2}, kI32);
+  auto run = [&](const DLTensor *num, const DLTensor *idx) {
+    return flashjit_backward_run_block_sparse(
+        backward, &a.q.dl, &a.k.dl, &a.v.dl, &a.o.dl, &a.lse.dl, &g.dout.dl,
+        &g.dq.dl, &g.dk.dl, &g.dv.dl, kWorkspace, bytes, NAN, nullptr, 0, num,
+        idx, nullptr, nullptr, nullptr);
+  };
+  CHECK(run(nullptr, nullptr) == FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(has(lastError(), "q_num_blocks and q_indices"));
+  CHECK(run(&counts.dl, &counts.dl) == FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(has(lastError(), "q_indices has shape"));
+  if (!driverLoadable()) {
+    CHECK(run(&counts.dl, &indices.dl) == FLASHJIT_STATUS_NO_DEVICE);
+    CHECK(run(&counts.dl, &forwardShaped.dl) == FLASHJIT_STATUS_NO_DEVICE);
   }
   CHECK(flashjit_backward_release(backward) == FLASHJIT_STATUS_OK);
 }

@@ -31,6 +31,11 @@ struct BackwardCheckOptions {
   /// The spec's captured tensors (as CheckOptions::captures): read by the
   /// forward, the backward and the reference's mods.
   std::vector<HostCapture> captures;
+  /// A block-sparse spec's block mask in the forward's form (the backward
+  /// gets its transpose, HostBlockMask::transposed); none: a random one of
+  /// `blockDensity`, with full lists.
+  std::optional<HostBlockMask> blockMask;
+  double blockDensity = 0.25;
   /// Timed backward calls after `warmup` untimed ones (0: correctness only).
   int warmup = 0, iterations = 0;
 };

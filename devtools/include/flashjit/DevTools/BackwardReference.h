@@ -8,6 +8,7 @@
 
 #include "flashjit/Compiler/ModInterpreter.h"
 #include "flashjit/Dialect/AttentionSpec.h"
+#include "flashjit/DevTools/HostBlockMask.h"
 
 #include <cstdint>
 #include <string>
@@ -29,6 +30,9 @@ struct HostBackwardProblem {
   /// kernels' derived score_grad.
   const ModInterpreter *mods = nullptr;
   std::vector<HostCapture> captures;
+  /// A block-sparse spec's block mask, in the forward's form (null:
+  /// dense): a key block a query block lists k times counts k times.
+  const HostBlockMask *blockMask = nullptr;
 };
 
 /// The gradients of one KV head's group: dq of its spec.groupSize() query

@@ -1,12 +1,13 @@
 //===- DeviceWords.h - captured tensors for a checked run ---*- C++ -*-===//
 // Why: the forward and backward checks both upload the spec's captured
-// tensors (and block masks) as 4-byte words that must live until their
+// tensors and block masks as 4-byte words that must live until their
 // launches are done; one small owner does it for both.
 #ifndef FLASHJIT_DEVTOOLS_DEVICEWORDS_H
 #define FLASHJIT_DEVTOOLS_DEVICEWORDS_H
 
 #include "flashjit/Compiler/ModInterpreter.h"
 #include "flashjit/DevTools/DeviceBuffer.h"
+#include "flashjit/DevTools/HostBlockMask.h"
 #include "flashjit/FlashJIT.h"
 
 #include "llvm/ADT/ArrayRef.h"
@@ -30,6 +31,10 @@ public:
   llvm::Error uploadCaptures(const AttentionSpec &spec,
                              llvm::ArrayRef<HostCapture> captures,
                              std::vector<CapturedRef> &out);
+
+  /// A host block mask's lists (counts, indices, then the full lists
+  /// when it has them) into `out`'s fields, in their order.
+  llvm::Error uploadBlockMask(const HostBlockMask &mask, BlockMaskRef &out);
 
 private:
   const CudaDriver &drv;

@@ -38,6 +38,13 @@ struct HostBlockMask {
   void visits(int64_t b, int64_t h, int64_t qb, int64_t keyBlocks,
               std::vector<int> &partial, std::vector<int> &full) const;
 
+  /// The lists transposed for the backward (BackwardArgs::blockMask): per
+  /// (b, h) and key block of `keyBlocks`, the query blocks that visit it
+  /// by visits()' rules, ascending, each as often as it visits, partial
+  /// and full apart. The result's rows (queryBlocks) are the key blocks;
+  /// its indices name this mask's query blocks.
+  HostBlockMask transposed(int64_t keyBlocks) const;
+
   /// A random mask for `spec`'s sparse block: each key block is listed
   /// with probability `density`, in a shuffled order, as partial or full
   /// (even odds; every listed block is partial when fullLists is false).

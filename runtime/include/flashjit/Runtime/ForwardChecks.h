@@ -32,6 +32,15 @@ llvm::Error checkBlockMask(const AttentionSpec &spec, const BlockMaskRef &mask,
                            int64_t batch, int64_t heads, int64_t seqlenQ,
                            int64_t seqlenK);
 
+/// The backward's transposed block mask (BackwardArgs::blockMask: per key
+/// block of sparseBlockN keys, the query blocks of sparseBlockM rows),
+/// checked as checkBlockMask checks the forward's lists, and named
+/// q_num_blocks, q_indices, full_q_num_blocks, full_q_indices.
+llvm::Error checkTransposedBlockMask(const AttentionSpec &spec,
+                                     const BlockMaskRef &mask, int64_t batch,
+                                     int64_t heads, int64_t seqlenQ,
+                                     int64_t seqlenK);
+
 /// A block mask a block-mask kernel writes (BlockMaskBuilder::build): as
 /// checkBlockMask for the lists' own batch and head sizes, which all four
 /// share, and lists that do not overlap.

@@ -102,7 +102,10 @@ struct BackwardPreprocessArgs {
 /// workspace. Strides in elements, (batch, head, row). The deterministic
 /// kernel takes the turn counters next; the wgmma kernels then take the
 /// TMA maps of Q and dO by value (boxes of block_m rows x 64 columns,
-/// 128-byte swizzle), which the runtime appends.
+/// 128-byte swizzle), which the runtime appends; last come the spec's
+/// captured tensors and a block-sparse spec's transposed block mask (the
+/// forward's variant parameters, KernelABI.h, with the lists of
+/// BackwardArgs::blockMask).
 struct BackwardMainArgs {
   const void *q = nullptr, *k = nullptr, *v = nullptr, *dO = nullptr;
   void *dk = nullptr, *dv = nullptr;
@@ -182,8 +185,9 @@ public:
 
   /// Whether the backward can be built for this spec and target: head dim
   /// in headDims(), sm_80 or newer, dense or causal attention (either
-  /// alignment), sliding windows, score_mod and mask_mod, no block mask
-  /// yet (checkConfig refuses the deterministic family with a window).
+  /// alignment), sliding windows, score_mod and mask_mod, block masks
+  /// (checkConfig refuses the deterministic family with a window or a
+  /// block mask, and tiles that do not divide the mask's block).
   static llvm::Error supports(const AttentionSpec &spec, const Target &target);
   static llvm::Error checkConfig(const AttentionSpec &spec,
                                  const TileConfig &config);
