@@ -129,23 +129,32 @@ static llvm::Error applyVariantOptions(AttentionSpec &spec) {
   } else if (blockSparse > 0) {
     spec.sparseBlockM = spec.sparseBlockN = 128;
   }
-  int presetsGiven = int(alibi) + int(softcapValue != 0) +
-                     int(documents > 0) + int(prefixLM);
-  if (presetsGiven > 1 ||
+  // --softcap joins one mask preset (it reads no captured tensor); the
+  // others stand alone.
+  const int maskPresets = int(documents > 0) + int(prefixLM);
+  const int presetsGiven = int(alibi) + int(softcapValue != 0) + maskPresets;
+  const bool softcapWithMask =
+      softcapValue != 0 && maskPresets == 1 && presetsGiven == 2;
+  if ((presetsGiven > 1 && !softcapWithMask) ||
       (presetsGiven && (!scoreModFile.empty() || !maskModFile.empty())))
     return llvm::createStringError(
-        "give one of --alibi, --softcap, --documents, --prefix-lm, or "
-        "--score-mod/--mask-mod files");
-  if (alibi)
-    return presets::alibi(spec);
-  if (softcapValue != 0)
-    return presets::softcap(spec, softcapValue);
+        "give one of --alibi, --softcap, --documents, --prefix-lm (or "
+        "--softcap with --documents or --prefix-lm), or --score-mod/"
+        "--mask-mod files");
   if (documents < 0)
     return llvm::createStringError("--documents must be at least 1");
+  if (alibi)
+    return presets::alibi(spec);
   if (documents > 0)
-    return presets::documentMask(spec);
+    if (auto err = presets::documentMask(spec))
+      return err;
   if (prefixLM)
-    return presets::prefixLM(spec);
+    if (auto err = presets::prefixLM(spec))
+      return err;
+  if (softcapValue != 0)
+    return presets::softcap(spec, softcapValue);
+  if (presetsGiven)
+    return llvm::Error::success();
   if (!scoreModFile.empty()) {
     auto text = readText(scoreModFile);
     if (!text)
