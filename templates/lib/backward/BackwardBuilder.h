@@ -122,6 +122,11 @@ public:
   /// per accumulator, the factor of dS; none without a score_mod.
   SmallVector<Value> applyScoreMod(mlir::MutableArrayRef<Value> s,
                                    const Tile &tile);
+  /// needMask (i1, the tile's structural masks) or'ed with whether the
+  /// mask_mod must run on this tile: on every tile, or on a block mask's
+  /// partial blocks (`maskModOn`, BackwardSteps::maskModApplies; null:
+  /// every tile).
+  Value orMaskModNeeded(Value needMask, Value maskModOn);
   /// The mask_mod of accumulator i (i1): true where the score is kept
   /// (and where `appliesHere`, if given, is false).
   Value keep(const Tile &tile, int64_t i, Value appliesHere = {});
@@ -135,6 +140,12 @@ private:
   ScoreMods mods;
 };
 
+/// How many of a thread's `columns` query columns are rows below
+/// seqlen_q (i32): column c (query firstRow + laneColumn + c, i64 values)
+/// is one iff c < seqlen_q - firstRow - laneColumn, clamped to [0,
+/// columns].
+Value queryColumnsBelow(KernelIR &ir, Value seqlenQ, Value firstRow,
+                        Value laneColumn, int64_t columns);
 /// `values` (f32), or `masked()` where needMask (i1, uniform) holds: the
 /// mask's work only on the tiles that need it.
 SmallVector<Value> maskWhere(KernelIR &ir, Value needMask,

@@ -44,6 +44,14 @@ SmallVector<Value> BackwardMods::applyScoreMod(MutableArrayRef<Value> s,
   return factors;
 }
 
+Value BackwardMods::orMaskModNeeded(Value needMask, Value maskModOn) {
+  if (!hasMaskMod())
+    return needMask;
+  if (maskModOn)
+    return arith::OrIOp::create(ir.b, ir.loc, needMask, maskModOn);
+  return arith::ConstantOp::create(ir.b, ir.loc, ir.b.getBoolAttr(true));
+}
+
 Value BackwardMods::keep(const Tile &tile, int64_t i, Value appliesHere) {
   return mods.keep(tile.batch, tile.head, query(tile, i), key(tile, i),
                    appliesHere);

@@ -244,6 +244,13 @@ std::pair<Value, Value> WindowDiagonals::columns(KernelIR &ir, Value offset,
   return {need, limit};
 }
 
+Value queryColumnsBelow(KernelIR &ir, Value seqlenQ, Value firstRow,
+                        Value laneColumn, int64_t columns) {
+  return ir.toI32(ir.maxS(
+      ir.minS(ir.sub(ir.sub(seqlenQ, firstRow), laneColumn), ir.c64(columns)),
+      ir.c64(0)));
+}
+
 SmallVector<Value> maskWhere(KernelIR &ir, Value needMask,
                              ArrayRef<Value> values,
                              llvm::function_ref<SmallVector<Value>()> masked) {

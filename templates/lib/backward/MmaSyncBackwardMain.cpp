@@ -304,18 +304,10 @@ void MainKernelBuilder::buildMain(StringRef name, const ModRegions &mods) {
     needMask = window.orCrossed(*this, needMask, n0, bN, m0, bM);
     // The mask_mod applies everywhere, or on a block mask's partial blocks.
     Value maskModOn = plan.maskModApplies(*this, t);
-    if (tileMods.hasMaskMod())
-      needMask = maskModOn ? arith::OrIOp::create(b, loc, needMask, maskModOn)
-                                 .getResult()
-                           : arith::ConstantOp::create(b, loc,
-                                                       b.getBoolAttr(true))
-                                 .getResult();
+    needMask = tileMods.orMaskModNeeded(needMask, maskModOn);
     s = maskWhere(*this, needMask, s, [&] {
       SmallVector<Value> out(s.size());
-      // Column c is a query row below seqlen_q iff c < seqlen_q - m0 -
-      // quadCol (clamped to [0, block_m]).
-      Value columns = toI32(maxS(
-          minS(sub(sub(p.seqlenQ, mS), quadCol), c64(sCols)), c64(0)));
+      Value columns = queryColumnsBelow(*this, p.seqlenQ, mS, quadCol, sCols);
       for (int64_t h = 0; h < 2; ++h) {
         Value key = keyOf(h);
         Value keyOk = cmp(Pred::slt, key, p.seqlenK);

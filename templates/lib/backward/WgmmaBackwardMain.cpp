@@ -442,20 +442,13 @@ void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
           b, loc, needMask, cmp(Pred::sgt, add(m0, c64(bM)), p.seqlenQ));
     // The mask_mod applies everywhere, or on a block mask's partial blocks.
     Value maskModOn = plan.maskModApplies(*this, t);
-    if (tileMods.hasMaskMod())
-      needMask = maskModOn ? arith::OrIOp::create(b, loc, needMask, maskModOn)
-                                 .getResult()
-                           : arith::ConstantOp::create(b, loc,
-                                                       b.getBoolAttr(true))
-                                 .getResult();
+    needMask = tileMods.orMaskModNeeded(needMask, maskModOn);
     prob = maskWhere(*this, needMask, prob, [&] {
       SmallVector<Value> out(prob.size());
-      // Column c is a query row below seqlen_q iff c < seqlen_q - m0 -
-      // quadCol (clamped to [0, block_m]).
       Value queryColumns;
       if (maskQueryTail)
-        queryColumns = toI32(maxS(
-            minS(sub(sub(p.seqlenQ, m0), toI64(quadCol)), c64(bM)), c64(0)));
+        queryColumns =
+            queryColumnsBelow(*this, p.seqlenQ, m0, toI64(quadCol), bM);
       for (int64_t h = 0; h < 2; ++h) {
         Value key = keyOf(h);
         Value keyOk = cmp(Pred::slt, key, p.seqlenK);
