@@ -895,11 +895,10 @@ def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None,
     Gradients: O.backward() runs flashjit's backward kernels for dense and
     causal attention (either alignment, GQA/MQA, head dims 64, 96, 128, 256),
     bitwise reproducible under torch.use_deterministic_algorithms(True).
-    Sliding windows have a backward too (not deterministic yet), and so do
-    score_mod, soft-capping, mask_mod (the score_mod's derivative is
-    derived from its function) and block masks (transposed for the
-    backward on the GPU; not deterministic yet). LSE is not
-    differentiable.
+    Sliding windows have a backward too, and so do score_mod,
+    soft-capping, mask_mod (the score_mod's derivative is derived from its
+    function) and block masks (transposed for the backward; not
+    deterministic yet). LSE is not differentiable.
     """
     # The eager path where the op's dispatcher has nothing to add: no
     # tracing, no dispatch or function mode, no functorch transform here;

@@ -152,9 +152,8 @@ class Context:
         time (wgmma_bwd_det or mma_sync_bwd_det kernels). seqlen: without
         a config, the sequence length whose tuning-database bucket gives
         the config (`flashjit autotune --backward`; None: 2048; C API 9).
-        A spec the backward does not support (varlen; windows and block
-        masks with deterministic=True) raises UnsupportedError saying which
-        part."""
+        A spec the backward does not support (varlen; block masks with
+        deterministic=True) raises UnsupportedError saying which part."""
         if not isinstance(spec, AttentionSpec):
             raise TypeError(f"spec must be a flashjit.AttentionSpec, got {type(spec).__name__}")
         if config is not None and not isinstance(config, str):

@@ -337,7 +337,6 @@ def test_backward_of_an_unsupported_spec_says_what(ctx):
     ctx.compile_backward(AttentionSpec(sparse_block=(128, 128)))
     with pytest.raises(flashjit.UnsupportedError, match="block masks"):
         ctx.compile_backward(AttentionSpec(sparse_block=(128, 128)), deterministic=True)
-    # Windows have a backward, not a deterministic one yet.
+    # Windows have a backward, a deterministic one too.
     ctx.compile_backward(AttentionSpec(window=(64, 0), causal=True))
-    with pytest.raises(flashjit.UnsupportedError, match="sliding windows"):
-        ctx.compile_backward(AttentionSpec(window=(64, 0), causal=True), deterministic=True)
+    ctx.compile_backward(AttentionSpec(window=(64, 0), causal=True), deterministic=True)

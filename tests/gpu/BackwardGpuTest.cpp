@@ -431,3 +431,36 @@ TEST_CASE("backward block-sparse: listed query blocks only, the mask_mod on "
   checkBackward(wide, 1, 1000, 300, Layout::BHSD, std::nullopt, 0, Mode(),
                 0.5);
 }
+
+TEST_CASE("backward deterministic: sliding windows, both alignments, Sq != "
+          "Sk, bitwise equal run to run") {
+  // The key blocks adding into a query block are a contiguous range;
+  // the highest takes the first turn (BackwardDqTurns.cpp).
+  auto windowed = [](int64_t d, bool causal, int64_t left, int64_t right,
+                     CausalAlign align) {
+    AttentionSpec spec = makeSpec(d, DType::BF16, causal, 4, 2, align);
+    spec.windowLeft = left;
+    spec.windowRight = right;
+    return spec;
+  };
+  for (int64_t d : {64, 128, 256})
+    for (CausalAlign align : {CausalAlign::TopLeft, CausalAlign::BottomRight})
+      for (auto [sq, sk] : {std::pair<int64_t, int64_t>{1000, 1000},
+                            std::pair<int64_t, int64_t>{300, 1000},
+                            std::pair<int64_t, int64_t>{1000, 300}}) {
+        checkBackward(windowed(d, true, 100, 0, align), 1, sq, sk,
+                      Layout::BHSD, std::nullopt, 0, kDeterministic);
+        checkBackward(windowed(d, false, 50, 20, align), 1, sq, sk,
+                      Layout::BHSD, std::nullopt, 0, kDeterministic);
+      }
+  checkBackward(windowed(128, false, 300, -1, CausalAlign::TopLeft), 2, 1000,
+                1000, Layout::BHSD, std::nullopt, 0, kDeterministic);
+  checkBackward(windowed(64, false, -1, 33, CausalAlign::TopLeft), 2, 1000,
+                1000, Layout::BHSD, std::nullopt, 0, kDeterministic);
+  AttentionSpec spec = windowed(128, true, 200, 0, CausalAlign::BottomRight);
+  for (const TileConfig &config :
+       MmaSyncBackward::candidates(spec, gpuContext().target()))
+    checkBackward(spec, 1, 517, 1000, Layout::BHSD,
+                  MmaSyncBackward::withVariant(config, true), 0,
+                  kDeterministic);
+}

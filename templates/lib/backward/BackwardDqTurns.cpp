@@ -6,16 +6,19 @@
 // that add into one (batch, query head, query block) take turns, so every
 // element of the accumulator sees the same additions in the same order.
 //
-// Who adds into query block qb: key block kb visits the query blocks from
-// firstBlock(kb) on, and firstBlock never decreases with kb (causal: the
-// first row that sees key n0 = kb * block_n is n0 - diagonal), so the key
-// blocks that add into qb are a prefix 0 .. c(qb) - 1 of the key blocks:
-// every key block when not causal; causal,
-//   kb adds into qb  iff  kb * block_n < (qb + 1) * block_m + diagonal,
-//   c(qb) = min(ceil(max((qb + 1) * block_m + diagonal, 0) / block_n),
-//               key blocks).
-// A contributing block adds even when its rows see none of the block's
-// keys (it adds zeros), so each of the c(qb) blocks passes its turn.
+// Who adds into query block qb: key block kb visits the query blocks
+// [firstBlock(kb), endBlock(kb)) (BackwardSteps), and neither bound ever
+// decreases with kb, so the key blocks that add into qb are a contiguous
+// range lo(qb) .. c(qb) - 1: every key block without a right bound; with
+// the causal mask or a window's right extent (the diagonal plus it,
+// `right`),
+//   kb adds into qb only if  kb * block_n < (qb + 1) * block_m + right,
+//   c(qb) = min(ceil(max((qb + 1) * block_m + right, 0) / block_n),
+//               key blocks),
+// and a window's left extent only raises lo(qb), which the order below
+// does not need. A contributing block adds even when its rows see none of
+// the block's keys (it adds zeros), so each of the blocks passes its
+// turn; c(qb) - 1 adds whenever any does (its endBlock is the highest).
 //
 // The order: highest key block first, turn c(qb) - 1 - kb. Under the
 // causal mask, key block kb starts at its diagonal, where it is the first
@@ -77,9 +80,13 @@ DqTurn dqTurn(KernelIR &ir, const MainParams &p, Value batch, Value head,
               Value queryBlock, Value queryBlocks, Value keyBlock,
               Value keyBlocks, Value diagonal, int64_t blockM, int64_t blockN) {
   Value contributors = keyBlocks;
-  if (ir.spec.causal) {
+  if (ir.spec.hasRightBound()) {
+    // The causal mask or the window's right extent: the diagonal plus it.
+    Value right = ir.spec.rightExtent()
+                      ? ir.add(diagonal, ir.c64(ir.spec.rightExtent()))
+                      : diagonal;
     Value end = ir.maxS(
-        ir.add(ir.mul(ir.add(queryBlock, ir.c64(1)), ir.c64(blockM)), diagonal),
+        ir.add(ir.mul(ir.add(queryBlock, ir.c64(1)), ir.c64(blockM)), right),
         ir.c64(0));
     contributors = ir.minS(ir.divU(ir.add(end, ir.c64(blockN - 1)), blockN),
                            keyBlocks);

@@ -170,12 +170,7 @@ llvm::Error MmaSyncBackward::supports(const AttentionSpec &spec,
 llvm::Error MmaSyncBackward::checkConfig(const AttentionSpec &spec,
                                          const TileConfig &config) {
   // dQ's turns (BackwardDqTurns.cpp) assume the key blocks that add into a
-  // query block are a prefix of them, which a left window or a block mask
-  // breaks.
-  if (isDeterministic(config) && (spec.hasLeftBound() || spec.windowRight >= 0))
-    return configError(
-        "the deterministic backward does not take sliding windows yet: "
-        "leave BackwardOptions::deterministic off for a window");
+  // query block are a contiguous range of them, which a block mask breaks.
   if (isDeterministic(config) && spec.isBlockSparse())
     return configError(
         "the deterministic backward does not take block masks yet: leave "

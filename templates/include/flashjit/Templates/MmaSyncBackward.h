@@ -186,8 +186,8 @@ public:
   /// Whether the backward can be built for this spec and target: head dim
   /// in headDims(), sm_80 or newer, dense or causal attention (either
   /// alignment), sliding windows, score_mod and mask_mod, block masks
-  /// (checkConfig refuses the deterministic family with a window or a
-  /// block mask, and tiles that do not divide the mask's block).
+  /// (checkConfig refuses the deterministic family with a block mask, and
+  /// tiles that do not divide the mask's block).
   static llvm::Error supports(const AttentionSpec &spec, const Target &target);
   static llvm::Error checkConfig(const AttentionSpec &spec,
                                  const TileConfig &config);
