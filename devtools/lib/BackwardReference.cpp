@@ -90,6 +90,7 @@ ReferenceGradients referenceGradients(const HostBackwardProblem &p,
     dvMag.assign(Sk * D, 0.0);
     std::vector<double> s(Sk), dp(Sk), grad(Sk), qi(D), doi(D), dqi(D),
         dqiMag(D);
+    std::vector<int> partial, full; // block-sparse visits of a row's block
     for (;;) {
       const int64_t first = next.fetch_add(kRowsPerTask);
       if (first >= rows)
@@ -116,7 +117,6 @@ ReferenceGradients referenceGradients(const HostBackwardProblem &p,
         // Block-sparse: each key counts as often as its block is listed
         // (partial visits only where the mask_mod keeps it); the weight
         // joins the score as ln(weight).
-        std::vector<int> partial, full;
         if (p.blockMask)
           p.blockMask->visits(batch, head, i / spec.sparseBlockM,
                               (Sk + spec.sparseBlockN - 1) /

@@ -57,7 +57,8 @@ flashjit_status_t forwardKernel(const char *fn, flashjit_kernel_t kernel,
     return fail(fn, std::move(err));
   if (blockMask)
     if (llvm::Error err = readBlockMask(blockMask, kernel->device,
-                                        args.blockMask, kKvListNames))
+                                        args.blockMask,
+                                        flashjit::kBlockMaskListNames))
       return fail(fn, std::move(err));
   if (!std::isnan(scale))
     args.scale = scale;
@@ -179,7 +180,7 @@ llvm::Error readCaptures(const DLTensor *captures, int32_t num_captures,
 
 llvm::Error readBlockMask(const DLTensor *const *lists, int device,
                           flashjit::BlockMaskRef &mask,
-                          const char *const *names) {
+                          const std::array<const char *, 4> &names) {
   auto refs = mask.lists();
   for (int l = 0; l < 4; ++l) {
     if (!lists[l])
@@ -429,7 +430,8 @@ flashjit_status_t flashjit_context_build_block_mask(
     const DLTensor *lists[] = {kv_num_blocks, kv_indices, full_kv_num_blocks,
                                full_kv_indices};
     if (llvm::Error err =
-            readBlockMask(lists, ctx->device, args.blockMask, kKvListNames))
+            readBlockMask(lists, ctx->device, args.blockMask,
+                          flashjit::kBlockMaskListNames))
       return fail(fn, std::move(err));
     auto builder = ctx->context->blockMaskBuilder(*parsed);
     if (!builder)

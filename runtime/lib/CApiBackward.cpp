@@ -131,41 +131,42 @@ flashjit_status_t runBackward(
     DLTensor *dv, void *workspace, uint64_t workspace_bytes, double scale,
     const DLTensor *captures, int32_t num_captures,
     const DLTensor *const *qLists, void *stream) {
-    if (!backward)
-      return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
-                  "backward is a null handle");
-    flashjit::BackwardArgs args;
-    const std::pair<const char *, const DLTensor *> tensors[] = {
-        {"q", q},       {"k", k},   {"v", v},   {"o", o},  {"dout", dout},
-        {"dq", dq},     {"dk", dk}, {"dv", dv}};
-    flashjit::TensorRef *refs[] = {&args.q,  &args.k,  &args.v, &args.o,
-                                   &args.dO, &args.dq, &args.dk, &args.dv};
-    for (size_t i = 0; i < 8; ++i) {
-      auto ref = flashjit::toTensorRef(tensors[i].first, tensors[i].second,
-                                       backward->device);
-      if (!ref)
-        return fail(fn, ref.takeError());
-      *refs[i] = *ref;
-    }
-    auto lseRef = flashjit::toLseRef("lse", lse, backward->device);
-    if (!lseRef)
-      return fail(fn, lseRef.takeError());
-    args.lse = *lseRef;
-    args.workspace = workspace;
-    args.workspaceBytes = static_cast<size_t>(workspace_bytes);
-    if (!std::isnan(scale))
-      args.scale = scale;
-    if (llvm::Error err = readCaptures(captures, num_captures,
-                                       backward->device, args.captures))
+  if (!backward)
+    return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
+                "backward is a null handle");
+  flashjit::BackwardArgs args;
+  const std::pair<const char *, const DLTensor *> tensors[] = {
+      {"q", q},       {"k", k},   {"v", v},   {"o", o},  {"dout", dout},
+      {"dq", dq},     {"dk", dk}, {"dv", dv}};
+  flashjit::TensorRef *refs[] = {&args.q,  &args.k,  &args.v, &args.o,
+                                 &args.dO, &args.dq, &args.dk, &args.dv};
+  for (size_t i = 0; i < 8; ++i) {
+    auto ref = flashjit::toTensorRef(tensors[i].first, tensors[i].second,
+                                     backward->device);
+    if (!ref)
+      return fail(fn, ref.takeError());
+    *refs[i] = *ref;
+  }
+  auto lseRef = flashjit::toLseRef("lse", lse, backward->device);
+  if (!lseRef)
+    return fail(fn, lseRef.takeError());
+  args.lse = *lseRef;
+  args.workspace = workspace;
+  args.workspaceBytes = static_cast<size_t>(workspace_bytes);
+  if (!std::isnan(scale))
+    args.scale = scale;
+  if (llvm::Error err = readCaptures(captures, num_captures,
+                                     backward->device, args.captures))
+    return fail(fn, std::move(err));
+  if (qLists)
+    if (llvm::Error err =
+            readBlockMask(qLists, backward->device, args.blockMask,
+                          flashjit::kTransposedBlockMaskListNames))
       return fail(fn, std::move(err));
-    if (qLists)
-      if (llvm::Error err = readBlockMask(qLists, backward->device,
-                                          args.blockMask, kQListNames))
-        return fail(fn, std::move(err));
-    args.stream = static_cast<CUstream>(stream);
-    if (llvm::Error err = backward->kernel->backward(args))
-      return fail(fn, std::move(err));
-    return succeed();
+  args.stream = static_cast<CUstream>(stream);
+  if (llvm::Error err = backward->kernel->backward(args))
+    return fail(fn, std::move(err));
+  return succeed();
 }
 } // namespace
 

@@ -14,7 +14,9 @@
 
 #include "flashjit/FlashJIT.h"
 #include "flashjit/Runtime/ErrorCode.h"
+#include "flashjit/Runtime/ForwardChecks.h"
 
+#include <array>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -153,18 +155,12 @@ readSpec(const flashjit_attention_spec_t *given);
 llvm::Error readCaptures(const DLTensor *captures, int32_t num_captures,
                          int device, std::vector<flashjit::CapturedRef> &out);
 
-/// The block mask lists as the C API's parameters name them: the
-/// forward's, and the backward's transposed ones.
-inline constexpr const char *kKvListNames[4] = {
-    "kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices"};
-inline constexpr const char *kQListNames[4] = {
-    "q_num_blocks", "q_indices", "full_q_num_blocks", "full_q_indices"};
-
 /// The block mask's four DLTensors (a null one: not given) into `mask`,
-/// named `names` in messages (CApi.cpp).
+/// named `names` in messages (CApi.cpp; kBlockMaskListNames or
+/// kTransposedBlockMaskListNames of ForwardChecks.h).
 llvm::Error readBlockMask(const DLTensor *const *lists, int device,
                           flashjit::BlockMaskRef &mask,
-                          const char *const *names);
+                          const std::array<const char *, 4> &names);
 
 } // namespace flashjit::capi
 

@@ -140,13 +140,6 @@ int64_t ceilDivBlocks(int64_t length, int64_t block) {
   return block > 0 ? (length + block - 1) / block : 0;
 }
 
-/// The lists' names in messages: the forward's, or the backward's
-/// transposed ones.
-constexpr std::array<const char *, 4> kKvListNames = {
-    "kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices"};
-constexpr std::array<const char *, 4> kQListNames = {
-    "q_num_blocks", "q_indices", "full_q_num_blocks", "full_q_indices"};
-
 /// checkBlockMask for lists whose rows are `rowBlocks` blocks and whose
 /// indices name `columnBlocks` blocks, named `names`.
 llvm::Error checkListsOf(const AttentionSpec &spec, const BlockMaskRef &m,
@@ -222,7 +215,8 @@ llvm::Error checkBlockMask(const AttentionSpec &spec, const BlockMaskRef &m,
                            int64_t seqlenK) {
   return checkListsOf(spec, m, batch, heads, seqlenQ, seqlenK,
                       ceilDivBlocks(seqlenQ, spec.sparseBlockM),
-                      ceilDivBlocks(seqlenK, spec.sparseBlockN), kKvListNames);
+                      ceilDivBlocks(seqlenK, spec.sparseBlockN),
+                      kBlockMaskListNames);
 }
 
 llvm::Error checkTransposedBlockMask(const AttentionSpec &spec,
@@ -231,7 +225,8 @@ llvm::Error checkTransposedBlockMask(const AttentionSpec &spec,
                                      int64_t seqlenK) {
   return checkListsOf(spec, m, batch, heads, seqlenQ, seqlenK,
                       ceilDivBlocks(seqlenK, spec.sparseBlockN),
-                      ceilDivBlocks(seqlenQ, spec.sparseBlockM), kQListNames);
+                      ceilDivBlocks(seqlenQ, spec.sparseBlockM),
+                      kTransposedBlockMaskListNames);
 }
 
 llvm::Error checkCaptures(const AttentionSpec &spec,

@@ -80,11 +80,7 @@ DqTurn dqTurn(KernelIR &ir, const MainParams &p, Value batch, Value head,
               Value queryBlock, Value queryBlocks, Value keyBlock,
               Value keyBlocks, Value diagonal, int64_t blockM, int64_t blockN) {
   Value contributors = keyBlocks;
-  if (ir.spec.hasRightBound()) {
-    // The causal mask or the window's right extent: the diagonal plus it.
-    Value right = ir.spec.rightExtent()
-                      ? ir.add(diagonal, ir.c64(ir.spec.rightExtent()))
-                      : diagonal;
+  if (Value right = WindowDiagonals::of(ir, diagonal).right) {
     Value end = ir.maxS(
         ir.add(ir.mul(ir.add(queryBlock, ir.c64(1)), ir.c64(blockM)), right),
         ir.c64(0));

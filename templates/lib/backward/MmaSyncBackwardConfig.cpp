@@ -266,10 +266,11 @@ TemplateResources MmaSyncBackward::resources(const AttentionSpec &spec,
 
 std::vector<TileConfig> MmaSyncBackward::candidates(const AttentionSpec &spec) {
   std::vector<TileConfig> out;
-  if (llvm::Error err = checkConfig(spec, defaultConfig(spec)))
+  const TileConfig preferred = defaultConfig(spec);
+  if (llvm::Error err = checkConfig(spec, preferred))
     llvm::consumeError(std::move(err));
   else
-    out.push_back(defaultConfig(spec));
+    out.push_back(preferred);
   // 64 query rows per step spill at head dim 128 and 96 with 4 warps
   // (defaultConfig), 128 at every head dim; at head dim 256 each warp
   // computes half of the columns of S^T and dP^T, and 64 rows fit.

@@ -7,6 +7,8 @@
 
 #include "flashjit/FlashJIT.h"
 
+#include <array>
+
 namespace flashjit {
 
 /// Null or misaligned pointers, dtypes, shapes against the spec and each
@@ -31,6 +33,14 @@ llvm::Error checkCaptures(const AttentionSpec &spec,
 llvm::Error checkBlockMask(const AttentionSpec &spec, const BlockMaskRef &mask,
                            int64_t batch, int64_t heads, int64_t seqlenQ,
                            int64_t seqlenK);
+
+/// The four lists of a block mask as messages and the C API name them
+/// (BlockMaskRef::lists() order): the forward's, and the backward's
+/// transposed ones (BackwardArgs::blockMask).
+constexpr std::array<const char *, 4> kBlockMaskListNames = {
+    "kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices"};
+constexpr std::array<const char *, 4> kTransposedBlockMaskListNames = {
+    "q_num_blocks", "q_indices", "full_q_num_blocks", "full_q_indices"};
 
 /// The backward's transposed block mask (BackwardArgs::blockMask: per key
 /// block of sparseBlockN keys, the query blocks of sparseBlockM rows),
