@@ -9,7 +9,8 @@
 #
 #   tools/scripts/device-ab.sh ROUNDS LABEL=BINARY [LABEL=BINARY ...]
 #   env: HEAD_DIMS (default "64 128 256"), SEQLENS ("2048 8192"), MASKS
-#   ("none causal"), ITERS
+#   ("none causal"), RUN_FLAGS (more `flashjit run` flags, e.g. "--softcap
+#   30"), ITERS
 #   (timed launches per run, default 40: short bursts run at higher clocks
 #   than the benchmark's 50 ms windows); batch x seqlen = 16k and heads x
 #   head dim = 2048, as the benchmark.
@@ -30,7 +31,7 @@ for r in $(seq "$rounds"); do
           label=${build%%=*} bin=${build#*=}
           line=$(FLASHJIT_CACHE_DIR="/tmp/ab-cache-$label" timeout 60 "$bin" run \
             --json --head-dim "$d" --heads $((2048 / d)) --batch $((16384 / seqlen)) \
-            --seqlen "$seqlen" $causal --check-rows 8 --warmup 10 --iters "${ITERS:-40}" \
+            --seqlen "$seqlen" $causal ${RUN_FLAGS:-} --check-rows 8 --warmup 10 --iters "${ITERS:-40}" \
             2>>"$OUT/ab.err" | tr -d '\n')
           echo "$label|$d|$seqlen|${causal:+causal}|$line" >> "$raw"
         done
