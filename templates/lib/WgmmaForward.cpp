@@ -112,10 +112,11 @@ void Builder::build(StringRef name, const ModRegions &modRegions) {
                          /*addrSpace=*/3);
   OpBuilder::InsertionGuard funcGuard(b);
   ForwardParams p = beginForwardKernel(name, threads, /*withTensorMaps=*/true);
-  // One block per SM: ptxas then caps registers at entry, which setmaxnreg
-  // needs to take effect.
-  b.getInsertionBlock()->getParentOp()->setAttr("nvvm.minctasm",
-                                                b.getI32IntegerAttr(1));
+  // One block per SM (two with one consumer): ptxas then caps registers at
+  // entry, which setmaxnreg needs to take effect.
+  b.getInsertionBlock()->getParentOp()->setAttr(
+      "nvvm.minctasm",
+      b.getI32IntegerAttr(WgmmaForward::blocksPerSM(consumers)));
   if (multicast)
     b.getInsertionBlock()->getParentOp()->setAttr(
         NVVM::NVVMDialect::getClusterDimAttrName(),

@@ -25,16 +25,25 @@ constexpr int64_t kMaxBlockN = 192;
 constexpr int64_t kAlignSlack = 1024;
 /// Dynamic shared memory a block may opt into on sm_90 (H100, H200).
 constexpr int64_t kMaxSharedBytes = 232448;
+/// An SM's shared memory on sm_90, and what the hardware keeps of it per
+/// resident block.
+constexpr int64_t kSharedPerSM = 233472, kReservedPerBlock = 1024;
 constexpr int64_t kBarrierBytes = 8;
 
 int64_t consumersOf(const TileConfig &config) {
   return config.blockM / WgmmaForward::kRowsPerWarpgroup;
 }
 
-/// Registers per thread at entry, one block per SM: the block's share of
-/// the register file, in multiples of 8.
-int64_t entryRegisters(int64_t threads) {
-  return std::min<int64_t>(255, (65536 / threads) & ~int64_t(7));
+/// Registers per thread at entry: the block's share of the register file
+/// (WgmmaForward::blocksPerSM), in multiples of 8.
+int64_t entryRegisters(int64_t threads, int64_t blocks) {
+  return std::min<int64_t>(255, (65536 / (threads * blocks)) & ~int64_t(7));
+}
+
+/// The most dynamic shared memory one block may take so that `blocks` of
+/// them fit an SM.
+int64_t sharedLimit(int64_t blocks) {
+  return std::min(kMaxSharedBytes, kSharedPerSM / blocks - kReservedPerBlock);
 }
 
 /// What a persistent causal consumer keeps beyond kConsumerOverhead: its
@@ -64,13 +73,17 @@ unsigned WgmmaForward::producerRegisters(int64_t consumers, bool persistent,
     return 32;
   return persistent && causal ? 40 : 24;
 }
+int64_t WgmmaForward::blocksPerSM(int64_t consumers) {
+  return consumers == 1 ? 2 : 1;
+}
+
 // What the producer leaves of the block's registers at entry, split among
 // the consumers in multiples of 8: 240 for two (232 beside a 40-register
-// producer), 160 for three.
+// producer), 160 for three, 232 for one (two blocks per SM, 128 at entry).
 unsigned WgmmaForward::consumerRegisters(int64_t consumers, bool persistent,
                                          bool causal) {
   int64_t threads = (consumers + 1) * kWarpsPerWarpgroup * 32;
-  int64_t pool = entryRegisters(threads) * threads -
+  int64_t pool = entryRegisters(threads, blocksPerSM(consumers)) * threads -
                  kWarpsPerWarpgroup * 32 *
                      producerRegisters(consumers, persistent, causal);
   return static_cast<unsigned>((pool / (consumers * kWarpsPerWarpgroup * 32)) &
@@ -95,7 +108,7 @@ WgmmaForward::sharedLayout(const AttentionSpec &spec, const TileConfig &config,
   l.o = l.v + kvBytes;
   l.outputApart = persistent && kAlignSlack + l.o + qBytes + barrierBytes +
                                         recordBytes <=
-                                    kMaxSharedBytes;
+                                    sharedLimit(blocksPerSM(consumers));
   l.barriers = l.o + (l.outputApart ? qBytes : 0);
   l.records = l.barriers + barrierBytes;
   l.bytes = kAlignSlack + l.records + recordBytes;
@@ -177,14 +190,18 @@ llvm::Error WgmmaForward::checkConfig(const AttentionSpec &spec,
                       config.stages)
             .str());
   int64_t shared = resources(spec, config).sharedMemoryBytes;
-  if (shared > kMaxSharedBytes)
+  const int64_t blocks = blocksPerSM(consumers);
+  if (shared > sharedLimit(blocks))
     return configError(
         llvm::formatv("block_m {0}, block_n {1} and {2} stages with head dim "
                       "{3} need {4} bytes of shared memory; sm_90 allows at "
-                      "most {5} per block: use a smaller block_n or fewer "
+                      "most {5} per block{6}: use a smaller block_n or fewer "
                       "stages",
                       config.blockM, config.blockN, config.stages,
-                      spec.headDim, shared, kMaxSharedBytes)
+                      spec.headDim, shared, sharedLimit(blocks),
+                      blocks > 1 ? " when two share an SM (block_m 64 runs "
+                                   "two blocks per SM)"
+                                 : "")
             .str());
   int64_t estimate = consumerEstimate(spec, config, persistent());
   unsigned available =
@@ -207,10 +224,10 @@ TemplateResources WgmmaForward::resources(const AttentionSpec &spec,
   r.sharedMemoryBytes =
       static_cast<unsigned>(sharedLayout(spec, config, persistent()).bytes);
   // At entry every thread has the block's share of the register file
-  // (one block per SM); setmaxnreg then moves registers from the producer
-  // to the consumers.
-  r.registersPerThread =
-      static_cast<unsigned>(entryRegisters(r.threadsPerBlock));
+  // (blocksPerSM); setmaxnreg then moves registers from the producer to
+  // the consumers.
+  r.registersPerThread = static_cast<unsigned>(entryRegisters(
+      r.threadsPerBlock, blocksPerSM(consumersOf(config))));
   r.queryRowsPerWarp = static_cast<unsigned>(kRowsPerWarpgroup /
                                              kWarpsPerWarpgroup);
   return r;

@@ -81,3 +81,26 @@ TEST_CASE("every candidate config of every template is exact") {
         }
       }
 }
+
+// block_m 64 (one consumer warpgroup, two blocks per SM) is no candidate:
+// it runs slower than two or three consumers at every measured length
+// (docs/performance.md). A caller may still pin it (--config, a tuning
+// database), so it must build and be exact, in both grids.
+TEST_CASE("block_m 64 configs (two blocks per SM) are exact") {
+  if (gpuContext().target().computeCapability < 90)
+    return;
+  for (llvm::StringRef family : {"wgmma", "wgmma_persistent"})
+    for (int64_t d : {64, 128})
+      for (bool causal : {false, true}) {
+        AttentionSpec spec;
+        spec.headDim = d;
+        spec.causal = causal;
+        spec.dtype = causal ? DType::F16 : DType::BF16;
+        spec.numHeads = 2;
+        spec.numKVHeads = 1;
+        TileConfig config{family.str(), 64, d == 64 ? 128 : 64, 2, 8};
+        checkConfig(spec, config, causal ? 333 : 200);
+        checkConfig(spec, config, causal ? 333 : 200, 1, /*scale=*/4.0);
+        checkConfig(spec, config, 4097, /*batch=*/4);
+      }
+}

@@ -419,6 +419,23 @@ TEST_CASE("wgmma: every candidate fits sm_90's shared memory; a larger "
                                                          causal)) <=
               (c == 2 ? 168 * 384 : 128 * 512));
     }
+  // One consumer (block_m 64) runs two blocks per SM: 128 registers per
+  // thread at entry, 232 for the consumer beside a 24-register producer,
+  // and half an SM's shared memory per block (a clear error past it).
+  CHECK(WgmmaForward::blocksPerSM(1) == 2);
+  CHECK(WgmmaForward::blocksPerSM(2) == 1);
+  CHECK(WgmmaForward::consumerRegisters(1, false, false) == 232u);
+  CHECK(128 * (WgmmaForward::producerRegisters(1, false, false) +
+               WgmmaForward::consumerRegisters(1, false, false)) <=
+        65536 / 2);
+  TileConfig single{"wgmma", 64, 128, 2, 8};
+  CHECK_FALSE(llvm::errorToBool(wgmma.checkConfig(benchSpec(64, true), single)));
+  CHECK(wgmma.resources(benchSpec(64, true), single).registersPerThread ==
+        128u);
+  auto tooLarge = wgmma.checkConfig(benchSpec(128, false), single);
+  REQUIRE(static_cast<bool>(tooLarge));
+  CHECK(errorOf(std::move(tooLarge)).find("most 115712 per block when two share an SM") !=
+        std::string::npos);
   // Three persistent causal consumers keep their tile's state beside the
   // pipeline: block_n 128 at head dim 64 spilled there (ptxas), so it is
   // not offered; the per-tile kernel's fits, and the persistent one's 96.

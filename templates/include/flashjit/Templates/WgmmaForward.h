@@ -54,6 +54,12 @@ public:
   /// Elements of one 128-byte swizzled shared row: tiles are stored as
   /// panels of this many columns.
   static constexpr int64_t kPanelCols = 64;
+  /// Blocks per SM a kernel is built for: one, or two with a single
+  /// consumer warpgroup (block_m 64), so that one block's softmax,
+  /// epilogue and tile start run under the other's products, as a second
+  /// consumer's would (nvvm.minctasm; the registers and shared memory are
+  /// budgeted for it).
+  static int64_t blocksPerSM(int64_t consumers);
   /// Registers per thread the producer keeps and the consumers get, by the
   /// number of consumer warpgroups (setmaxnreg; 128 threads each must fit
   /// the SM's 64K registers).
