@@ -342,7 +342,8 @@ llvm::Error Kernel::launchOwn(const ForwardArgs &args,
       params.variant.maxPages = varlen->maxPages;
       params.variant.paged = true;
     }
-    geometry = forwardGeometry(Info, varlen->batch, varlen->maxSeqlenQ, 0);
+    geometry = forwardGeometry(Info, varlen->batch, varlen->maxSeqlenQ,
+                               Persistent ? Module->residentBlocks() : 0);
   } else {
     geometry = forwardGeometry(Info, args.q.shape[0], args.q.shape[2],
                                Persistent ? Module->residentBlocks() : 0);

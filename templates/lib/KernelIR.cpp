@@ -146,22 +146,80 @@ BlockCoordinates KernelIR::blockCoordinates() {
   return c;
 }
 
+namespace {
+/// Entry `index` (i64) of an i32 array in global memory, as i64.
+Value loadOffset(KernelIR &ir, Value array, Value index) {
+  Value raw = LLVM::LoadOp::create(ir.b, ir.loc, ir.i32,
+                                   ir.globalAddress(array, ir.i32, index),
+                                   /*alignment=*/4);
+  return arith::ExtSIOp::create(ir.b, ir.loc, ir.i64, raw).getResult();
+}
+} // namespace
+
 scf::IfOp KernelIR::beginVarlenSequence(ForwardParams &p,
                                         const BlockCoordinates &at,
                                         int64_t blockM) {
-  // Rows [start, end) of sequence `at.batch`, within [0, total): offsets
-  // that are not monotone or run past the buffers give a shorter (or
-  // empty) sequence, never a row outside them.
-  // Entry `index` of an i32 array in global memory, as i64.
-  auto loadI32 = [&](Value array, Value index) {
-    Value raw = LLVM::LoadOp::create(
-        b, loc, i32, globalAddress(array, i32, index), /*alignment=*/4);
-    return arith::ExtSIOp::create(b, loc, i64, raw).getResult();
+  narrowToSequence(p, at.batch);
+  auto guard = scf::IfOp::create(
+      b, loc,
+      cmp(arith::CmpIPredicate::slt, mul(at.queryBlock, c64(blockM)),
+          p.seqlenQ),
+      /*withElse=*/false);
+  b.setInsertionPoint(guard.thenBlock()->getTerminator());
+  return guard;
+}
+
+Value KernelIR::varlenBlock(const ForwardParams &p, Value block,
+                            int64_t blockM, BlockCoordinates &at) {
+  Value rows = p.seqlenQ;
+  auto startOf = [&](Value batch) {
+    return minS(maxS(loadOffset(*this, p.cuSeqlensQ, batch), c64(0)), rows);
   };
+  auto firstBlockOf = [&](Value batch) {
+    return add(divU(startOf(batch), blockM), batch);
+  };
+  // The last sequence whose first number is at most `block`: lo keeps
+  // that property (or is 0), hi is past the answer.
+  Value batch = toI64(p.batch);
+  auto search = scf::WhileOp::create(
+      b, loc, TypeRange{i64, i64}, ValueRange{c64(0), batch},
+      [&](OpBuilder &, Location, ValueRange range) {
+        scf::ConditionOp::create(
+            b, loc,
+            cmp(arith::CmpIPredicate::sgt, sub(range[1], range[0]), c64(1)),
+            range);
+      },
+      [&](OpBuilder &, Location, ValueRange range) {
+        Value mid = divU(add(range[0], range[1]), 2);
+        Value below = cmp(arith::CmpIPredicate::sle, firstBlockOf(mid), block);
+        scf::YieldOp::create(
+            b, loc,
+            ValueRange{arith::SelectOp::create(b, loc, below, mid, range[0]),
+                       arith::SelectOp::create(b, loc, below, range[1], mid)});
+      });
+  at.batch = search.getResult(0);
+  Value first = firstBlockOf(at.batch);
+  at.queryBlock = sub(block, first);
+  Value end = minS(maxS(loadOffset(*this, p.cuSeqlensQ, add(at.batch, c64(1))),
+                        startOf(at.batch)),
+                   rows);
+  Value length = sub(end, startOf(at.batch));
+  Value inside = arith::AndIOp::create(
+      b, loc, cmp(arith::CmpIPredicate::sle, first, block),
+      cmp(arith::CmpIPredicate::slt, mul(at.queryBlock, c64(blockM)), length));
+  return arith::AndIOp::create(
+      b, loc, inside, cmp(arith::CmpIPredicate::sgt, batch, c64(0)));
+}
+
+void KernelIR::narrowToSequence(ForwardParams &p, Value batch) {
+  // Rows [start, end) of sequence `batch`, within [0, total): offsets that
+  // are not monotone or run past the buffers give a shorter (or empty)
+  // sequence, never a row outside them.
   auto rowsOf = [&](Value offsets, Value total) {
-    Value start = minS(maxS(loadI32(offsets, at.batch), c64(0)), total);
-    Value end =
-        minS(maxS(loadI32(offsets, add(at.batch, c64(1))), start), total);
+    Value start =
+        minS(maxS(loadOffset(*this, offsets, batch), c64(0)), total);
+    Value end = minS(
+        maxS(loadOffset(*this, offsets, add(batch, c64(1))), start), total);
     return std::make_pair(start, sub(end, start));
   };
   auto [qStart, qLength] = rowsOf(p.cuSeqlensQ, p.seqlenQ);
@@ -169,10 +227,10 @@ scf::IfOp KernelIR::beginVarlenSequence(ForwardParams &p,
   if (spec.paged()) {
     // The sequence's key count, at most what its row of the table holds;
     // K and V stay the pool (pagedKey finds each key's row).
-    Value keys = loadI32(p.cuSeqlensK, at.batch);
+    Value keys = loadOffset(*this, p.cuSeqlensK, batch);
     kLength = minS(maxS(keys, c64(0)), mul(p.maxPages, c64(spec.pageSize)));
     p.poolRows = p.seqlenK;
-    p.blockTable = globalAddress(p.blockTable, i32, mul(at.batch, p.maxPages));
+    p.blockTable = globalAddress(p.blockTable, i32, mul(batch, p.maxPages));
   } else {
     std::tie(kStart, kLength) = rowsOf(p.cuSeqlensK, p.seqlenK);
   }
@@ -195,13 +253,6 @@ scf::IfOp KernelIR::beginVarlenSequence(ForwardParams &p,
     rebase(p.k, p.kStrides, elt, kStart);
     rebase(p.v, p.vStrides, elt, kStart);
   }
-  auto guard = scf::IfOp::create(
-      b, loc,
-      cmp(arith::CmpIPredicate::slt, mul(at.queryBlock, c64(blockM)),
-          p.seqlenQ),
-      /*withElse=*/false);
-  b.setInsertionPoint(guard.thenBlock()->getTerminator());
-  return guard;
 }
 
 PagedKey KernelIR::pagedKey(const ForwardParams &p, Value key) {

@@ -126,6 +126,19 @@ public:
   mlir::scf::IfOp beginVarlenSequence(ForwardParams &p,
                                       const BlockCoordinates &at,
                                       int64_t blockM);
+  /// The narrowing of beginVarlenSequence without the scf.if: a persistent
+  /// kernel narrows a copy of its parameters for each tile it takes.
+  void narrowToSequence(ForwardParams &p, mlir::Value batch);
+  /// A persistent varlen kernel's query blocks (PersistentTiles): sequence
+  /// b's blocks are numbered from floor(start_b / blockM) + b (start_b its
+  /// first packed row, clamped as beginVarlenSequence does), which leaves
+  /// each sequence room for its ceil(length / blockM) blocks, gaps of at
+  /// most one between sequences, and floor(rows / blockM) + batch numbers
+  /// in all. Finds the sequence of number `block` (i64) by a binary search
+  /// over the offsets and returns (batch, query block) in `at`, and whether
+  /// the number is one of the sequence's blocks (i1; not in a gap).
+  mlir::Value varlenBlock(const ForwardParams &p, mlir::Value block,
+                          int64_t blockM, BlockCoordinates &at);
   /// Paged K/V, after beginVarlenSequence: where key `key` (i64) of the
   /// block's sequence lives. A key past the sequence's length or in a page
   /// id outside [0, pages) is not valid; its row is then the first past

@@ -12,6 +12,11 @@
 //  - Balance (causal): query block q has about q + 1 K/V tiles. Within a
 //    section the longest tiles come first, so the short ones fill in at the
 //    end of the section and of the grid.
+//
+// Varlen: the query blocks of all packed sequences are numbered as one
+// axis (KernelIR::varlenBlock, with a gap of at most one number between
+// sequences) and the sections are of heads; the taker of a number finds
+// its sequence and skips a gap.
 #include "KernelIR.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -34,9 +39,17 @@ PersistentTiles KernelIR::persistentTiles(const ForwardParams &p,
                                           int64_t blockM) {
   PersistentTiles t;
   Value seqlenQ = toI32(p.seqlenQ), seqlenK = toI32(p.seqlenK);
-  t.queryBlocks = arith::DivUIOp::create(b, loc, add(seqlenQ, c32(blockM - 1)),
-                                         c32(blockM));
-  t.headsTimesBatch = mul(p.batch, c32(spec.numHeads));
+  if (spec.varlen) {
+    // The packed sequences' query blocks, numbered as varlenBlock does
+    // (gaps included), per head.
+    t.queryBlocks = add(arith::DivUIOp::create(b, loc, seqlenQ, c32(blockM)),
+                        p.batch);
+    t.headsTimesBatch = c32(spec.numHeads);
+  } else {
+    t.queryBlocks = arith::DivUIOp::create(
+        b, loc, add(seqlenQ, c32(blockM - 1)), c32(blockM));
+    t.headsTimesBatch = mul(p.batch, c32(spec.numHeads));
+  }
   t.count = mul(t.queryBlocks, t.headsTimesBatch);
   // Heads per section: the K and V rows of one kv head are seqlenK * head
   // dim * 2 bytes each; query heads of one group share them.

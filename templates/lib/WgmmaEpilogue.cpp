@@ -38,6 +38,10 @@ void Builder::storeOutput(const ForwardParams &p, FragmentSoftmax &softmax,
   // sequence's rows, so each thread stores its own rows below the length.
   if (spec.varlen) {
     softmax.store(p, at, max, sum, o, quadCol, myRow);
+    // Persistent with O staged in the Q rows: they were not used, so they
+    // go back to the producer at once (staged apart, releaseEarly did).
+    if (persistent && !outputApart)
+      barrierArrive(qEmpty(consumer));
     return;
   }
   SmallVector<Value> packed =

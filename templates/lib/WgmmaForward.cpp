@@ -38,9 +38,14 @@
 // one warpgroup's softmax and epilogue also run under the other's
 // products. Three consumers (head dim 64) have 160 registers each.
 //
-// Varlen (AttentionSpec::varlen, this grid only): the tensor maps span the
-// packed tensors (batch 1); a block reads its sequence's rows from the
-// sequence's first row (ForwardParams::qRowBase, kRowBase). Rows read past
+// Varlen (AttentionSpec::varlen; per-tile and persistent grids): the
+// tensor maps span the packed tensors (batch 1); a block reads its
+// sequence's rows from the sequence's first row (ForwardParams::qRowBase,
+// kRowBase). The persistent producer takes numbers of the packed
+// sequences' query blocks (KernelIR::varlenBlock: a search over the
+// offsets, gaps between sequences passed over) and writes the sequence
+// into the consumers' tile record; each role narrows a copy of the
+// parameters to it per tile. Rows read past
 // the sequence's end are the next sequence's: K/V columns past its length
 // are masked like the zeros past a dense sequence, Q rows past it are
 // computed and dropped, and O goes out through bounded stores
@@ -94,7 +99,7 @@ Builder::Builder(OpBuilder &b, Location loc, const AttentionSpec &spec,
       multicast(multicast),
       layout(WgmmaForward::sharedLayout(spec, config, persistent)),
       outputApart(layout.outputApart),
-      skipsIdleRows(persistent && !multicast && outputApart &&
+      skipsIdleRows(persistent && !multicast && outputApart && !spec.varlen &&
                     config.blockM / WgmmaForward::kRowsPerWarpgroup == 3 &&
                     !spec.hasStructuralMask()),
       d(spec.headDim),
@@ -124,9 +129,10 @@ void Builder::build(StringRef name, const ModRegions &modRegions) {
             {static_cast<int32_t>(WgmmaForward::kClusterSize), 1, 1}));
 
   // Varlen: the block's sequence, or nothing past its last query block
-  // (every thread of the block alike, before any barrier).
+  // (every thread of the block alike, before any barrier). A persistent
+  // block finds each tile's sequence instead (varlenBlock).
   scf::IfOp varlenGuard;
-  if (spec.varlen)
+  if (spec.varlen && !persistent)
     varlenGuard = beginVarlenSequence(p, blockCoordinates(), cfg.blockM);
 
   // The dynamic shared base, rounded up to 1024 bytes (resources() counts
@@ -258,7 +264,13 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
   // (docs/performance.md).
   FragmentSoftmax softmax(*this, /*mTiles=*/1, nTiles);
   ScoreMods scoreMods = ScoreMods::onDotProducts(*this, mods, p);
-  Value diagonal = diagonalOffset(p);
+  // The parameters of the tile at work: a persistent varlen consumer
+  // narrows a copy of `p` to each tile's sequence (narrowToSequence), and
+  // takes the diagonal of each (bottom-right alignment differs per
+  // sequence).
+  ForwardParams cur = p;
+  const bool perTileSequence = persistent && spec.varlen;
+  Value diagonal = perTileSequence ? Value() : diagonalOffset(p);
   Value qDesc =
       descriptor(add(alignedAddress, consumerRows(consumer, 0)), Major::K, 0);
   auto kDesc = [&](Value s) {
@@ -341,14 +353,15 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
                       const std::optional<Target> &early, ValueRange max,
                       ValueRange sum, ValueRange o) {
     Target t = early ? *early : target(at);
-    storeOutput(p, softmax, consumer, quadRow, quadCol, warpInGroup, tid,
+    storeOutput(cur, softmax, consumer, quadRow, quadCol, warpInGroup, tid,
                 t.at, t.rows, max, sum, o);
   };
   // One tile at `at`, ring position `iteration` (i32); returns its K/V
   // tile count.
   auto consumeTile = [&](const BlockCoordinates &at, Value iteration) {
     Value m0 = mul(at.queryBlock, c64(cfg.blockM));
-    KvTileRange range = kvTiles(p, at);
+    KvTileRange range = kvTiles(cur, at);
+    Value diag = diagonal ? diagonal : diagonalOffset(cur);
     Value numTiles = toI32(range.count);
     Value consumerRow0 = add(
         m0, toI64(mul(consumer, c32(WgmmaForward::kRowsPerWarpgroup))));
@@ -370,7 +383,7 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
       return Visit{kvTile(range, j), maskModApplies(range, j), {}};
     };
     auto rulesOf = [&](const Visit &v) {
-      return ScoreRules{p.seqlenQ, p.seqlenK, diagonal,
+      return ScoreRules{cur.seqlenQ, cur.seqlenK, diag,
                         spec.hasMods() ? &scoreMods : nullptr, at.batch,
                         at.head, v.maskMod, &v.reads};
     };
@@ -517,6 +530,10 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
   // Each branch reads the tile's record itself: nothing of it stays live
   // across the branch.
   auto persistentTile = [&](Value iteration) {
+    if (perTileSequence) {
+      cur = p;
+      narrowToSequence(cur, toI64(readTileInfoField(consumer, 2)));
+    }
     if (!skipsIdleRows)
       return consumeTile(readTileInfo(consumer), iteration);
     Value rows0 = add(

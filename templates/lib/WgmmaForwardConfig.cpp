@@ -239,7 +239,8 @@ WgmmaForward::candidates(const AttentionSpec &spec) const {
   // (block_m 192, 160 registers each: FlashAttention-3's tile there, the
   // faster), with two stages of K/V.
   // The persistent grid without a mask only with O staged apart
-  // (WgmmaForward.h); below head dim 128 the heuristic ranks it first for
+  // (WgmmaForward.h), or varlen (its O goes out through bounded stores,
+  // not staged); below head dim 128 the heuristic ranks it first for
   // short sequences alone (its LengthGrid rule).
   // Clusters share K/V without a mask only, and from head dim 128 (with the
   // persistent kernel's configs): at sustained clocks an H100 runs at its
@@ -259,7 +260,7 @@ WgmmaForward::candidates(const AttentionSpec &spec) const {
         llvm::consumeError(std::move(err));
         continue;
       }
-      if (persistent() && !spec.hasStructuralMask() &&
+      if (persistent() && !spec.hasStructuralMask() && !spec.varlen &&
           !stagesOutputApart(spec, config, persistent()))
         continue;
       out.push_back(config);

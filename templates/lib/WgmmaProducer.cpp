@@ -27,6 +27,9 @@ void Builder::emitProducer(const ForwardParams &p, Value tid) {
   b.setInsertionPoint(issuer.thenBlock()->getTerminator());
   Value qMap = p.tensorMaps[0], kMap = p.tensorMaps[1],
         vMap = p.tensorMaps[2];
+  // The parameters of the tile being loaded: a persistent varlen producer
+  // narrows a copy of `p` to each tile's sequence (narrowToSequence).
+  ForwardParams cur = p;
   // Box coordinates of a Q or K/V row and of the batch: a varlen kernel's
   // maps span the packed tensors (batch 1) and its sequence starts at a
   // row base.
@@ -43,7 +46,7 @@ void Builder::emitProducer(const ForwardParams &p, Value tid) {
                     toI64(mul(consumer, c32(WgmmaForward::kRowsPerWarpgroup))));
     for (int64_t panel = 0; panel < d / WgmmaForward::kPanelCols; ++panel)
       f(sharedAddress(consumerRows(consumer, panel)),
-        {c32(panel * WgmmaForward::kPanelCols), toI32(boxRow(row, p.qRowBase)),
+        {c32(panel * WgmmaForward::kPanelCols), toI32(boxRow(row, cur.qRowBase)),
          toI32(at.head), toI32(boxBatch(at))});
   };
   const int64_t qRowBytes = qBytes / consumers;
@@ -57,7 +60,7 @@ void Builder::emitProducer(const ForwardParams &p, Value tid) {
   // Paged: the pool rows of tile j's boxes, computed once for its K and V
   // (pagedRows(j) before loadKV's wait, so the table loads overlap it).
   auto pagedRows = [&](Value j) {
-    return spec.paged() ? pagedBoxRows(p, toI64(mul(j, c32(cfg.blockN))))
+    return spec.paged() ? pagedBoxRows(cur, toI64(mul(j, c32(cfg.blockN))))
                         : SmallVector<Value>();
   };
   auto loadKV = [&](const BlockCoordinates &at, Value j, Value g, bool isK,
@@ -75,7 +78,7 @@ void Builder::emitProducer(const ForwardParams &p, Value tid) {
     else
       tmaLoadTile(isK ? kMap : vMap, isK ? layout.k : layout.v,
                   mul(s, c32(kvTileBytes)), full,
-                  boxRow(toI64(mul(j, c32(cfg.blockN))), p.kRowBase),
+                  boxRow(toI64(mul(j, c32(cfg.blockN))), cur.kRowBase),
                   at.kvHead, boxBatch(at), cfg.blockN);
     // The slot's arrivals of the idle consumers, counted in the phase the
     // load fills: the producer waited for the previous one above.
@@ -96,11 +99,11 @@ void Builder::emitProducer(const ForwardParams &p, Value tid) {
   // (i32; persistent only); returns its K/V tile count.
   auto loadTile = [&](const BlockCoordinates &at, Value iteration,
                       Value done) {
-    KvTileRange range = kvTiles(p, at);
+    KvTileRange range = kvTiles(cur, at);
     Value numTiles = range.count;
     Value first = toI32(kvTile(range, c32(0)));
     if (skipsIdleRows)
-      idle = idleWarps(p, at);
+      idle = idleWarps(cur, at);
     // Q after the first K: K_0 fills a slot freed early in the last tile,
     // Q waits until each consumer frees its rows (after its last S with O
     // staged apart, else once its O, staged there, is stored).
@@ -157,21 +160,60 @@ void Builder::emitProducer(const ForwardParams &p, Value tid) {
     fresh.batch = opaque(p.batch);
     return persistentTiles(fresh, tileRows);
   };
-  auto blockTile = [&](Value tile) {
+  // Varlen: a tile's number is a query block of the packed sequences'
+  // numbering (varlenBlock); `valid` is set where it is one of its
+  // sequence's blocks.
+  auto blockTile = [&](Value tile, Value *valid = nullptr) {
     BlockCoordinates at = tileCoordinates(freshTiles(), tile);
     if (multicast)
       at.queryBlock =
           add(mul(at.queryBlock, c64(WgmmaForward::kClusterSize)),
               toI64(clusterRank()));
+    if (spec.varlen) {
+      ForwardParams fresh = p;
+      fresh.seqlenQ = opaque(p.seqlenQ);
+      fresh.batch = opaque(p.batch);
+      Value inside = varlenBlock(fresh, at.queryBlock, tileRows, at);
+      if (valid)
+        *valid = inside;
+    }
     return at;
   };
+  // Varlen: numbers in the gaps between sequences are taken and passed
+  // over.
+  auto nextTile = [&](Value done) -> Value {
+    if (multicast)
+      return clusterTile(done);
+    if (!spec.varlen)
+      return takeTile(p);
+    auto taking = scf::WhileOp::create(
+        b, loc, TypeRange{i32}, ValueRange{takeTile(p)},
+        [&](OpBuilder &, Location, ValueRange tile) {
+          Value valid;
+          blockTile(tile[0], &valid);
+          Value gap = arith::AndIOp::create(
+              b, loc, cmp(Pred::ult, tile[0], freshTiles().count),
+              arith::XOrIOp::create(b, loc, valid,
+                                    arith::ConstantIntOp::create(b, loc, 1, 1)));
+          scf::ConditionOp::create(b, loc, gap, tile);
+        },
+        [&](OpBuilder &, Location, ValueRange) {
+          scf::YieldOp::create(b, loc, takeTile(p));
+        });
+    return taking.getResult(0);
+  };
   forEachTile(
-      [&] { return freshTiles().count; },
-      [&](Value done) { return multicast ? clusterTile(done) : takeTile(p); },
+      [&] { return freshTiles().count; }, nextTile,
       [&](Value tile, Value iteration, Value done) {
         Value count;
-        freshBase(
-            [&] { count = loadTile(blockTile(tile), iteration, done); });
+        freshBase([&] {
+          BlockCoordinates at = blockTile(tile);
+          if (spec.varlen) {
+            cur = p;
+            narrowToSequence(cur, at.batch);
+          }
+          count = loadTile(at, iteration, done);
+        });
         return count;
       },
       [&](Value, Value done) {

@@ -74,7 +74,7 @@ void checkVarlen(const AttentionSpec &spec, const std::string &family,
   CHECK(report->check.passed);
 }
 
-const char *const kFamilies[] = {"wgmma", "mma_sync"};
+const char *const kFamilies[] = {"wgmma", "wgmma_persistent", "mma_sync"};
 } // namespace
 
 TEST_CASE("varlen: mixed lengths with empty ones, up to 9000, GQA 32/8 bf16") {
@@ -133,21 +133,23 @@ TEST_CASE("varlen paged: head dims 64 and 256, MHA and MQA, f16, unmasked") {
 
 TEST_CASE("varlen paged: every wgmma candidate that pages of 16 and 256 "
           "allow") {
-  const KernelTemplate *tmpl = lookupTemplate("wgmma");
-  REQUIRE(tmpl);
-  for (int64_t page : {16, 256})
-    for (bool causal : {false, true}) {
-      AttentionSpec spec = makeSpec(128, DType::BF16, 8, 2, causal,
-                                    /*bottomRight=*/true, page);
-      for (const TileConfig &config : tmpl->candidates(spec)) {
-        if (llvm::Error err = tmpl->checkConfig(spec, config)) {
-          llvm::consumeError(std::move(err));
-          continue;
+  for (const char *family : {"wgmma", "wgmma_persistent"}) {
+    const KernelTemplate *tmpl = lookupTemplate(family);
+    REQUIRE(tmpl);
+    for (int64_t page : {16, 256})
+      for (bool causal : {false, true}) {
+        AttentionSpec spec = makeSpec(128, DType::BF16, 8, 2, causal,
+                                      /*bottomRight=*/true, page);
+        for (const TileConfig &config : tmpl->candidates(spec)) {
+          if (llvm::Error err = tmpl->checkConfig(spec, config)) {
+            llvm::consumeError(std::move(err));
+            continue;
+          }
+          checkVarlen(spec, family, {300, 0, 1000}, {333, 17, 1000}, 8,
+                      config);
         }
-        checkVarlen(spec, "wgmma", {300, 0, 1000}, {333, 17, 1000}, 8,
-                    config);
       }
-    }
+  }
 }
 
 TEST_CASE("varlen paged: a 100k-key cache") {
@@ -176,10 +178,10 @@ TEST_CASE("varlen: launches that mix up dense and varlen kernels are refused") {
   llvm::Error noOffsets = varlen->forwardVarlen(args);
   CHECK(llvm::toString(std::move(noOffsets)).find("cu_seqlens_q") !=
         std::string::npos);
-  KernelOptions persistent;
-  persistent.family = "wgmma_persistent";
+  KernelOptions cluster;
+  cluster.family = "wgmma_cluster";
   auto refused =
-      gpuContext().compile(makeSpec(128, DType::BF16, 8, 8, true), persistent);
+      gpuContext().compile(makeSpec(128, DType::BF16, 8, 8, false), cluster);
   REQUIRE_FALSE(bool(refused));
   CHECK(llvm::toString(refused.takeError()).find("varlen") !=
         std::string::npos);

@@ -65,13 +65,13 @@ TEST_CASE("varlen: its own kernel name and cache key, dense ones unchanged") {
   CHECK(llvm::toString(std::move(err)).find("varlen") != std::string::npos);
 }
 
-TEST_CASE("varlen: a context builds varlen kernels in wgmma and mma_sync only") {
+TEST_CASE("varlen: a context builds varlen kernels in wgmma, wgmma_persistent and mma_sync only") {
   TempDir dir;
   Warnings warnings;
   auto ctx = sm90aContext(dir, warnings);
   REQUIRE(static_cast<bool>(ctx));
   AttentionSpec spec = varlenSpec();
-  for (const char *family : {"wgmma", "mma_sync"}) {
+  for (const char *family : {"wgmma", "wgmma_persistent", "mma_sync"}) {
     KernelOptions ko;
     ko.family = family;
     auto kernel = (*ctx)->compile(spec, ko);
@@ -82,10 +82,11 @@ TEST_CASE("varlen: a context builds varlen kernels in wgmma and mma_sync only") 
   }
   // The heuristic never picks a family without varlen kernels; short
   // sequences (up to HeuristicOptions::shortVarlenSeqlen) go to mma_sync,
-  // whose loads stop at each sequence's end, longer ones to wgmma.
+  // whose loads stop at each sequence's end, longer ones to
+  // wgmma_persistent.
   auto chosen = (*ctx)->heuristicConfig(spec, 16384);
   REQUIRE(static_cast<bool>(chosen));
-  CHECK(chosen->family == "wgmma");
+  CHECK(chosen->family == "wgmma_persistent");
   auto chosenShort = (*ctx)->heuristicConfig(spec, 34);
   REQUIRE(static_cast<bool>(chosenShort));
   CHECK(chosenShort->family == "mma_sync");
@@ -94,7 +95,7 @@ TEST_CASE("varlen: a context builds varlen kernels in wgmma and mma_sync only") 
   auto denseShort = (*ctx)->heuristicConfig(denseSpec, 34);
   REQUIRE(static_cast<bool>(denseShort));
   CHECK(denseShort->family != "mma_sync");
-  for (const char *family : {"wgmma_persistent", "wgmma_cluster", "cuda_core"}) {
+  for (const char *family : {"wgmma_cluster", "cuda_core"}) {
     KernelOptions ko;
     ko.family = family;
     auto refused = (*ctx)->compile(spec, ko);
@@ -200,7 +201,7 @@ TEST_CASE("varlen paged: name, key, spec rules and host checks of a launch") {
   REQUIRE_FALSE(static_cast<bool>(refused));
   CHECK(llvm::toString(refused.takeError()).find("whole pages") !=
         std::string::npos);
-  for (const char *family : {"wgmma", "mma_sync"}) {
+  for (const char *family : {"wgmma", "wgmma_persistent", "mma_sync"}) {
     KernelOptions ko;
     ko.family = family;
     auto kernel = (*ctx)->compile(spec, ko);

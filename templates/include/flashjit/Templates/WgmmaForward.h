@@ -111,7 +111,7 @@ public:
     return Kind == Grid::Persistent;
   }
   bool prefersAlignedCausalTiles() const override { return true; }
-  bool supportsVarlen() const override { return Kind == Grid::PerTile; }
+  bool supportsVarlen() const override { return Kind != Grid::Cluster; }
   std::vector<int64_t> headDims() const override { return {64, 128, 256}; }
   std::optional<TensorMapBoxes>
   tensorMapBoxes(const AttentionSpec &spec,
