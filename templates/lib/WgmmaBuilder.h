@@ -45,6 +45,15 @@ private:
                    Value consumer, Value quadRow, Value quadCol,
                    Value warpInGroup, Value tid, const BlockCoordinates &at,
                    Value rows, ValueRange max, ValueRange sum, ValueRange o);
+  /// The TMA half of storeOutput: O / l staged at `rows`, then stored from
+  /// row `consumerRow0` of the tile's sequence (`myRow` as the softmax's).
+  void stageAndStoreOutput(const ForwardParams &p, FragmentSoftmax &softmax,
+                           Value consumer, Value quadRow, Value quadCol,
+                           Value warpInGroup, Value tid,
+                           const BlockCoordinates &at, Value rows,
+                           ValueRange max, ValueRange sum, ValueRange o,
+                           Value consumerRow0,
+                           llvm::function_ref<Value(int64_t, int64_t)> myRow);
   /// Whether thread `tid` (i32) issues its warpgroup's TMA stores of O.
   Value isStoreIssuer(Value tid);
   /// The store issuer of `tid`'s warpgroup waits until its TMA stores have

@@ -35,15 +35,36 @@ void Builder::storeOutput(const ForwardParams &p, FragmentSoftmax &softmax,
     return add(warpRow0, add(quadRow, c64(8 * h)));
   };
   // Varlen: a TMA store would write past the sequence's end into the next
-  // sequence's rows, so each thread stores its own rows below the length.
+  // sequence's rows, so a consumer whose rows reach past it stores its own
+  // rows below the length from registers; one whose 64 rows lie inside the
+  // sequence stores them with TMA, at the sequence's row base. Persistent
+  // with O staged in the Q rows, the bounded store leaves them unused, so
+  // they go back to the producer at once (staged apart, releaseEarly did).
   if (spec.varlen) {
+    Value inside = cmp(arith::CmpIPredicate::sle,
+                       add(consumerRow0, c64(WgmmaForward::kRowsPerWarpgroup)),
+                       p.seqlenQ);
+    auto branch = scf::IfOp::create(b, loc, inside, /*withElse=*/true);
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPoint(branch.thenBlock()->getTerminator());
+    stageAndStoreOutput(p, softmax, consumer, quadRow, quadCol, warpInGroup,
+                        tid, at, rows, max, sum, o, consumerRow0, myRow);
+    b.setInsertionPoint(branch.elseBlock()->getTerminator());
     softmax.store(p, at, max, sum, o, quadCol, myRow);
-    // Persistent with O staged in the Q rows: they were not used, so they
-    // go back to the producer at once (staged apart, releaseEarly did).
     if (persistent && !outputApart)
       barrierArrive(qEmpty(consumer));
     return;
   }
+  stageAndStoreOutput(p, softmax, consumer, quadRow, quadCol, warpInGroup,
+                      tid, at, rows, max, sum, o, consumerRow0, myRow);
+}
+
+void Builder::stageAndStoreOutput(
+    const ForwardParams &p, FragmentSoftmax &softmax, Value consumer,
+    Value quadRow, Value quadCol, Value warpInGroup, Value tid,
+    const BlockCoordinates &at, Value rows, ValueRange max, ValueRange sum,
+    ValueRange o, Value consumerRow0,
+    function_ref<Value(int64_t, int64_t)> myRow) {
   SmallVector<Value> packed =
       softmax.finish(p, at, max, sum, o, quadCol, myRow);
   // Staged apart, the rows may still be read by the last tile's store: its
@@ -80,8 +101,10 @@ void Builder::storeOutput(const ForwardParams &p, FragmentSoftmax &softmax,
     for (int64_t panel = 0; panel < d / WgmmaForward::kPanelCols; ++panel)
       tmaStore(p.tensorMaps[3],
                shared(add(rows, c32(panel * cfg.blockM * kRowBytes))),
-               {c32(panel * WgmmaForward::kPanelCols), toI32(consumerRow0),
-                toI32(at.head), toI32(at.batch)});
+               {c32(panel * WgmmaForward::kPanelCols),
+                toI32(p.qRowBase ? add(consumerRow0, p.qRowBase)
+                                 : consumerRow0),
+                toI32(at.head), toI32(spec.varlen ? c64(0) : at.batch)});
     NVVM::CpAsyncBulkCommitGroupOp::create(b, loc);
     // Staged apart, the next epilogue waits for the store instead.
     if (!outputApart)

@@ -50,6 +50,12 @@ int64_t sharedLimit(int64_t blocks) {
 /// tile's rows and K/V tile count. Fitted as kConsumerOverhead is: head dim
 /// 64 m192 n128 (an estimate of 160, 160 available) spilled 108 bytes.
 constexpr int64_t kPersistentCausalOverhead = 4;
+/// What a persistent varlen consumer keeps beyond that: its tile's sequence
+/// (row bases, lengths, the narrowed pointers). Fitted the same way: head
+/// dim 128 block_n 176 (an estimate of 228, 240 available) spilled 48
+/// bytes, block_n 160 none. Paged, the block table's row besides: head dim
+/// 64 causal block_m 192 block_n 96 spilled 16 bytes.
+constexpr int64_t kPersistentVarlenOverhead = 16, kPersistentPagedOverhead = 8;
 
 /// Per consumer thread: S (block_n/2 f32), O (D/2 f32) and the previous
 /// tile's P, packed (block_n/4), are live together in the pipeline.
@@ -57,7 +63,9 @@ int64_t consumerEstimate(const AttentionSpec &spec, const TileConfig &config,
                          bool persistent) {
   return config.blockN / 2 + spec.headDim / 2 + config.blockN / 4 +
          kConsumerOverhead +
-         (persistent && spec.hasStructuralMask() ? kPersistentCausalOverhead : 0);
+         (persistent && spec.hasStructuralMask() ? kPersistentCausalOverhead : 0) +
+         (persistent && spec.varlen ? kPersistentVarlenOverhead : 0) +
+         (persistent && spec.paged() ? kPersistentPagedOverhead : 0);
 }
 
 } // namespace
