@@ -212,6 +212,11 @@ Value KernelIR::varlenBlock(const ForwardParams &p, Value block,
 }
 
 void KernelIR::narrowToSequence(ForwardParams &p, Value batch) {
+  narrowToRows(p, batch, sequenceRows(p, batch));
+}
+
+KernelIR::SequenceRows KernelIR::sequenceRows(const ForwardParams &p,
+                                              Value batch) {
   // Rows [start, end) of sequence `batch`, within [0, total): offsets that
   // are not monotone or run past the buffers give a shorter (or empty)
   // sequence, never a row outside them.
@@ -222,17 +227,29 @@ void KernelIR::narrowToSequence(ForwardParams &p, Value batch) {
         maxS(loadOffset(*this, offsets, add(batch, c64(1))), start), total);
     return std::make_pair(start, sub(end, start));
   };
-  auto [qStart, qLength] = rowsOf(p.cuSeqlensQ, p.seqlenQ);
-  Value kStart, kLength;
+  SequenceRows rows;
+  std::tie(rows.qStart, rows.qLength) = rowsOf(p.cuSeqlensQ, p.seqlenQ);
   if (spec.paged()) {
-    // The sequence's key count, at most what its row of the table holds;
-    // K and V stay the pool (pagedKey finds each key's row).
+    // The sequence's key count, at most what its row of the table holds.
     Value keys = loadOffset(*this, p.cuSeqlensK, batch);
-    kLength = minS(maxS(keys, c64(0)), mul(p.maxPages, c64(spec.pageSize)));
+    rows.kStart = c64(0);
+    rows.kLength =
+        minS(maxS(keys, c64(0)), mul(p.maxPages, c64(spec.pageSize)));
+  } else {
+    std::tie(rows.kStart, rows.kLength) = rowsOf(p.cuSeqlensK, p.seqlenK);
+  }
+  return rows;
+}
+
+void KernelIR::narrowToRows(ForwardParams &p, Value batch,
+                            const SequenceRows &rows) {
+  Value qStart = rows.qStart, qLength = rows.qLength;
+  Value kStart = rows.kStart, kLength = rows.kLength;
+  if (spec.paged()) {
+    // K and V stay the pool (pagedKey finds each key's row).
+    kStart = Value();
     p.poolRows = p.seqlenK;
     p.blockTable = globalAddress(p.blockTable, i32, mul(batch, p.maxPages));
-  } else {
-    std::tie(kStart, kLength) = rowsOf(p.cuSeqlensK, p.seqlenK);
   }
   p.qRowBase = qStart;
   p.kRowBase = kStart;

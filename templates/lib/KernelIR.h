@@ -129,6 +129,17 @@ public:
   /// The narrowing of beginVarlenSequence without the scf.if: a persistent
   /// kernel narrows a copy of its parameters for each tile it takes.
   void narrowToSequence(ForwardParams &p, mlir::Value batch);
+  /// The rows narrowToSequence takes from the offsets (four loads):
+  /// sequence `batch`'s first row and length in Q and in K/V (i64; kStart
+  /// unused when paged), clamped as beginVarlenSequence says.
+  struct SequenceRows {
+    mlir::Value qStart, qLength, kStart, kLength;
+  };
+  SequenceRows sequenceRows(const ForwardParams &p, mlir::Value batch);
+  /// narrowToSequence with rows found already (a persistent consumer gets
+  /// them from its producer).
+  void narrowToRows(ForwardParams &p, mlir::Value batch,
+                    const SequenceRows &rows);
   /// A persistent varlen kernel's query blocks (PersistentTiles): sequence
   /// b's blocks are numbered from floor(start_b / blockM) + b (start_b its
   /// first packed row, clamped as beginVarlenSequence does), which leaves

@@ -80,9 +80,12 @@ private:
   /// Waits until `consumer` has freed its Q rows and record after `done`
   /// tiles (i32).
   void waitQRowsFree(Value consumer, Value done);
-  /// waitQRowsFree, then writes the record of the tile at `at`.
-  void writeTileInfo(const BlockCoordinates &at, Value consumer, Value done);
+  /// waitQRowsFree, then writes the record of the tile at `at` (varlen:
+  /// with its sequence's rows, so the consumers load no offsets).
+  void writeTileInfo(const BlockCoordinates &at, Value consumer, Value done,
+                     const SequenceRows *rows = nullptr);
   Value readTileInfoField(Value consumer, int64_t field);
+  SequenceRows readTileRows(Value consumer);
   BlockCoordinates readTileInfo(Value consumer);
   /// Runs `body` for each tile `nextTile` hands this block (i32; one at
   /// or past `tileCount()` ends the loop), with the ring position before it

@@ -216,7 +216,8 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
                            Value warpgroup) {
   NVVM::SetMaxRegisterOp::create(b, loc,
                                  WgmmaForward::consumerRegisters(
-                                     consumers, persistent, spec.hasStructuralMask()),
+                                     consumers, persistent,
+                                     spec.hasStructuralMask() || spec.varlen),
                                  NVVM::SetMaxRegisterAction::increase);
   Value consumer = sub(warpgroup, c32(1));
   Value lane = remU(tid, 32);
@@ -532,7 +533,8 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
   auto persistentTile = [&](Value iteration) {
     if (perTileSequence) {
       cur = p;
-      narrowToSequence(cur, toI64(readTileInfoField(consumer, 2)));
+      narrowToRows(cur, toI64(readTileInfoField(consumer, 2)),
+                   readTileRows(consumer));
     }
     if (!skipsIdleRows)
       return consumeTile(readTileInfo(consumer), iteration);

@@ -74,7 +74,9 @@ int64_t consumerEstimate(const AttentionSpec &spec, const TileConfig &config,
 // three, the persistent tile loop too: it recomputes its shared addresses
 // and the tile order's values for each tile rather than keeping them
 // (WgmmaForward.cpp). Causal with two consumers, its per-tile K/V count
-// and GQA's kv head still spill below 40 (ptxas, CUDA 13.0).
+// and GQA's kv head still spill below 40 (ptxas, CUDA 13.0), as does a
+// varlen producer's sequence search and rows (`causal` is passed set for
+// varlen too).
 unsigned WgmmaForward::producerRegisters(int64_t consumers, bool persistent,
                                          bool causal) {
   if (consumers >= 3)
@@ -109,7 +111,7 @@ WgmmaForward::sharedLayout(const AttentionSpec &spec, const TileConfig &config,
   // empty per K/V slot.
   const int64_t barrierBytes =
       (2 * consumers + 4 * config.stages) * kBarrierBytes;
-  const int64_t recordBytes = consumers * WgmmaForward::kRecordBytes;
+  const int64_t recordBytes = consumers * WgmmaForward::recordBytes(spec);
   SharedLayout l;
   l.k = qBytes;
   l.v = l.k + kvBytes;
@@ -213,7 +215,8 @@ llvm::Error WgmmaForward::checkConfig(const AttentionSpec &spec,
             .str());
   int64_t estimate = consumerEstimate(spec, config, persistent());
   unsigned available =
-      consumerRegisters(consumers, persistent(), spec.hasStructuralMask());
+      consumerRegisters(consumers, persistent(),
+                        spec.hasStructuralMask() || spec.varlen);
   if (estimate > available)
     return configError(
         llvm::formatv("block_n {0} with head dim {1} needs about {2} "

@@ -97,7 +97,7 @@ void Builder::endTiles(const ForwardParams &p, Value done) {
 
 Value Builder::tileInfo(Value consumer) {
   return shared(add(c32(layout.records),
-                    mul(consumer, c32(WgmmaForward::kRecordBytes))));
+                    mul(consumer, c32(WgmmaForward::recordBytes(spec)))));
 }
 
 Value Builder::readTileInfoField(Value consumer, int64_t field) {
@@ -106,6 +106,13 @@ Value Builder::readTileInfoField(Value consumer, int64_t field) {
                                                   tileInfo(consumer),
                                                   ValueRange{c32(field)}),
                               /*alignment=*/4);
+}
+
+KernelIR::SequenceRows Builder::readTileRows(Value consumer) {
+  return {toI64(readTileInfoField(consumer, 4)),
+          toI64(readTileInfoField(consumer, 5)),
+          toI64(readTileInfoField(consumer, 6)),
+          toI64(readTileInfoField(consumer, 7))};
 }
 
 BlockCoordinates Builder::readTileInfo(Value consumer) {
@@ -129,11 +136,14 @@ void Builder::waitQRowsFree(Value consumer, Value done) {
 }
 
 void Builder::writeTileInfo(const BlockCoordinates &at, Value consumer,
-                            Value done) {
+                            Value done, const SequenceRows *rows) {
   waitQRowsFree(consumer, done);
-  Value fields[] = {toI32(at.queryBlock), toI32(at.head), toI32(at.batch),
-                    consumerRows(consumer, 0)};
-  for (int64_t i = 0; i < 4; ++i)
+  SmallVector<Value, 8> fields = {toI32(at.queryBlock), toI32(at.head),
+                                  toI32(at.batch), consumerRows(consumer, 0)};
+  if (rows)
+    fields.append({toI32(rows->qStart), toI32(rows->qLength),
+                   toI32(rows->kStart), toI32(rows->kLength)});
+  for (int64_t i = 0; i < static_cast<int64_t>(fields.size()); ++i)
     LLVM::StoreOp::create(b, loc, fields[i],
                           LLVM::GEPOp::create(b, loc, sharedPtr, i32,
                                               tileInfo(consumer),

@@ -19,8 +19,9 @@ namespace flashjit::wgmma {
 
 void Builder::emitProducer(const ForwardParams &p, Value tid) {
   NVVM::SetMaxRegisterOp::create(
-      b, loc, WgmmaForward::producerRegisters(consumers, persistent,
-                                                spec.hasStructuralMask()),
+      b, loc,
+      WgmmaForward::producerRegisters(consumers, persistent,
+                                      spec.hasStructuralMask() || spec.varlen),
       NVVM::SetMaxRegisterAction::decrease);
   auto issuer = scf::IfOp::create(b, loc, cmp(Pred::eq, tid, c32(0)),
                                   /*withElse=*/false);
@@ -30,6 +31,7 @@ void Builder::emitProducer(const ForwardParams &p, Value tid) {
   // The parameters of the tile being loaded: a persistent varlen producer
   // narrows a copy of `p` to each tile's sequence (narrowToSequence).
   ForwardParams cur = p;
+  SequenceRows sequence;
   // Box coordinates of a Q or K/V row and of the batch: a varlen kernel's
   // maps span the packed tensors (batch 1) and its sequence starts at a
   // row base.
@@ -111,7 +113,7 @@ void Builder::emitProducer(const ForwardParams &p, Value tid) {
     loadKV(at, first, iteration, /*isK=*/true, firstRows);
     for (int64_t c = 0; c < consumers; ++c) {
       if (persistent)
-        writeTileInfo(at, c32(c), done);
+        writeTileInfo(at, c32(c), done, spec.varlen ? &sequence : nullptr);
       // The arrive releases the record above to the consumer.
       barrierExpect(qFull(c32(c)), qRowBytes);
       forEachQBox(at, c32(c), [&](Value dst, ValueRange coords) {
@@ -209,8 +211,9 @@ void Builder::emitProducer(const ForwardParams &p, Value tid) {
         freshBase([&] {
           BlockCoordinates at = blockTile(tile);
           if (spec.varlen) {
+            sequence = sequenceRows(p, at.batch);
             cur = p;
-            narrowToSequence(cur, at.batch);
+            narrowToRows(cur, at.batch, sequence);
           }
           count = loadTile(at, iteration, done);
         });

@@ -49,8 +49,12 @@ public:
   static constexpr int64_t kRowsPerWarpgroup = 64;
   static constexpr int64_t kWarpsPerWarpgroup = 4;
   /// Bytes of one consumer's tile record in shared memory (four i32:
-  /// WgmmaPersistent.cpp).
+  /// WgmmaPersistent.cpp; eight for varlen, with the tile's sequence's
+  /// rows).
   static constexpr int64_t kRecordBytes = 16;
+  static int64_t recordBytes(const AttentionSpec &spec) {
+    return spec.varlen ? 2 * kRecordBytes : kRecordBytes;
+  }
   /// Elements of one 128-byte swizzled shared row: tiles are stored as
   /// panels of this many columns.
   static constexpr int64_t kPanelCols = 64;
