@@ -61,11 +61,15 @@ constexpr int64_t kPersistentVarlenOverhead = 16, kPersistentPagedOverhead = 8;
 /// tile's P, packed (block_n/4), are live together in the pipeline.
 int64_t consumerEstimate(const AttentionSpec &spec, const TileConfig &config,
                          bool persistent) {
-  return config.blockN / 2 + spec.headDim / 2 + config.blockN / 4 +
-         kConsumerOverhead +
-         (persistent && spec.hasStructuralMask() ? kPersistentCausalOverhead : 0) +
-         (persistent && spec.varlen ? kPersistentVarlenOverhead : 0) +
-         (persistent && spec.paged() ? kPersistentPagedOverhead : 0);
+  int64_t estimate = config.blockN / 2 + spec.headDim / 2 +
+                     config.blockN / 4 + kConsumerOverhead;
+  if (persistent && spec.hasStructuralMask())
+    estimate += kPersistentCausalOverhead;
+  if (persistent && spec.varlen)
+    estimate += kPersistentVarlenOverhead;
+  if (persistent && spec.paged())
+    estimate += kPersistentPagedOverhead;
+  return estimate;
 }
 
 } // namespace

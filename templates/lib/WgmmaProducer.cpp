@@ -48,7 +48,8 @@ void Builder::emitProducer(const ForwardParams &p, Value tid) {
                     toI64(mul(consumer, c32(WgmmaForward::kRowsPerWarpgroup))));
     for (int64_t panel = 0; panel < d / WgmmaForward::kPanelCols; ++panel)
       f(sharedAddress(consumerRows(consumer, panel)),
-        {c32(panel * WgmmaForward::kPanelCols), toI32(boxRow(row, cur.qRowBase)),
+        {c32(panel * WgmmaForward::kPanelCols),
+         toI32(boxRow(row, cur.qRowBase)),
          toI32(at.head), toI32(boxBatch(at))});
   };
   const int64_t qRowBytes = qBytes / consumers;
@@ -193,10 +194,10 @@ void Builder::emitProducer(const ForwardParams &p, Value tid) {
         [&](OpBuilder &, Location, ValueRange tile) {
           Value valid;
           blockTile(tile[0], &valid);
+          Value inGap = arith::XOrIOp::create(
+              b, loc, valid, arith::ConstantIntOp::create(b, loc, 1, 1));
           Value gap = arith::AndIOp::create(
-              b, loc, cmp(Pred::ult, tile[0], freshTiles().count),
-              arith::XOrIOp::create(b, loc, valid,
-                                    arith::ConstantIntOp::create(b, loc, 1, 1)));
+              b, loc, cmp(Pred::ult, tile[0], freshTiles().count), inGap);
           scf::ConditionOp::create(b, loc, gap, tile);
         },
         [&](OpBuilder &, Location, ValueRange) {

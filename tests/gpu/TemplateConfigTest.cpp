@@ -34,6 +34,17 @@ void checkConfig(const AttentionSpec &spec, const TileConfig &config,
   CHECK(report->passed);
 }
 
+/// The problem each config is checked on: f16 causal, bf16 not, GQA 2/1.
+AttentionSpec configSpec(int64_t headDim, bool causal) {
+  AttentionSpec spec;
+  spec.headDim = headDim;
+  spec.causal = causal;
+  spec.dtype = causal ? DType::F16 : DType::BF16;
+  spec.numHeads = 2;
+  spec.numKVHeads = 1;
+  return spec;
+}
+
 /// FLASHJIT_TEST_FAMILIES (comma-separated families, e.g.
 /// wgmma_persistent,wgmma) narrows the case to those templates, to check
 /// the configs a change touched in one short run; unset, every template.
@@ -55,12 +66,7 @@ TEST_CASE("every candidate config of every template is exact") {
                          ? std::vector<int64_t>{}
                          : tmpl->headDims())
       for (bool causal : {false, true}) {
-        AttentionSpec spec;
-        spec.headDim = d;
-        spec.causal = causal;
-        spec.dtype = causal ? DType::F16 : DType::BF16;
-        spec.numHeads = 2;
-        spec.numKVHeads = 1;
+        AttentionSpec spec = configSpec(d, causal);
         if (llvm::Error err = tmpl->supports(spec, target)) {
           llvm::consumeError(std::move(err));
           continue;
@@ -92,12 +98,7 @@ TEST_CASE("block_m 64 configs (two blocks per SM) are exact") {
   for (llvm::StringRef family : {"wgmma", "wgmma_persistent"})
     for (int64_t d : {64, 128})
       for (bool causal : {false, true}) {
-        AttentionSpec spec;
-        spec.headDim = d;
-        spec.causal = causal;
-        spec.dtype = causal ? DType::F16 : DType::BF16;
-        spec.numHeads = 2;
-        spec.numKVHeads = 1;
+        AttentionSpec spec = configSpec(d, causal);
         TileConfig config{family.str(), 64, d == 64 ? 128 : 64, 2, 8};
         checkConfig(spec, config, causal ? 333 : 200);
         checkConfig(spec, config, causal ? 333 : 200, 1, /*scale=*/4.0);

@@ -429,12 +429,14 @@ TEST_CASE("wgmma: every candidate fits sm_90's shared memory; a larger "
                WgmmaForward::consumerRegisters(1, false, false)) <=
         65536 / 2);
   TileConfig single{"wgmma", 64, 128, 2, 8};
-  CHECK_FALSE(llvm::errorToBool(wgmma.checkConfig(benchSpec(64, true), single)));
+  CHECK_FALSE(
+      llvm::errorToBool(wgmma.checkConfig(benchSpec(64, true), single)));
   CHECK(wgmma.resources(benchSpec(64, true), single).registersPerThread ==
         128u);
   auto tooLarge = wgmma.checkConfig(benchSpec(128, false), single);
   REQUIRE(static_cast<bool>(tooLarge));
-  CHECK(errorOf(std::move(tooLarge)).find("most 115712 per block when two share an SM") !=
+  CHECK(errorOf(std::move(tooLarge))
+            .find("most 115712 per block when two share an SM") !=
         std::string::npos);
   // Three persistent causal consumers keep their tile's state beside the
   // pipeline: block_n 128 at head dim 64 spilled there (ptxas), so it is
