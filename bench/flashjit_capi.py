@@ -27,7 +27,7 @@ STATUS_NAMES = {
     7: "internal error",
 }
 OK, INVALID_ARGUMENT, UNSUPPORTED, NO_DEVICE = 0, 1, 2, 3
-C_API_VERSION = 11
+C_API_VERSION = 12
 
 DTYPE_CODES = {"f16": 1, "bf16": 2}  # flashjit_dtype_t
 CAPTURE_DTYPES = {"f32": 1, "i32": 2}  # flashjit_capture_dtype_t

@@ -33,7 +33,8 @@ TensorRef viewOf(Layout layout, const DeviceBuffer &buffer, DType dtype,
              : TensorRef::bshd(buffer.data(), dtype, b, h, s, d);
 }
 
-/// The (batch, KV head) groups to compare.
+} // namespace
+
 std::vector<std::pair<int64_t, int64_t>>
 groupsToCheck(int64_t batch, int64_t kvHeads, int64_t count,
               std::mt19937_64 &rng) {
@@ -58,22 +59,26 @@ groupsToCheck(int64_t batch, int64_t kvHeads, int64_t count,
   return out;
 }
 
-/// Squared error, squared reference and squared magnitude (the reference's
-/// sums of absolute terms) of one gradient's checked values.
-struct ErrorSums {
-  double errSq = 0, refSq = 0, magSq = 0;
-  /// ||x - ref|| / ||ref||; where the gradient is zero (||ref|| at the
-  /// float64 rounding of its terms), relative to its terms' magnitude.
-  double relative() const {
-    const double denominator =
-        refSq > 0x1p-80 * magSq ? refSq : std::max(magSq, 1e-300);
-    return std::sqrt(errSq / denominator);
-  }
-};
-
-} // namespace
-
 double backwardTolerance(DType dtype) { return 2 * checkTolerance(dtype); }
+
+double GradientErrorSums::relative() const {
+  const double denominator =
+      refSq > 0x1p-80 * magSq ? refSq : std::max(magSq, 1e-300);
+  return std::sqrt(errSq / denominator);
+}
+
+void GradientErrorSums::addRow(DType dtype, const uint16_t *bits,
+                               const double *ref, const double *magnitude,
+                               int64_t columns, double &maxAbsError) {
+  for (int64_t c = 0; c < columns; ++c) {
+    double diff = bitsToFloat(dtype, bits[c]) - ref[c];
+    errSq += diff * diff;
+    refSq += ref[c] * ref[c];
+    magSq += magnitude[c] * magnitude[c];
+    maxAbsError =
+        std::isnan(diff) ? NAN : std::max(maxAbsError, std::fabs(diff));
+  }
+}
 
 std::string BackwardCheckReport::summary() const {
   std::string repeats =
@@ -255,18 +260,11 @@ runAndCheckBackward(const Kernel &forward, const BackwardKernel &backward,
       if (!std::isfinite(bitsToFloat(spec.dtype, x)))
         ++report.nonFinite;
 
-  ErrorSums dqSums, dkSums, dvSums;
-  auto compare = [&](ErrorSums &sums, const std::vector<uint16_t> &bits,
-                     int64_t base, const double *ref, const double *mag) {
-    for (int64_t c = 0; c < D; ++c) {
-      double diff = bitsToFloat(spec.dtype, bits[base + c]) - ref[c];
-      sums.errSq += diff * diff;
-      sums.refSq += ref[c] * ref[c];
-      sums.magSq += mag[c] * mag[c];
-      report.maxAbsError = std::isnan(diff)
-                               ? NAN
-                               : std::max(report.maxAbsError, std::fabs(diff));
-    }
+  GradientErrorSums dqSums, dkSums, dvSums;
+  auto compare = [&](GradientErrorSums &sums,
+                     const std::vector<uint16_t> &bits, int64_t base,
+                     const double *ref, const double *mag) {
+    sums.addRow(spec.dtype, &bits[base], ref, mag, D, report.maxAbsError);
   };
   const int64_t group = spec.groupSize();
   for (auto [b, kvh] : groupsToCheck(B, Hkv, opt.checkedGroups, rng)) {
@@ -295,21 +293,20 @@ runAndCheckBackward(const Kernel &forward, const BackwardKernel &backward,
                   report.dvError <= report.tolerance;
 
   if (opt.iterations > 0) {
-    TimingOptions timing;
-    timing.warmup = opt.warmup;
-    timing.iterations = opt.iterations;
-    auto measured = timeLaunches(
-        drv, [&] { return backward.backward(args); }, timing);
-    if (!measured)
-      return measured.takeError();
-    report.medianMs = measured->medianMs;
-    // Plain attention by the FlashAttention convention; a window counts
-    // the scores it leaves, a block mask the pairs it lists.
+    // Plain attention by the FlashAttention convention (the backward 2.5x
+    // the forward); a window counts the scores it leaves, a block mask the
+    // pairs it lists.
     const double flops =
         spec.isBlockSparse()
             ? 4.0 * D * listedPairs(spec, blockMask, B, Sq, Sk)
             : computedFlops(spec, B, Sq, Sk);
-    report.tflops = 2.5 * flops / (report.medianMs * 1e-3) / 1e12;
+    auto rate = timeRate(
+        drv, [&] { return backward.backward(args); }, opt.warmup,
+        opt.iterations, 2.5 * flops);
+    if (!rate)
+      return rate.takeError();
+    report.medianMs = rate->medianMs;
+    report.tflops = rate->tflops;
   }
   return report;
 }

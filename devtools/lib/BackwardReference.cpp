@@ -31,12 +31,16 @@ ReferenceGradients referenceGradients(const HostBackwardProblem &p,
   out.dqMagnitude.assign(group * Sq * D, 0.0);
   out.dkMagnitude.assign(Sk * D, 0.0);
   out.dvMagnitude.assign(Sk * D, 0.0);
+  // No query rows or no keys (an empty sequence of a packed batch): every
+  // gradient is zero.
+  const int64_t rows = group * Sq;
+  if (rows == 0 || Sk == 0)
+    return out;
   const float *k = &p.k[((batch * spec.numKVHeads + kvHead) * Sk) * D];
   const float *v = &p.v[((batch * spec.numKVHeads + kvHead) * Sk) * D];
 
   if (threads == 0)
     threads = std::max(1u, std::thread::hardware_concurrency());
-  const int64_t rows = group * Sq;
   threads = static_cast<unsigned>(std::min<int64_t>(threads, rows));
   std::vector<std::vector<double>> dkParts(threads), dvParts(threads),
       dkMagParts(threads), dvMagParts(threads);

@@ -89,4 +89,19 @@ timeLaunches(const CudaDriver &drv, llvm::function_ref<llvm::Error()> launch,
   return timing;
 }
 
+llvm::Expected<TimedRate> timeRate(const CudaDriver &drv,
+                                   llvm::function_ref<llvm::Error()> launch,
+                                   int warmup, int iterations, double flops) {
+  TimingOptions options;
+  options.warmup = warmup;
+  options.iterations = iterations;
+  auto measured = timeLaunches(drv, launch, options);
+  if (!measured)
+    return measured.takeError();
+  TimedRate rate;
+  rate.medianMs = measured->medianMs;
+  rate.tflops = flops / (rate.medianMs * 1e-3) / 1e12;
+  return rate;
+}
+
 } // namespace flashjit

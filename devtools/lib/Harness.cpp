@@ -319,21 +319,19 @@ llvm::Expected<CheckReport> runAndCheck(const Kernel &kernel,
                   report.lseRelError <= report.lseTolerance;
 
   if (opt.iterations > 0) {
-    TimingOptions timingOptions;
-    timingOptions.warmup = opt.warmup;
-    timingOptions.iterations = opt.iterations;
-    auto timing = timeLaunches(
-        drv, [&] { return kernel.forward(args); }, timingOptions);
-    if (!timing)
-      return timing.takeError();
-    report.medianMs = timing->medianMs;
     // Plain attention counts by the FlashAttention convention; a variant
     // counts the scores its causal mask, window and block mask leave (a
     // mask_mod's own drops are not known here).
     double flops = spec.isBlockSparse()
                        ? 4.0 * D * listedPairs(spec, blockMask, B, Sq, Sk)
                        : computedFlops(spec, B, Sq, Sk);
-    report.tflops = flops / (report.medianMs * 1e-3) / 1e12;
+    auto rate = timeRate(
+        drv, [&] { return kernel.forward(args); }, opt.warmup, opt.iterations,
+        flops);
+    if (!rate)
+      return rate.takeError();
+    report.medianMs = rate->medianMs;
+    report.tflops = rate->tflops;
   }
   return report;
 }

@@ -22,32 +22,6 @@ namespace {
 /// Poisoned rows after the end of O and LSE: a launch must leave them.
 constexpr int64_t kGuardRows = 256;
 
-/// Random packed [tokens, heads, d] bits of `dtype`, and their values.
-std::vector<uint16_t> randomPacked(std::vector<float> &values, DType dtype,
-                                   int64_t tokens, int64_t heads, int64_t d,
-                                   std::mt19937_64 &rng) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<uint16_t> bits(static_cast<size_t>(tokens * heads * d));
-  values.resize(bits.size());
-  for (size_t i = 0; i < bits.size(); ++i) {
-    bits[i] = floatToBits(dtype, normal(rng));
-    values[i] = bitsToFloat(dtype, bits[i]);
-  }
-  return bits;
-}
-
-/// Rows [first, first + length) of packed [tokens, heads, d] values as
-/// [1, heads, length, d].
-std::vector<float> sequenceOf(const std::vector<float> &packed, int64_t first,
-                              int64_t length, int64_t heads, int64_t d) {
-  std::vector<float> out(static_cast<size_t>(heads * length * d));
-  for (int64_t h = 0; h < heads; ++h)
-    for (int64_t s = 0; s < length; ++s)
-      std::memcpy(&out[(h * length + s) * d],
-                  &packed[((first + s) * heads + h) * d], d * sizeof(float));
-  return out;
-}
-
 /// Whether query row `row` of a sequence of `lq` x `lk` keeps no key.
 bool emptyRow(const AttentionSpec &spec, int64_t row, int64_t lq,
               int64_t lk) {
@@ -127,6 +101,53 @@ PagedCache pageKeys(const std::vector<uint16_t> &kBits,
 
 } // namespace
 
+std::vector<uint16_t> randomPacked(std::vector<float> &values, DType dtype,
+                                   int64_t tokens, int64_t heads, int64_t d,
+                                   std::mt19937_64 &rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<uint16_t> bits(static_cast<size_t>(tokens * heads * d));
+  values.resize(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) {
+    bits[i] = floatToBits(dtype, normal(rng));
+    values[i] = bitsToFloat(dtype, bits[i]);
+  }
+  return bits;
+}
+
+std::vector<float> sequenceOf(const std::vector<float> &packed, int64_t first,
+                              int64_t length, int64_t heads, int64_t d) {
+  std::vector<float> out(static_cast<size_t>(heads * length * d));
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t s = 0; s < length; ++s)
+      std::memcpy(&out[(h * length + s) * d],
+                  &packed[((first + s) * heads + h) * d], d * sizeof(float));
+  return out;
+}
+
+std::vector<int32_t> cumulativeOffsets(llvm::ArrayRef<int64_t> lengths) {
+  std::vector<int32_t> offsets(lengths.size() + 1, 0);
+  for (size_t b = 0; b < lengths.size(); ++b)
+    offsets[b + 1] = offsets[b] + static_cast<int32_t>(lengths[b]);
+  return offsets;
+}
+
+llvm::Expected<PackedBatch> packedBatch(llvm::ArrayRef<int64_t> lengthsQ,
+                                        llvm::ArrayRef<int64_t> lengthsK) {
+  llvm::ArrayRef<int64_t> keys = lengthsK.empty() ? lengthsQ : lengthsK;
+  if (lengthsQ.empty() || keys.size() != lengthsQ.size())
+    return llvm::createStringError(
+        llvm::formatv("{0} query lengths and {1} key lengths: give one of "
+                      "each per sequence, at least one sequence",
+                      lengthsQ.size(), keys.size())
+            .str());
+  PackedBatch batch;
+  batch.lengthsQ.assign(lengthsQ.begin(), lengthsQ.end());
+  batch.lengthsK.assign(keys.begin(), keys.end());
+  batch.cuQ = cumulativeOffsets(lengthsQ);
+  batch.cuK = cumulativeOffsets(keys);
+  return batch;
+}
+
 llvm::Expected<std::vector<int64_t>> parseVarlenLengths(llvm::StringRef text) {
   llvm::SmallVector<llvm::StringRef> parts;
   text.split(parts, ',');
@@ -164,24 +185,17 @@ runAndCheckVarlen(const Kernel &kernel, const VarlenCheckOptions &opt) {
     return ctx.takeError();
 
   const AttentionSpec &spec = kernel.spec();
-  const std::vector<int64_t> &lq = opt.lengthsQ;
-  const std::vector<int64_t> &lk = opt.lengthsK.empty() ? lq : opt.lengthsK;
-  if (lq.empty() || lk.size() != lq.size())
-    return llvm::createStringError(llvm::formatv(
-        "{0} query lengths and {1} key lengths: give one of each per "
-        "sequence, at least one sequence",
-        lq.size(), lk.size()).str());
-  const int64_t B = lq.size(), H = spec.numHeads, Hkv = spec.numKVHeads,
-                D = spec.headDim;
-  std::vector<int32_t> cuQ(B + 1, 0), cuK(B + 1, 0);
-  for (int64_t b = 0; b < B; ++b) {
-    cuQ[b + 1] = cuQ[b] + static_cast<int32_t>(lq[b]);
-    cuK[b + 1] = cuK[b] + static_cast<int32_t>(lk[b]);
-  }
+  auto batch = packedBatch(opt.lengthsQ, opt.lengthsK);
+  if (!batch)
+    return batch.takeError();
+  const std::vector<int64_t> &lq = batch->lengthsQ, &lk = batch->lengthsK;
+  const std::vector<int32_t> &cuQ = batch->cuQ, &cuK = batch->cuK;
+  const int64_t B = batch->sequences(), H = spec.numHeads,
+                Hkv = spec.numKVHeads, D = spec.headDim;
   VarlenCheckReport out;
   out.sequences = B;
-  out.totalQ = cuQ[B];
-  out.totalK = cuK[B];
+  out.totalQ = batch->totalQ();
+  out.totalK = batch->totalK();
   out.maxSeqlenQ = std::max<int64_t>(1, *std::max_element(lq.begin(), lq.end()));
   const int64_t Tq = out.totalQ, Tk = out.totalK;
 
@@ -339,16 +353,13 @@ runAndCheckVarlen(const Kernel &kernel, const VarlenCheckOptions &opt) {
                   report.lseRelError <= report.lseTolerance;
 
   if (opt.iterations > 0) {
-    TimingOptions timing;
-    timing.warmup = opt.warmup;
-    timing.iterations = opt.iterations;
-    auto measured =
-        timeLaunches(drv, [&] { return kernel.forwardVarlen(args); }, timing);
-    if (!measured)
-      return measured.takeError();
-    report.medianMs = measured->medianMs;
-    report.tflops =
-        varlenFlops(spec, lq, lk) / (report.medianMs * 1e-3) / 1e12;
+    auto rate = timeRate(
+        drv, [&] { return kernel.forwardVarlen(args); }, opt.warmup,
+        opt.iterations, varlenFlops(spec, lq, lk));
+    if (!rate)
+      return rate.takeError();
+    report.medianMs = rate->medianMs;
+    report.tflops = rate->tflops;
   }
   return out;
 }

@@ -89,6 +89,9 @@ _SIGNATURES = {
     "flashjit_backward_run_captures": (_c_status, [_c_handle] + [_p_dltensor] * 9
                                        + [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_double,
                                           _p_dltensor, ctypes.c_int32, ctypes.c_void_p]),
+    "flashjit_backward_run_varlen": (_c_status, [_c_handle] + [_p_dltensor] * 11
+                                     + [ctypes.c_int64, ctypes.c_void_p, ctypes.c_uint64,
+                                        ctypes.c_double, ctypes.c_void_p]),
     "flashjit_backward_run_block_sparse": (_c_status, [_c_handle] + [_p_dltensor] * 9
                                            + [ctypes.c_void_p, ctypes.c_uint64,
                                               ctypes.c_double, _p_dltensor, ctypes.c_int32]

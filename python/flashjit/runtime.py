@@ -10,7 +10,7 @@ FlashjitError subclass carrying the library's status name and message.
 
 import ctypes
 import math
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence, Tuple
 
 from . import _dlpack
 from ._library import library
@@ -152,8 +152,10 @@ class Context:
         time (wgmma_bwd_det or mma_sync_bwd_det kernels). seqlen: without
         a config, the sequence length whose tuning-database bucket gives
         the config (`flashjit autotune --backward`; None: 2048; C API 9).
-        A spec the backward does not support (varlen; block masks with
-        deterministic=True) raises UnsupportedError saying which part."""
+        A spec the backward does not support (varlen off sm_90a or at
+        head dims other than 64 and 128, or deterministic; block masks
+        with deterministic=True) raises UnsupportedError saying which
+        part."""
         if not isinstance(spec, AttentionSpec):
             raise TypeError(f"spec must be a flashjit.AttentionSpec, got {type(spec).__name__}")
         if config is not None and not isinstance(config, str):
@@ -329,6 +331,15 @@ class Kernel(_Handle):
         return f"flashjit.Kernel({self.name!r}, config={self.config!r}, device={self.device})"
 
 
+def _workspace_span(space) -> Tuple[int, int]:
+    """The device address and byte size of a borrowed workspace tensor."""
+    c = space.tensor
+    count = 1
+    for n in space.shape:
+        count *= n
+    return (c.data or 0) + c.byte_offset, count * ((c.dtype.bits * c.dtype.lanes + 7) // 8)
+
+
 class _BackwardOptions(ctypes.Structure):
     """flashjit_backward_options_t (C API version 7; seqlen: version 9)."""
     _fields_ = [("struct_size", ctypes.c_size_t), ("config", ctypes.c_char_p),
@@ -375,12 +386,7 @@ class Backward(_Handle):
         tensors = [_dlpack.borrow(t, stream=stream_handle)
                    for t in (q, k, v, o, lse, dout, dq, dk, dv)]
         space = _dlpack.borrow(workspace, stream=stream_handle)
-        c = space.tensor
-        count = 1
-        for n in space.shape:
-            count *= n
-        size = count * ((c.dtype.bits * c.dtype.lanes + 7) // 8)
-        address = (c.data or 0) + c.byte_offset
+        address, size = _workspace_span(space)
         c_scale = math.nan if scale is None else float(scale)
         if block_mask is not None:
             if len(block_mask) not in (2, 4):
@@ -408,6 +414,26 @@ class Backward(_Handle):
         self._lib.check(self._lib.fn("flashjit_backward_run_captures")(
             self._live(), *[t.pointer for t in tensors], ctypes.c_void_p(address or None),
             size, c_scale, array, len(captured), ctypes.c_void_p(stream_handle)))
+
+    def backward_varlen(self, q, k, v, o, lse, dout, dq, dk, dv, cu_seqlens_q, cu_seqlens_k,
+                        max_seqlen_k: int, *, workspace, scale: Optional[float] = None,
+                        stream: Any = None) -> None:
+        """The backward of a varlen spec on the packed sequences its forward
+        (Kernel.forward_varlen) ran on: q, o, dout, dq [total_q, heads,
+        head_dim]; k, v, dk, dv [total_k, kv_heads, head_dim]; lse f32
+        [heads, total_q] as the forward wrote it; cu_seqlens_q, cu_seqlens_k
+        int32 [batch + 1] on the device; max_seqlen_k the longest key length
+        (it sizes the grid). workspace: at least workspace_bytes(1,
+        total_q) bytes. C API version 12."""
+        stream_handle = _stream_handle(stream)
+        tensors = [_dlpack.borrow(t, stream=stream_handle)
+                   for t in (q, k, v, o, lse, dout, dq, dk, dv, cu_seqlens_q, cu_seqlens_k)]
+        space = _dlpack.borrow(workspace, stream=stream_handle)
+        address, size = _workspace_span(space)
+        c_scale = math.nan if scale is None else float(scale)
+        self._lib.check(self._lib.fn("flashjit_backward_run_varlen")(
+            self._live(), *[t.pointer for t in tensors], _int("max_seqlen_k", max_seqlen_k),
+            ctypes.c_void_p(address or None), size, c_scale, ctypes.c_void_p(stream_handle)))
 
     def __repr__(self) -> str:
         mode = ", deterministic" if self.deterministic else ""

@@ -327,10 +327,49 @@ def test_backward_compiles_and_its_checks_reach_python(ctx, has_gpu):
         backward.workspace_bytes(1, 16)
 
 
+def test_varlen_backward_checks_reach_python(ctx, has_gpu):
+    spec = AttentionSpec(num_heads=4, num_kv_heads=2, causal=True, causal_align="bottom_right",
+                         varlen=True)
+    backward = ctx.compile_backward(spec)
+    dev = FakeDevice()
+    tq, tk = 40, 70
+    q, o, dout, dq = (dev.tensor((tq, 4, 128)) for _ in range(4))
+    k, v, dk, dv = (dev.tensor((tk, 2, 128)) for _ in range(4))
+    lse = dev.tensor((4, tq), "f32")
+    cu_q, cu_k = dev.tensor((4,), "i32"), dev.tensor((4,), "i32")
+    words = backward.workspace_bytes(1, tq) // 4
+    workspace = dev.tensor((words,), "f32")
+    args = (q, k, v, o, lse, dout, dq, dk, dv, cu_q, cu_k)
+    cases = [
+        (args, 30, workspace, "max_seqlen_k"),
+        (args[:9] + (cu_q, dev.tensor((3,), "i32")), 30, workspace, "cu_seqlens_k"),
+        (args, 30, dev.tensor((words // 2,), "f32"), "workspace"),
+        (args[:6] + (q,) + args[7:], 30, workspace, "overlap"),
+    ]
+    for i, (call, max_k, space, name) in enumerate(cases):
+        with pytest.raises(flashjit.InvalidArgumentError) as info:
+            backward.backward_varlen(*call, tk + 1 if i == 0 else max_k, workspace=space)
+        assert name in info.value.message, info.value.message
+    if not has_gpu:
+        with pytest.raises(flashjit.NoDeviceError):
+            backward.backward_varlen(*args, 30, workspace=workspace)
+    # The dense call refuses the varlen kernels.
+    dense = FakeDevice()
+    grads = (dense.tensor((1, 4, 16, 128)), dense.tensor((1, 4, 16, 128)),
+             dense.tensor((1, 2, 16, 128)), dense.tensor((1, 2, 16, 128)))
+    with pytest.raises(flashjit.InvalidArgumentError, match="flashjit_backward_run_varlen"):
+        backward.backward(*dense.problem(), *grads, workspace=workspace)
+
+
 def test_backward_of_an_unsupported_spec_says_what(ctx):
+    # Varlen: the wgmma_bwd kernels (sm_90a, head dims 64 and 128), not
+    # the deterministic ones.
+    ctx.compile_backward(AttentionSpec(varlen=True))
     with pytest.raises(flashjit.UnsupportedError) as info:
-        ctx.compile_backward(AttentionSpec(varlen=True))
-    assert "varlen" in info.value.message, info.value.message
+        ctx.compile_backward(AttentionSpec(varlen=True, head_dim=256))
+    assert "wgmma_bwd kernels only" in info.value.message, info.value.message
+    with pytest.raises(flashjit.UnsupportedError, match="varlen"):
+        ctx.compile_backward(AttentionSpec(varlen=True), deterministic=True)
     # score_mod has a backward (its derivative is derived from its text),
     # and so do block masks, not deterministic ones.
     ctx.compile_backward(AttentionSpec(score_mod=flashjit.softcap_score_mod(30.0)))

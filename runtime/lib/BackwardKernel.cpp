@@ -178,18 +178,91 @@ llvm::Expected<MapLayouts> checkBackwardArgs(const BackwardKernel &kernel,
 }
 } // namespace
 
+namespace {
+llvm::Error varlenNeedsOffsets(const KernelInfo &info) {
+  return invalid(info.name +
+                 " is the backward of a varlen spec (AttentionSpec::varlen): "
+                 "launch it with backwardVarlen (C: "
+                 "flashjit_backward_run_varlen) and the sequences' offsets, "
+                 "or compile the spec without varlen for dense [batch, heads, "
+                 "seqlen, head_dim] tensors");
+}
+
+/// checkVarlen's checks of what VarlenBackwardArgs adds to the packed
+/// views (which checkBackwardArgs checks).
+llvm::Error checkVarlenFields(const BackwardKernel &kernel,
+                              const VarlenBackwardArgs &args) {
+  if (!kernel.spec().varlen)
+    return invalid(kernel.info().name +
+                   " is not the backward of a varlen spec: compile the spec "
+                   "with AttentionSpec::varlen set to run it on packed "
+                   "sequences");
+  if (auto err = checkVarlenBatch(
+          args.batch, {{"cu_seqlens_q", args.cuSeqlensQ},
+                       {"cu_seqlens_k", args.cuSeqlensK}}))
+    return withCode(ErrorCode::InvalidArgument, std::move(err));
+  const BackwardArgs &p = args.packed;
+  if (p.q.shape[0] != 1 || p.k.shape[0] != 1)
+    return invalid(llvm::formatv(
+        "varlen tensors are batch-1 views of the packed tokens ([1, heads, "
+        "total_tokens, head_dim], TensorRef::packed), but q has batch {0} "
+        "and k batch {1}",
+        p.q.shape[0], p.k.shape[0]));
+  if (!p.captures.empty() || p.blockMask.kvNumBlocks.data)
+    return invalid("a varlen launch takes no captured tensors or block mask");
+  if (args.maxSeqlenK < 1 || args.maxSeqlenK > p.k.shape[2])
+    return invalid(llvm::formatv(
+        "max_seqlen_k {0} is out of range: 1 to the packed key tokens ({1})",
+        args.maxSeqlenK, p.k.shape[2]));
+  return llvm::Error::success();
+}
+} // namespace
+
 llvm::Error BackwardKernel::check(const BackwardArgs &a) const {
+  if (Spec.varlen)
+    return varlenNeedsOffsets(Info);
   return checkBackwardArgs(*this, a).takeError();
 }
 
+llvm::Error BackwardKernel::checkVarlen(const VarlenBackwardArgs &a) const {
+  if (auto err = checkVarlenFields(*this, a))
+    return err;
+  return checkBackwardArgs(*this, a.packed).takeError();
+}
+
 llvm::Error BackwardKernel::backward(const BackwardArgs &a) const {
+  if (Spec.varlen)
+    return varlenNeedsOffsets(Info);
   auto layouts = checkBackwardArgs(*this, a);
   if (!layouts)
     return layouts.takeError();
+  return launchAll(a, *layouts ? (*layouts)->data() : nullptr, nullptr);
+}
+
+llvm::Error
+BackwardKernel::backwardVarlen(const VarlenBackwardArgs &args) const {
+  if (auto err = checkVarlenFields(*this, args))
+    return err;
+  auto layouts = checkBackwardArgs(*this, args.packed);
+  if (!layouts)
+    return layouts.takeError();
+  if (args.batch == 0)
+    return llvm::Error::success();
+  return launchAll(args.packed, *layouts ? (*layouts)->data() : nullptr,
+                   &args);
+}
+
+llvm::Error BackwardKernel::launchAll(const BackwardArgs &a,
+                                      const TensorMapLayout *mapLayouts,
+                                      const VarlenBackwardArgs *varlen) const {
   if (!Module)
     return makeError(ErrorCode::NoDevice, "cannot launch " + Info.name +
                                               ": no GPU is available (" +
                                               DeviceError + ")");
+  // Varlen: the packed rows are one sequence of batch 1 to the preprocess
+  // and convert kernels (D and the dQ accumulator are laid out over them);
+  // the main kernel narrows each block to its sequence (grid z) and its
+  // grid spans the longest sequence's keys.
   const int64_t batch = a.q.shape[0], seqlenQ = a.q.shape[2],
                 seqlenK = a.k.shape[2];
   const double scale = a.scale.value_or(Spec.defaultScale());
@@ -201,8 +274,10 @@ llvm::Error BackwardKernel::backward(const BackwardArgs &a) const {
   int32_t *turns = deterministic()
                        ? reinterpret_cast<int32_t *>(base + layout.turnsOffset)
                        : nullptr;
-  BackwardGeometry geometry =
-      BackwardGeometry::of(Spec, Info.config, batch, seqlenQ, seqlenK);
+  BackwardGeometry geometry = BackwardGeometry::of(
+      Spec, Info.config, batch, seqlenQ, varlen ? varlen->maxSeqlenK : seqlenK);
+  if (varlen)
+    geometry.main.gridZ = static_cast<unsigned>(varlen->batch);
 
   BackwardPreprocessArgs pre;
   pre.o = a.o.data;
@@ -256,8 +331,12 @@ llvm::Error BackwardKernel::backward(const BackwardArgs &a) const {
   size_t variantAt = BackwardMainArgs::kNumParams - (deterministic() ? 0 : 1);
   VariantLaunchParams variant;
   variant.fill(a.captures, a.blockMask);
+  if (varlen) {
+    variant.varlen = true;
+    variant.cuSeqlens = {varlen->cuSeqlensQ, varlen->cuSeqlensK};
+  }
   std::array<CUtensorMap, 2> maps{};
-  if (*layouts) {
+  if (mapLayouts) {
     auto drv = CudaDriver::get();
     if (!drv)
       return withCode(ErrorCode::LaunchError, drv.takeError());
@@ -265,7 +344,7 @@ llvm::Error BackwardKernel::backward(const BackwardArgs &a) const {
     if (!scope)
       return withCode(ErrorCode::LaunchError, scope.takeError());
     for (size_t i = 0; i < maps.size(); ++i)
-      if (auto err = encodeTensorMap(*drv, (**layouts)[i], maps[i]))
+      if (auto err = encodeTensorMap(*drv, mapLayouts[i], maps[i]))
         return withCode(ErrorCode::LaunchError, std::move(err));
     mainParams[variantAt] = &maps[0];
     mainParams[variantAt + 1] = &maps[1];

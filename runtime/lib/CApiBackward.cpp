@@ -5,19 +5,12 @@
 #include "CApiSupport.h"
 #include "DLPackTensors.h"
 
-#include "flashjit/Backward.h"
-
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
-
-struct flashjit_backward {
-  std::shared_ptr<const flashjit::BackwardKernel> kernel;
-  int device = 0;
-};
 
 namespace {
 

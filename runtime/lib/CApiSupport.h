@@ -12,6 +12,7 @@
 
 #include "DLPackTensors.h"
 
+#include "flashjit/Backward.h"
 #include "flashjit/FlashJIT.h"
 #include "flashjit/Runtime/ErrorCode.h"
 #include "flashjit/Runtime/ForwardChecks.h"
@@ -34,6 +35,11 @@ struct flashjit_kernel {
   std::shared_ptr<const flashjit::Kernel> kernel;
   int device = 0;
   std::string config;
+};
+
+struct flashjit_backward {
+  std::shared_ptr<const flashjit::BackwardKernel> kernel;
+  int device = 0;
 };
 
 namespace flashjit::capi {

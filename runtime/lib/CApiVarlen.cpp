@@ -1,5 +1,6 @@
 //===- CApiVarlen.cpp - the varlen part of flashjit.h ---------------------===//
 // Why: flashjit_kernel_forward_varlen and _paged over Kernel::forwardVarlen,
+// and flashjit_backward_run_varlen over BackwardKernel::backwardVarlen,
 // in the C API's manner: the packed 3-D tensors (and paged K/V pools) become
 // the batch-1 views the C++ call takes, the offsets, lengths and block
 // table are checked as DLTensors (int32, on the device), errors are a
@@ -103,6 +104,25 @@ llvm::Expected<DLTensor> poolAsPacked(const char *name, const DLTensor *t,
   return view;
 }
 
+/// A packed [tokens, heads, head_dim] tensor as the batch-1 TensorRef.
+llvm::Expected<flashjit::TensorRef> packedRef(const char *name,
+                                              const DLTensor *t, int device) {
+  std::array<int64_t, 4> shape, strides;
+  auto view = batchOneView(name, t, 3, shape, strides);
+  if (!view)
+    return view.takeError();
+  return flashjit::toTensorRef(name, &*view, device);
+}
+
+/// A packed LSE [heads, tokens] as the batch-1 LseRef.
+llvm::Expected<flashjit::LseRef> packedLse(const DLTensor *lse, int device) {
+  std::array<int64_t, 4> shape, strides;
+  auto view = batchOneView("lse", lse, 2, shape, strides);
+  if (!view)
+    return view.takeError();
+  return flashjit::toLseRef("lse", &*view, device);
+}
+
 /// q, k, v and o (3-D packed, or k and v paged pools) and lse into
 /// args.packed.
 llvm::Error readPacked(const DLTensor *q, const DLTensor *k,
@@ -124,23 +144,38 @@ llvm::Error readPacked(const DLTensor *q, const DLTensor *k,
       pool = *packed;
       tensor = &pool;
     }
-    std::array<int64_t, 4> shape, strides;
-    auto view = batchOneView(name, tensor, 3, shape, strides);
-    if (!view)
-      return view.takeError();
-    auto ref = flashjit::toTensorRef(name, &*view, device);
+    auto ref = packedRef(name, tensor, device);
     if (!ref)
       return ref.takeError();
     *refs[i] = *ref;
   }
-  std::array<int64_t, 4> lseShape, lseStrides;
-  auto lseView = batchOneView("lse", lse, 2, lseShape, lseStrides);
-  if (!lseView)
-    return lseView.takeError();
-  auto lseRef = flashjit::toLseRef("lse", &*lseView, device);
+  auto lseRef = packedLse(lse, device);
   if (!lseRef)
     return lseRef.takeError();
   args.packed.lse = *lseRef;
+  return llvm::Error::success();
+}
+
+/// cu_seqlens_q and cu_seqlens_k (batch + 1 entries each) into `q` and
+/// `k`, and the batch.
+llvm::Error readOffsetPair(const DLTensor *cuSeqlensQ,
+                           const DLTensor *cuSeqlensK, int device,
+                           const int32_t *&q, const int32_t *&k,
+                           int64_t &batch) {
+  int64_t entriesQ = 0, entriesK = 0;
+  auto cuQ = readOffsets("cu_seqlens_q", cuSeqlensQ, device, entriesQ);
+  if (!cuQ)
+    return cuQ.takeError();
+  auto cuK = readOffsets("cu_seqlens_k", cuSeqlensK, device, entriesK);
+  if (!cuK)
+    return cuK.takeError();
+  if (entriesQ != entriesK)
+    return invalid(llvm::formatv("cu_seqlens_q has {0} entries but "
+                                 "cu_seqlens_k {1}: both are batch + 1",
+                                 entriesQ, entriesK));
+  q = *cuQ;
+  k = *cuK;
+  batch = entriesQ - 1;
   return llvm::Error::success();
 }
 
@@ -174,22 +209,10 @@ flashjit_status_t flashjit_kernel_forward_varlen(
     flashjit::VarlenForwardArgs args;
     if (auto err = readPacked(q, k, v, o, lse, device, /*pools=*/false, args))
       return fail(fn, std::move(err));
-    int64_t entriesQ = 0, entriesK = 0;
-    auto cuQ = readOffsets("cu_seqlens_q", cu_seqlens_q, device, entriesQ);
-    if (!cuQ)
-      return fail(fn, cuQ.takeError());
-    auto cuK = readOffsets("cu_seqlens_k", cu_seqlens_k, device, entriesK);
-    if (!cuK)
-      return fail(fn, cuK.takeError());
-    if (entriesQ != entriesK)
-      return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
-                  llvm::formatv("cu_seqlens_q has {0} entries but "
-                                "cu_seqlens_k {1}: both are batch + 1",
-                                entriesQ, entriesK)
-                      .str());
-    args.cuSeqlensQ = *cuQ;
-    args.cuSeqlensK = *cuK;
-    args.batch = entriesQ - 1;
+    if (auto err = readOffsetPair(cu_seqlens_q, cu_seqlens_k, device,
+                                  args.cuSeqlensQ, args.cuSeqlensK,
+                                  args.batch))
+      return fail(fn, std::move(err));
     return launch(fn, kernel, args, max_seqlen_q, scale, stream);
   });
 }
@@ -247,6 +270,51 @@ flashjit_status_t flashjit_kernel_forward_paged(
     args.maxPages = table->shape[1];
     args.batch = batch;
     return launch(fn, kernel, args, max_seqlen_q, scale, stream);
+  });
+}
+
+flashjit_status_t flashjit_backward_run_varlen(
+    flashjit_backward_t backward, const DLTensor *q, const DLTensor *k,
+    const DLTensor *v, const DLTensor *o, const DLTensor *lse,
+    const DLTensor *dout, DLTensor *dq, DLTensor *dk, DLTensor *dv,
+    const DLTensor *cu_seqlens_q, const DLTensor *cu_seqlens_k,
+    int64_t max_seqlen_k, void *workspace, uint64_t workspace_bytes,
+    double scale, void *stream) {
+  return guarded(__func__, [&](const char *fn) {
+    if (!backward)
+      return fail(fn, FLASHJIT_STATUS_INVALID_ARGUMENT,
+                  "backward is a null handle");
+    const int device = backward->device;
+    flashjit::VarlenBackwardArgs args;
+    flashjit::BackwardArgs &a = args.packed;
+    const std::pair<const char *, const DLTensor *> tensors[] = {
+        {"q", q},   {"k", k},   {"v", v},   {"o", o},
+        {"dout", dout}, {"dq", dq}, {"dk", dk}, {"dv", dv}};
+    flashjit::TensorRef *refs[] = {&a.q,  &a.k,  &a.v,  &a.o,
+                                   &a.dO, &a.dq, &a.dk, &a.dv};
+    for (size_t i = 0; i < 8; ++i) {
+      auto ref = packedRef(tensors[i].first, tensors[i].second, device);
+      if (!ref)
+        return fail(fn, ref.takeError());
+      *refs[i] = *ref;
+    }
+    auto lseRef = packedLse(lse, device);
+    if (!lseRef)
+      return fail(fn, lseRef.takeError());
+    a.lse = *lseRef;
+    if (auto err = readOffsetPair(cu_seqlens_q, cu_seqlens_k, device,
+                                  args.cuSeqlensQ, args.cuSeqlensK,
+                                  args.batch))
+      return fail(fn, std::move(err));
+    args.maxSeqlenK = max_seqlen_k;
+    a.workspace = workspace;
+    a.workspaceBytes = static_cast<size_t>(workspace_bytes);
+    if (!std::isnan(scale))
+      a.scale = scale;
+    a.stream = static_cast<CUstream>(stream);
+    if (auto err = backward->kernel->backwardVarlen(args))
+      return fail(fn, std::move(err));
+    return succeed();
   });
 }
 

@@ -486,6 +486,23 @@ llvm::Error checkGridLimits(const KernelInfo &info, bool persistent,
   return llvm::Error::success();
 }
 
+llvm::Error checkVarlenBatch(
+    int64_t batch,
+    llvm::ArrayRef<std::pair<const char *, const int32_t *>> offsets) {
+  if (batch < 0 || batch > kMaxGridYZ)
+    return fail(llvm::formatv(
+        "varlen batch {0} is out of range: 0 to {1} sequences per call "
+        "(CUDA's grid z); split larger batches",
+        batch, kMaxGridYZ));
+  for (auto [name, array] : offsets) {
+    if (!array)
+      return fail(llvm::Twine(name) + " is a null pointer");
+    if (reinterpret_cast<uintptr_t>(array) % 4 != 0)
+      return fail(llvm::Twine(name) + " is not 4-byte aligned");
+  }
+  return llvm::Error::success();
+}
+
 llvm::Error checkTensorRef(const char *name, const TensorRef &t,
                            const AttentionSpec &spec) {
   return checkTensor(name, t, spec);

@@ -41,11 +41,6 @@ llvm::Error Kernel::checkVarlen(const VarlenForwardArgs &args) const {
                    " is not a varlen kernel: compile the spec with "
                    "AttentionSpec::varlen set to launch it on packed "
                    "sequences");
-  if (args.batch < 0 || args.batch > kMaxGridYZ)
-    return invalid(llvm::formatv(
-        "varlen batch {0} is out of range: 0 to {1} sequences per call "
-        "(CUDA's grid z); split larger batches",
-        args.batch, kMaxGridYZ));
   if (args.maxSeqlenQ < 1)
     return invalid(llvm::formatv("max_seqlen_q must be at least 1, got {0}",
                                  args.maxSeqlenQ));
@@ -58,12 +53,8 @@ llvm::Error Kernel::checkVarlen(const VarlenForwardArgs &args) const {
                      {"block_table", args.blockTable}});
   else
     pointers.push_back({"cu_seqlens_k", args.cuSeqlensK});
-  for (auto [name, offsets] : pointers) {
-    if (!offsets)
-      return invalid(llvm::Twine(name) + " is a null pointer");
-    if (reinterpret_cast<uintptr_t>(offsets) % 4 != 0)
-      return invalid(llvm::Twine(name) + " is not 4-byte aligned");
-  }
+  if (auto err = checkVarlenBatch(args.batch, pointers))
+    return withCode(ErrorCode::InvalidArgument, std::move(err));
   const ForwardArgs &p = args.packed;
   if (p.q.shape[0] != 1)
     return invalid(llvm::formatv(

@@ -252,6 +252,37 @@ SmallVector<Value> HopperIR::issueProduct(const Product &product,
   return asmFloats(text, inputs, operands, outs);
 }
 
+void HopperIR::copySwizzledRows(Value base, ValueRange strides, Value batch,
+                                Value head, Value row0, Value end,
+                                int64_t rows, Value dst, int64_t threads) {
+  // 16-byte chunks: thread t copies chunk t % chunksPerRow of rows
+  // t / chunksPerRow + i * rowsPerRound. rowsPerRound is a multiple of 8,
+  // so every row of a thread has the same swizzle (row % 8).
+  const int64_t chunksPerRow = spec.headDim / 8;
+  const int64_t rowsPerRound = threads / chunksPerRow;
+  Value tid = toI32(threadIdX());
+  Value firstRow = divU(tid, chunksPerRow);
+  Value chunk = remU(tid, chunksPerRow);
+  Value swizzled = arith::XOrIOp::create(b, loc, remU(chunk, 8),
+                                         remU(firstRow, 8));
+  Value panel = divU(chunk, 8);
+  Value dstBase =
+      add(add(dst, mul(panel, c32(rows * kRowBytes))),
+          add(mul(firstRow, c32(kRowBytes)), mul(swizzled, c32(16))));
+  Value column = toI64(mul(chunk, c32(8)));
+  for (int64_t i = 0; i * rowsPerRound < rows; ++i) {
+    Value row = add(row0, toI64(add(firstRow, c32(i * rowsPerRound))));
+    Value inRange = cmp(Pred::slt, row, end);
+    Value safeRow = arith::SelectOp::create(b, loc, inRange, row, row0);
+    Value src = globalAddress(
+        base, elt, add(rowOffset(strides, batch, head, safeRow), column));
+    Value bytes = arith::SelectOp::create(b, loc, inRange, c32(16), c32(0));
+    NVVM::CpAsyncOp::create(
+        b, loc, shared(add(dstBase, c32(i * rowsPerRound * kRowBytes))), src,
+        /*size=*/16, NVVM::LoadCacheModifierKind::CG, bytes);
+  }
+}
+
 void HopperIR::fenceProxyAsync() {
   asmVoid("fence.proxy.async.shared::cta;", "", {});
 }

@@ -111,6 +111,14 @@ public:
   /// `coords` (4 i32, innermost first) to this block's shared address
   /// `dst` (i32), completing its bytes on the mbarrier at `bar`.
   void tmaLoadBox(Value tensorMap, Value dst, Value bar, ValueRange coords);
+  /// cp.async by `threads` threads of rows [row0, row0 + rows) of (batch,
+  /// head) of a [.., head_dim] tensor (row strides in elements) into the
+  /// 128-byte swizzled tile at shared byte offset `dst` (i32), in panels
+  /// of 64 columns; rows at or past `end` are zero-filled (nothing is read
+  /// for them). threads / (head_dim / 8) must be a multiple of 8.
+  void copySwizzledRows(Value base, ValueRange strides, Value batch,
+                        Value head, Value row0, Value end, int64_t rows,
+                        Value dst, int64_t threads);
   /// bar.sync / bar.arrive on named barrier `id` (i32) for `threads`.
   void namedBarrierSync(Value id, int64_t threads);
   void namedBarrierArrive(Value id, int64_t threads);

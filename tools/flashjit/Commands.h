@@ -11,6 +11,7 @@
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Error.h"
+#include <nlohmann/json_fwd.hpp>
 
 namespace flashjit::tools {
 
@@ -58,6 +59,10 @@ struct DecodeRunSettings {
 /// `run --decode`: 0 when the check passed, 2 when it failed, 1 on errors.
 int runDecode(const DecodeRunSettings &settings);
 
+/// --backward (RunCommand.cpp): run checks the backward pass, compile
+/// prints its kernels; --backward-config names their tile config.
+bool backwardRequested();
+const std::string &backwardConfigOption();
 /// --varlen was given (VarlenCommand.cpp): the spec is varlen
 /// (AttentionSpec::varlen), and run checks a packed batch.
 bool varlenRequested();
@@ -74,10 +79,21 @@ struct VarlenRunSettings {
   int64_t checkRows = 16;
   /// --config: a tile config or a family.
   std::string config;
+  /// --backward: check and time the backward on the packed batch instead
+  /// of the forward; --backward-config: its tile config.
+  bool backward = false;
+  std::string backwardConfig;
+  /// --check-kv-groups: (sequence, KV head) groups the backward's check
+  /// compares (0: all).
+  int64_t checkedGroups = 0;
 };
 /// `run --varlen LENGTHS [--varlen-k LENGTHS]`: 0 when the check passed,
 /// 1 on errors or a failed check.
 int runVarlen(const AttentionSpec &spec, const VarlenRunSettings &settings);
+
+/// The spec's shape fields of the commands' --json reports: heads,
+/// kv_heads, head_dim, dtype, causal, causal_align.
+nlohmann::json specFields(const AttentionSpec &spec);
 
 /// Prints "flashjit <command>: error: <message>" and returns 1.
 int reportError(llvm::StringRef command, llvm::Error err);

@@ -6,6 +6,7 @@
 #include "flashjit/Autotune/Heuristic.h"
 #include "flashjit/Compiler/Compiler.h"
 #include "flashjit/Compiler/ConfigChoice.h"
+#include "flashjit/Templates/MmaSyncBackward.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -59,6 +60,10 @@ static cl::opt<bool> json("json",
                                    "(the text goes to -o when given)"),
                           cl::sub(compileCommand), cl::cat(category));
 
+static int
+writeCompiled(llvm::Expected<CompiledKernel> &kernel, const Target &target,
+              Stage stage, std::chrono::steady_clock::time_point start);
+
 int runCompile() {
   auto target = targetFromOptions(arch);
   if (!target)
@@ -94,6 +99,21 @@ int runCompile() {
     auto spec = specFromOptions();
     if (!spec)
       return reportError("compile", spec.takeError());
+    if (backwardRequested()) {
+      // The backward's own configs (wgmma_bwd, mma_sync_bwd): the one
+      // named, else the template's default for the target.
+      if (!backwardConfigOption().empty()) {
+        auto config = TileConfig::parse(backwardConfigOption());
+        if (!config)
+          return reportError("compile", config.takeError());
+        options.config = *config;
+      } else {
+        options.config = MmaSyncBackward::defaultConfig(*spec, *target);
+      }
+      llvm::consumeError(kernel.takeError());
+      kernel = compileBackward(*spec, options);
+      return writeCompiled(kernel, *target, *stage, start);
+    }
     auto request = ConfigRequest::parse(configText);
     if (!request)
       return reportError("compile", request.takeError());
@@ -114,6 +134,13 @@ int runCompile() {
     llvm::consumeError(kernel.takeError());
     kernel = compileAttention(*spec, options);
   }
+  return writeCompiled(kernel, *target, *stage, start);
+}
+
+/// Writes what runCompile built (-o, --json) and reports it.
+static int
+writeCompiled(llvm::Expected<CompiledKernel> &kernel, const Target &target,
+              Stage stage, std::chrono::steady_clock::time_point start) {
   if (!kernel)
     return reportError("compile", kernel.takeError());
   double seconds = std::chrono::duration<double>(
@@ -135,8 +162,8 @@ int runCompile() {
   if (json) {
     nlohmann::json j = {
         {"kernel", info.name},
-        {"arch", target->chip},
-        {"stage", stageName(*stage)},
+        {"arch", target.chip},
+        {"stage", stageName(stage)},
         {"config",
          {{"family", info.config.family},
           {"block_m", info.config.blockM},
@@ -150,8 +177,8 @@ int runCompile() {
         {"output", toStdout ? nlohmann::json() : nlohmann::json(output)}};
     llvm::outs() << j.dump(2) << "\n";
   } else if (!toStdout) {
-    llvm::errs() << "wrote " << stageName(*stage) << " of " << info.name
-                 << " for " << target->chip << " to " << output << " ("
+    llvm::errs() << "wrote " << stageName(stage) << " of " << info.name
+                 << " for " << target.chip << " to " << output << " ("
                  << kernel->text.size() << " bytes, "
                  << llvm::format("%.3f", seconds) << " s, config "
                  << info.config.canonical() << ")\n";

@@ -56,14 +56,8 @@ int runBackwardCheck(Context &ctx, const AttentionSpec &spec,
                         {"deterministic", (*backward)->deterministic()},
                         {"forward_config", forward.info().config.canonical()},
                         {"batch", o.batch},
-                        {"heads", spec.numHeads},
-                        {"kv_heads", spec.numKVHeads},
                         {"seqlen_q", o.seqlenQ},
                         {"seqlen_k", o.seqlenK},
-                        {"head_dim", spec.headDim},
-                        {"dtype", dtypeName(spec.dtype)},
-                        {"causal", spec.causal},
-                        {"causal_align", causalAlignName(spec.causalAlign)},
                         {"seed", o.seed},
                         {"compile_ms", compileMs},
                         {"dq_rel_error", report->dqError},
@@ -78,6 +72,7 @@ int runBackwardCheck(Context &ctx, const AttentionSpec &spec,
                         {"passed", report->passed},
                         {"median_ms", report->medianMs},
                         {"tflops", report->tflops}};
+    j.update(specFields(spec));
     llvm::outs() << j.dump(2) << "\n";
   } else {
     llvm::outs() << info.name << " on " << ctx.device()->name << " ("

@@ -63,15 +63,19 @@ static cl::opt<std::string>
 
 static cl::opt<bool> backward(
     "backward",
-    cl::desc("Check and time the backward pass (dQ, dK, dV against the "
-             "float64 reference) instead of the forward"),
-    cl::sub(runCommand), cl::cat(category));
+    cl::desc("The backward pass: run checks and times dQ, dK, dV against "
+             "the float64 reference instead of the forward; compile prints "
+             "the backward's three kernels"),
+    cl::sub(runCommand), cl::sub(compileCommand), cl::cat(category));
 static cl::opt<std::string> backwardConfig(
     "backward-config",
     cl::desc("With --backward: build this tile config (e.g. "
              "wgmma_bwd:m64:n128:s2:w8 on sm_90a, or "
              "mma_sync_bwd:m32:n64:s1:w4) instead of the default"),
-    cl::sub(runCommand), cl::cat(category));
+    cl::sub(runCommand), cl::sub(compileCommand), cl::cat(category));
+
+bool backwardRequested() { return backward; }
+const std::string &backwardConfigOption() { return backwardConfig; }
 static cl::opt<bool> deterministic(
     "deterministic",
     cl::desc("With --backward: build the deterministic backward (dQ, dK, "
@@ -191,7 +195,8 @@ int runRun() {
                              scale.getNumOccurrences()
                                  ? std::optional<double>(scale)
                                  : std::nullopt,
-                             warmup, iterations, json, rows, configText});
+                             warmup, iterations, json, rows, configText,
+                             backward, backwardConfig, checkGroups});
   auto request = ConfigRequest::parse(configText);
   if (!request)
     return reportError("run", request.takeError());
@@ -312,13 +317,8 @@ int runRun() {
         {"config_source", configSourceName((*kernel)->configOrigin().source)},
         {"config_detail", (*kernel)->configOrigin().detail},
         {"batch", options.batch},
-        {"heads", spec->numHeads},
-        {"kv_heads", spec->numKVHeads},
         {"seqlen_q", options.seqlenQ},
         {"seqlen_k", options.seqlenK},
-        {"head_dim", spec->headDim},
-        {"dtype", dtypeName(spec->dtype)},
-        {"causal", spec->causal},
         {"layout", std::string(layout)},
         {"seed", options.seed},
         {"scale", options.scale.value_or(spec->defaultScale())},
@@ -335,6 +335,7 @@ int runRun() {
         {"tflops", report->tflops}};
     if (!maskJson.is_null())
       j["block_mask"] = maskJson;
+    j.update(specFields(*spec));
     llvm::outs() << j.dump(2) << "\n";
   } else {
     llvm::outs() << info.name << " on " << (*ctx)->device()->name << " ("

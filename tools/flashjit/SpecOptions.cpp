@@ -2,6 +2,8 @@
 // Why: compile, run and autotune describe the attention the same way.
 #include "Commands.h"
 
+#include <nlohmann/json.hpp>
+
 #include "flashjit/Runtime/CudaDriver.h"
 #include "flashjit/Runtime/DeviceInfo.h"
 
@@ -225,6 +227,15 @@ int reportError(llvm::StringRef command, llvm::Error err) {
   llvm::errs() << "flashjit " << command
                << ": error: " << llvm::toString(std::move(err)) << "\n";
   return 1;
+}
+
+nlohmann::json specFields(const AttentionSpec &spec) {
+  return {{"heads", spec.numHeads},
+          {"kv_heads", spec.numKVHeads},
+          {"head_dim", spec.headDim},
+          {"dtype", dtypeName(spec.dtype)},
+          {"causal", spec.causal},
+          {"causal_align", causalAlignName(spec.causalAlign)}};
 }
 
 } // namespace flashjit::tools

@@ -2,9 +2,12 @@
 // Why: varlen kernels (AttentionSpec::varlen) from the command line:
 // `compile --varlen` prints their PTX, `run --varlen 17,0,1000` checks a
 // packed batch of those lengths against the float64 reference and times it;
-// with --page-size the keys come from a paged cache (chunked prefill).
+// with --page-size the keys come from a paged cache (chunked prefill); with
+// --backward it checks and times the backward of the batch instead.
 #include "Commands.h"
 
+#include "flashjit/Backward.h"
+#include "flashjit/DevTools/VarlenBackwardCheck.h"
 #include "flashjit/DevTools/VarlenHarness.h"
 #include "flashjit/FlashJIT.h"
 #include "flashjit/Runtime/KernelCache.h"
@@ -35,6 +38,91 @@ static cl::opt<std::string>
                      "(chunked prefill: at least its query length, causal "
                      "from the bottom right); default: the query lengths"),
             cl::sub(runCommand), cl::cat(category));
+
+/// `run --varlen ... --backward`: the backward of the packed batch,
+/// checked and timed.
+static int runVarlenBackward(Context &ctx, const AttentionSpec &spec,
+                             const Kernel &forward,
+                             const std::vector<int64_t> &lengthsQ,
+                             const std::vector<int64_t> &lengthsK,
+                             const VarlenRunSettings &settings) {
+  BackwardOptions options;
+  if (!settings.backwardConfig.empty()) {
+    auto config = TileConfig::parse(settings.backwardConfig);
+    if (!config)
+      return reportError("run", config.takeError());
+    options.config = *config;
+  }
+  // The longest sequence picks the tuned backward bucket, where there is
+  // one.
+  options.seqlen = std::max<int64_t>(
+      1, *std::max_element(lengthsQ.begin(), lengthsQ.end()));
+  auto start = std::chrono::steady_clock::now();
+  auto backward = ctx.compileBackward(spec, options);
+  if (!backward)
+    return reportError("run", backward.takeError());
+  double compileMs = std::chrono::duration<double, std::milli>(
+                         std::chrono::steady_clock::now() - start)
+                         .count();
+  VarlenBackwardCheckOptions check;
+  check.lengthsQ = lengthsQ;
+  check.lengthsK = lengthsK;
+  check.seed = settings.seed;
+  check.scale = settings.scale;
+  check.checkedGroups = settings.checkedGroups;
+  check.warmup = settings.warmup;
+  check.iterations = settings.iterations;
+  auto report = runAndCheckVarlenBackward(forward, **backward, check);
+  if (!report)
+    return reportError("run", report.takeError());
+  const BackwardCheckReport &r = report->check;
+  const KernelInfo &info = (*backward)->info();
+  if (settings.json) {
+    nlohmann::json j = {{"kernel", info.name},
+                        {"pass", "backward"},
+                        {"device", ctx.device()->name},
+                        {"config", info.config.canonical()},
+                        {"forward_config", forward.info().config.canonical()},
+                        {"sequences", report->sequences},
+                        {"total_q", report->totalQ},
+                        {"total_k", report->totalK},
+                        {"max_seqlen_k", report->maxSeqlenK},
+                        {"seed", settings.seed},
+                        {"compile_ms", compileMs},
+                        {"dq_rel_error", r.dqError},
+                        {"dk_rel_error", r.dkError},
+                        {"dv_rel_error", r.dvError},
+                        {"max_abs_error", r.maxAbsError},
+                        {"non_finite", r.nonFinite},
+                        {"written_outside", report->writtenOutside},
+                        {"checked_kv_groups", r.checkedGroups},
+                        {"tolerance", r.tolerance},
+                        {"passed", r.passed},
+                        {"median_ms", r.medianMs},
+                        {"tflops", r.tflops}};
+    j.update(specFields(spec));
+    llvm::outs() << j.dump(2) << "\n";
+  } else {
+    llvm::outs() << info.name << " on " << ctx.device()->name << " ("
+                 << info.config.canonical() << "; forward "
+                 << forward.info().config.canonical() << ")\n"
+                 << "  varlen: " << report->sequences << " sequences, "
+                 << report->totalQ << " query and " << report->totalK
+                 << " key tokens, longest key sequence " << report->maxSeqlenK
+                 << "\n"
+                 << "  backward kernels ready in "
+                 << llvm::format("%.2f", compileMs) << " ms\n"
+                 << "  check: " << r.summary() << ", "
+                 << report->writtenOutside
+                 << " words written past the gradients\n";
+    if (check.iterations > 0)
+      llvm::outs() << "  time: " << llvm::format("%.3f", r.medianMs)
+                   << " ms median of " << check.iterations
+                   << " backward calls, " << llvm::format("%.1f", r.tflops)
+                   << " TFLOP/s (2.5 x the forward's FLOPs)\n";
+  }
+  return r.passed && report->writtenOutside == 0 ? 0 : 1;
+}
 
 bool varlenRequested() {
   return varlenKernel || varlen.getNumOccurrences() > 0;
@@ -80,6 +168,10 @@ int runVarlen(const AttentionSpec &spec, const VarlenRunSettings &settings) {
                          std::chrono::steady_clock::now() - start)
                          .count();
 
+  if (settings.backward)
+    return runVarlenBackward(**ctx, spec, **kernel, *lengthsQ, lengthsK,
+                             settings);
+
   VarlenCheckOptions check;
   check.lengthsQ = *lengthsQ;
   check.lengthsK = lengthsK;
@@ -106,12 +198,6 @@ int runVarlen(const AttentionSpec &spec, const VarlenRunSettings &settings) {
         {"page_size", spec.pageSize},
         {"pool_pages", report->poolPages},
         {"max_pages", report->maxPages},
-        {"heads", spec.numHeads},
-        {"kv_heads", spec.numKVHeads},
-        {"head_dim", spec.headDim},
-        {"dtype", dtypeName(spec.dtype)},
-        {"causal", spec.causal},
-        {"causal_align", causalAlignName(spec.causalAlign)},
         {"seed", settings.seed},
         {"compile_ms", compileMs},
         {"rel_error", r.relError},
@@ -124,6 +210,7 @@ int runVarlen(const AttentionSpec &spec, const VarlenRunSettings &settings) {
         {"passed", r.passed},
         {"median_ms", r.medianMs},
         {"tflops", r.tflops}};
+    j.update(specFields(spec));
     llvm::outs() << j.dump(2) << "\n";
   } else {
     llvm::outs() << info.name << " on " << (*ctx)->device()->name << " ("

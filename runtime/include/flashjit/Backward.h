@@ -23,6 +23,8 @@
 
 namespace flashjit {
 
+struct TensorMapLayout;
+
 /// What BackwardKernel::backward takes. Shapes as in ForwardArgs: q, o,
 /// dO, dq [batch, heads, seqlen_q, head_dim]; k, v, dk, dv [batch,
 /// kv_heads, seqlen_k, head_dim]; lse f32 [batch, heads, seqlen_q], the
@@ -56,6 +58,27 @@ struct BackwardArgs {
   BlockMaskRef blockMask;
   /// The caller's stream (null: the legacy default stream).
   CUstream stream = nullptr;
+};
+
+/// The backward of a varlen spec (AttentionSpec::varlen) on packed
+/// sequences, as VarlenForwardArgs gives the forward: `packed` holds the
+/// batch-1 views of the packed tokens, q, o, dO, dq [1, heads, total_q,
+/// head_dim] and k, v, dk, dv [1, kv_heads, total_k, head_dim]
+/// (TensorRef::packed), lse the forward's [heads, total_q] (LseRef::packed),
+/// and a workspace of workspaceBytes(1, total_q). Sequence b's query rows
+/// are [cuSeqlensQ[b], cuSeqlensQ[b + 1]) and its keys [cuSeqlensK[b],
+/// cuSeqlensK[b + 1]). dq rows outside every sequence get 0; dk and dv rows
+/// outside every sequence are not written.
+struct VarlenBackwardArgs {
+  BackwardArgs packed;
+  /// Device i32 [batch + 1] each, 4-byte aligned, the forward's offsets.
+  const int32_t *cuSeqlensQ = nullptr, *cuSeqlensK = nullptr;
+  /// Sequences (0: nothing is launched); at most 65535 (CUDA's grid z).
+  int64_t batch = 0;
+  /// The longest key length of the batch (as FlashAttention's
+  /// max_seqlen_k): it sizes the grid; keys of a sequence past it get no
+  /// gradient (their dk and dv rows are not written). At least 1.
+  int64_t maxSeqlenK = 0;
 };
 
 /// How to build the backward kernels.
@@ -107,6 +130,13 @@ public:
   llvm::Error backward(const BackwardArgs &args) const;
   /// The checks of backward() alone (no device needed).
   llvm::Error check(const BackwardArgs &args) const;
+  /// A varlen spec's backward (VarlenBackwardArgs): the checks of
+  /// backward() on the packed views, then those of the offsets and the
+  /// batch; the kernels run on args.packed.stream. backward() refuses a
+  /// varlen kernel and this refuses the others.
+  llvm::Error backwardVarlen(const VarlenBackwardArgs &args) const;
+  /// The checks of backwardVarlen() alone (no device needed).
+  llvm::Error checkVarlen(const VarlenBackwardArgs &args) const;
 
   BackwardKernel(AttentionSpec spec, KernelInfo info, std::string ptx,
                  std::unique_ptr<LoadedModule> module,
@@ -123,6 +153,12 @@ private:
   /// The preprocess and convert kernels of Module (the main one is
   /// Module->function()).
   CUfunction Preprocess = nullptr, Convert = nullptr;
+  /// backward() and backwardVarlen() after their checks: the three
+  /// launches, over the packed sequences of `varlen` when given.
+  /// mapLayouts: the two TMA maps of a wgmma kernel (null otherwise).
+  llvm::Error launchAll(const BackwardArgs &args,
+                        const TensorMapLayout *mapLayouts,
+                        const VarlenBackwardArgs *varlen) const;
 };
 
 } // namespace flashjit

@@ -40,7 +40,7 @@ extern "C" {
 
 /* Raised when a function or a field is added (flashjit_get_version's
  * api_version tells what the loaded library implements). */
-#define FLASHJIT_C_API_VERSION 11
+#define FLASHJIT_C_API_VERSION 12
 
 typedef enum flashjit_status {
   FLASHJIT_STATUS_OK = 0,
@@ -368,8 +368,9 @@ FLASHJIT_API flashjit_status_t flashjit_context_build_block_mask(
 /* The backward kernels of one spec: dQ, dK and dV of softmax(scale Q K^T) V
  * from q, k, v, the forward's o and lse, and dO. Dense or causal attention
  * (either alignment), sliding windows, score_mod, mask_mod and block
- * masks (API 11), head dims 64, 96, 128 and 256, sm_80 or newer; any
- * other spec (varlen) is FLASHJIT_STATUS_UNSUPPORTED. */
+ * masks (API 11), head dims 64, 96, 128 and 256, sm_80 or newer;
+ * varlen specs (API 12, flashjit_backward_run_varlen) on sm_90a at head
+ * dims 64 and 128; any other spec is FLASHJIT_STATUS_UNSUPPORTED. */
 typedef struct flashjit_backward *flashjit_backward_t;
 
 /* Compiles (or takes from the cache) the backward kernels of `spec`.
@@ -443,6 +444,25 @@ FLASHJIT_API flashjit_status_t flashjit_backward_run_block_sparse(
     const DLTensor *q_num_blocks, const DLTensor *q_indices,
     const DLTensor *full_q_num_blocks, const DLTensor *full_q_indices,
     void *stream);
+
+/* (API version 12) The backward of a varlen spec (spec varlen 1) on the
+ * packed sequences its forward (flashjit_kernel_forward_varlen) ran on:
+ * q, o, dout, dq [total_q, H, D] and k, v, dk, dv [total_k, Hkv, D]
+ * (strides in elements or NULL, head_dim contiguous), lse f32 [H, total_q]
+ * as the forward wrote it, cu_seqlens_q and cu_seqlens_k int32 [batch + 1]
+ * on the device, max_seqlen_k the longest sequence's keys (it sizes the
+ * grid; keys past it get no gradient). The workspace is
+ * flashjit_backward_workspace_size(backward, 1, total_q) bytes. dq rows of
+ * no sequence get 0; dk and dv rows of no sequence are not written. Offsets
+ * that are not monotone or run past the tensors give shorter (or empty)
+ * sequences, never a row outside them. */
+FLASHJIT_API flashjit_status_t flashjit_backward_run_varlen(
+    flashjit_backward_t backward, const DLTensor *q, const DLTensor *k,
+    const DLTensor *v, const DLTensor *o, const DLTensor *lse,
+    const DLTensor *dout, DLTensor *dq, DLTensor *dk, DLTensor *dv,
+    const DLTensor *cu_seqlens_q, const DLTensor *cu_seqlens_k,
+    int64_t max_seqlen_k, void *workspace, uint64_t workspace_bytes,
+    double scale, void *stream);
 
 /* ---- API version 6: decode steps on a KV cache (flashjit/Decode.h) ---- */
 

@@ -34,8 +34,14 @@ struct MainParams {
   /// The TMA maps of Q and dO (by-value parameters; wgmma kernels only).
   SmallVector<Value, 2> tensorMaps;
   /// What the mods read: the captured tensors (KernelABI.h's variant
-  /// parameters) and scaleLog2, in the forward's form (ScoreMods).
+  /// parameters) and scaleLog2, in the forward's form (ScoreMods); a
+  /// varlen kernel's offsets.
   ForwardParams variant;
+  /// Varlen, once narrowToSequence has run: the launch's packed query rows
+  /// (D and the dQ accumulator lay them out as one sequence of batch 1)
+  /// and the first packed row of the block's sequence in Q and in K (i64).
+  /// Null otherwise.
+  Value packedRowsQ, qRowBase, kRowBase;
 };
 /// Creates the main kernel `name` (BackwardMainArgs, with the turn
 /// counters when `deterministic`, then the tensor maps of Q and dO when
@@ -43,14 +49,27 @@ struct MainParams {
 /// `threads` threads and moves the insertion point into its body.
 MainParams beginMainKernel(KernelIR &ir, StringRef name, int64_t threads,
                            bool deterministic, bool withTensorMaps = false);
+/// A varlen main kernel (launched with the packed lengths as seqlens, the
+/// sequences' offsets last and one grid z per sequence) narrowed to
+/// sequence `batch`: its rows of the packed Q, dO, LSE and of K, V, dK, dV
+/// (each clamped to the packed lengths, as KernelIR::sequenceRows does)
+/// become the seqlens and the tensors' bases (batch strides 0).
+void narrowToSequence(KernelIR &ir, MainParams &p, Value batch);
 /// Element `row` (i64) of (batch, head) in the [batch, heads, seqlen_q]
 /// layout of D in the workspace.
 Value workspaceRow(KernelIR &ir, Value seqlenQ, Value batch, Value head,
+                   Value row);
+/// The same for the main kernel's query row `row` of (batch, head): of the
+/// packed rows once narrowToSequence has run.
+Value workspaceRow(KernelIR &ir, const MainParams &p, Value batch, Value head,
                    Value row);
 /// The first element of row `row` (i64) of (batch, head) in the dQ
 /// accumulator (DqAccumLayout).
 Value dqAccumRow(KernelIR &ir, const DqAccumLayout &layout, Value seqlenQ,
                  Value batch, Value head, Value row);
+/// The same for the main kernel's query row `row`, as workspaceRow.
+Value dqAccumRow(KernelIR &ir, const DqAccumLayout &layout,
+                 const MainParams &p, Value batch, Value head, Value row);
 
 /// The steps of a main kernel's loop: every (query head of the GQA group,
 /// query block that the causal mask and the window leave visible to some

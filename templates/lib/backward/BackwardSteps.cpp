@@ -63,6 +63,43 @@ MainParams beginMainKernel(KernelIR &ir, StringRef name, int64_t threads,
   return p;
 }
 
+void narrowToSequence(KernelIR &ir, MainParams &p, Value batch) {
+  KernelIR::SequenceRows rows = ir.sequenceRows(p.variant, batch);
+  p.packedRowsQ = p.seqlenQ;
+  p.qRowBase = rows.qStart;
+  p.kRowBase = rows.kStart;
+  p.seqlenQ = p.variant.seqlenQ = rows.qLength;
+  p.seqlenK = p.variant.seqlenK = rows.kLength;
+  auto rebase = [&](Value &base, SmallVector<Value, 3> &strides,
+                    mlir::Type type, Value start) {
+    base = ir.globalAddress(base, type, ir.mul(start, strides[2]));
+    strides[0] = ir.c64(0);
+  };
+  rebase(p.q, p.qStrides, ir.elt, rows.qStart);
+  rebase(p.dO, p.dOStrides, ir.elt, rows.qStart);
+  rebase(p.lse, p.lseStrides, ir.f32, rows.qStart);
+  rebase(p.k, p.kStrides, ir.elt, rows.kStart);
+  rebase(p.v, p.vStrides, ir.elt, rows.kStart);
+  rebase(p.dk, p.dkStrides, ir.elt, rows.kStart);
+  rebase(p.dv, p.dvStrides, ir.elt, rows.kStart);
+}
+
+Value workspaceRow(KernelIR &ir, const MainParams &p, Value batch, Value head,
+                   Value row) {
+  if (!p.packedRowsQ)
+    return workspaceRow(ir, p.seqlenQ, batch, head, row);
+  return workspaceRow(ir, p.packedRowsQ, ir.c64(0), head,
+                      ir.add(p.qRowBase, row));
+}
+
+Value dqAccumRow(KernelIR &ir, const DqAccumLayout &layout,
+                 const MainParams &p, Value batch, Value head, Value row) {
+  if (!p.packedRowsQ)
+    return dqAccumRow(ir, layout, p.seqlenQ, batch, head, row);
+  return dqAccumRow(ir, layout, p.packedRowsQ, ir.c64(0), head,
+                    ir.add(p.qRowBase, row));
+}
+
 Value workspaceRow(KernelIR &ir, Value seqlenQ, Value batch, Value head,
                    Value row) {
   return ir.add(
@@ -78,6 +115,8 @@ Value dqAccumRow(KernelIR &ir, const DqAccumLayout &layout, Value seqlenQ,
         ir.divU(ir.add(seqlenQ, ir.c64(layout.rowMultiple - 1)),
                 layout.rowMultiple),
         ir.c64(layout.rowMultiple));
+  if (layout.extraRows > 0)
+    rowsPerHead = ir.add(rowsPerHead, ir.c64(layout.extraRows));
   Value rows = ir.add(
       ir.mul(ir.add(ir.mul(batch, ir.c64(ir.spec.numHeads)), head),
              rowsPerHead),
@@ -199,7 +238,7 @@ void copyRowStats(KernelIR &ir, const MainParams &p, Value batch, Value head,
                             ir.rowOffset(p.lseStrides, batch, head, safeRow)),
            lseDst);
   copyWord(ir.globalAddress(p.d, ir.f32,
-                            workspaceRow(ir, p.seqlenQ, batch, head, safeRow)),
+                            workspaceRow(ir, p, batch, head, safeRow)),
            dDst);
 }
 

@@ -53,7 +53,7 @@ DqAccumLayout DqAccumLayout::of(const AttentionSpec &spec,
     return {spec.headDim, 1};
   return {spec.headDim + WgmmaBackward::kDqRowPadding /
                              static_cast<int64_t>(sizeof(float)),
-          config.blockM};
+          config.blockM, spec.varlen ? config.blockM : 0};
 }
 
 BackwardWorkspaceLayout BackwardWorkspaceLayout::of(const AttentionSpec &spec,
@@ -160,15 +160,32 @@ llvm::Error MmaSyncBackward::supports(const AttentionSpec &spec,
   if (auto err = checkHeadDimAndTarget(spec, target, headDims(), family(),
                                        minComputeCapability()))
     return err;
-  if (spec.varlen)
+  if (spec.paged())
     return llvm::createStringError(
-        "the backward pass has no varlen form yet: run it on padded "
-        "[batch, heads, seqlen, head_dim] tensors");
+        "the backward takes packed K and V (cu_seqlens_k), not a paged KV "
+        "cache: compile the spec without a page size for training");
+  // Packed sequences: only the wgmma kernels narrow each block to its
+  // sequence (WgmmaBackwardMain.cpp).
+  if (spec.varlen)
+    if (llvm::Error err = WgmmaBackward::supports(spec, target))
+      return llvm::createStringError(
+          "the backward of varlen attention runs on the wgmma_bwd kernels "
+          "only (sm_90a, head dims 64 and 128; or run it on padded [batch, "
+          "heads, seqlen, head_dim] tensors): " +
+          llvm::toString(std::move(err)));
   return llvm::Error::success();
 }
 
 llvm::Error MmaSyncBackward::checkConfig(const AttentionSpec &spec,
                                          const TileConfig &config) {
+  if (spec.varlen && !WgmmaBackward::owns(config))
+    return configError("the backward of varlen attention runs on the "
+                       "wgmma_bwd kernels only (sm_90a, head dims 64 and "
+                       "128)");
+  if (spec.varlen && isDeterministic(config))
+    return configError("the deterministic backward does not take varlen "
+                       "batches yet: leave BackwardOptions::deterministic "
+                       "off for a varlen spec");
   // dQ's turns (BackwardDqTurns.cpp) assume the key blocks that add into a
   // query block are a contiguous range of them, which a block mask breaks.
   if (isDeterministic(config) && spec.isBlockSparse())

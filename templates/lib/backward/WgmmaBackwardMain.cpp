@@ -38,6 +38,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 
 using namespace mlir;
 
@@ -81,11 +82,6 @@ public:
   void build(StringRef name, const ModRegions &mods);
 
 private:
-  /// cp.async of rows [row0, row0 + rows) of (batch, head) of a [.., d]
-  /// tensor into the swizzled tile at shared byte offset `dst` (i32); rows
-  /// at or past `end` are zero-filled (nothing is read for them).
-  void copySwizzled(Value base, ValueRange strides, Value batch, Value head,
-                    Value row0, Value end, int64_t rows, Value dst);
   /// Byte offset (i32) of a per-stage buffer at `offset` in stage `stage`.
   Value inStage(int64_t offset, Value stage, int64_t bytesPerStage) {
     return add(c32(offset), mul(stage, c32(bytesPerStage)));
@@ -99,37 +95,6 @@ private:
   int64_t kOff, vOff, qOff, doOff, dsOff, lseOff, dOff, stageBytes,
       smallStageBytes, dqOff, dqRowBytes, barOff;
 };
-
-void WgmmaMainBuilder::copySwizzled(Value base, ValueRange strides,
-                                    Value batch, Value head, Value row0,
-                                    Value end, int64_t rows, Value dst) {
-  // 16-byte chunks: thread t copies chunk t % chunksPerRow of rows
-  // t / chunksPerRow + i * rowsPerRound. rowsPerRound is a multiple of 8,
-  // so every row of a thread has the same swizzle (row % 8).
-  const int64_t chunksPerRow = d / 8;
-  const int64_t rowsPerRound = threads / chunksPerRow;
-  Value tid = toI32(threadIdX());
-  Value firstRow = divU(tid, chunksPerRow);
-  Value chunk = remU(tid, chunksPerRow);
-  Value swizzled = arith::XOrIOp::create(b, loc, remU(chunk, 8),
-                                         remU(firstRow, 8));
-  Value panel = divU(chunk, 8);
-  Value dstBase =
-      add(add(dst, mul(panel, c32(rows * kRowBytes))),
-          add(mul(firstRow, c32(kRowBytes)), mul(swizzled, c32(16))));
-  Value column = toI64(mul(chunk, c32(8)));
-  for (int64_t i = 0; i * rowsPerRound < rows; ++i) {
-    Value row = add(row0, toI64(add(firstRow, c32(i * rowsPerRound))));
-    Value inRange = cmp(Pred::slt, row, end);
-    Value safeRow = arith::SelectOp::create(b, loc, inRange, row, row0);
-    Value src = globalAddress(
-        base, elt, add(rowOffset(strides, batch, head, safeRow), column));
-    Value bytes = arith::SelectOp::create(b, loc, inRange, c32(16), c32(0));
-    NVVM::CpAsyncOp::create(
-        b, loc, shared(add(dstBase, c32(i * rowsPerRound * kRowBytes))), src,
-        /*size=*/16, NVVM::LoadCacheModifierKind::CG, bytes);
-  }
-}
 
 void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
   std::string smemName = (name + "_smem").str();
@@ -175,14 +140,33 @@ void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
   Value kvHead = toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::y));
   Value batch = toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::z));
   Value n0 = mul(keyBlock, c64(bN));
+  // Varlen: the block's sequence (grid z) gives the seqlens and the
+  // tensors' bases; key blocks past its keys (the grid spans the longest
+  // sequence's) do nothing. Q and dO keep their packed rows for TMA.
+  std::optional<scf::IfOp> inSequence;
+  if (spec.varlen) {
+    backward::narrowToSequence(*this, p, batch);
+    inSequence = scf::IfOp::create(b, loc, cmp(Pred::slt, n0, p.seqlenK),
+                                   /*withElse=*/false);
+    b.setInsertionPoint(inSequence->thenBlock()->getTerminator());
+  }
+  // The TMA coordinates (row, batch) of query row m0 of the block's
+  // sequence.
+  auto tmaRowAndBatch = [&](Value m0) -> std::pair<Value, Value> {
+    if (!spec.varlen)
+      return {toI32(m0), toI32(batch)};
+    return {toI32(add(p.qRowBase, m0)), c32(0)};
+  };
   Value diagonal = spec.causalAlign == CausalAlign::BottomRight
                        ? sub(p.seqlenK, p.seqlenQ)
                        : c64(0);
   WindowDiagonals window = WindowDiagonals::of(*this, diagonal);
 
   // ---- K and V of the block, once ----------------------------------------
-  copySwizzled(p.k, p.kStrides, batch, kvHead, n0, p.seqlenK, bN, c32(kOff));
-  copySwizzled(p.v, p.vStrides, batch, kvHead, n0, p.seqlenK, bN, c32(vOff));
+  copySwizzledRows(p.k, p.kStrides, batch, kvHead, n0, p.seqlenK, bN,
+                   c32(kOff), threads);
+  copySwizzledRows(p.v, p.vStrides, batch, kvHead, n0, p.seqlenK, bN,
+                   c32(vOff), threads);
 
   // ---- the steps: (query head of the group, visible query block) ---------
   BackwardSteps plan =
@@ -200,6 +184,7 @@ void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
     ifThen(isIssuer, [&] {
       Value bar = fullBarrier(stage);
       barrierExpect(bar, 2 * bM * d * 2);
+      auto [row, boxBatch] = tmaRowAndBatch(m0);
       for (auto [map, offset] : {std::pair{p.tensorMaps[0], qOff},
                                  std::pair{p.tensorMaps[1], doOff}})
         for (int64_t panel = 0; panel < d / kPanelCols; ++panel)
@@ -207,8 +192,7 @@ void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
                      sharedAddress(add(inStage(offset, stage, stageBytes),
                                        c32(panel * bM * kRowBytes))),
                      bar,
-                     {c32(panel * kPanelCols), toI32(m0), toI32(head),
-                      toI32(batch)});
+                     {c32(panel * kPanelCols), row, toI32(head), boxBatch});
     });
     ifThen(cmp(Pred::slt, tid, c32(bM)), [&] {
       auto rowAt = [&](int64_t to) {
@@ -286,7 +270,7 @@ void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
     auto issue = [&] {
       Value dst = globalAddress(
           p.dqAccum, f32,
-          dqAccumRow(*this, dqLayout, p.seqlenQ, batch, head, m0));
+          dqAccumRow(*this, dqLayout, p, batch, head, m0));
       asmVoid("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 "
               "[$0], [$1], $2;\n\tcp.async.bulk.commit_group;",
               "l,r,r", {dst, sharedAddress(c32(dqOff)), c32(bM * dqRowBytes)});
@@ -435,8 +419,9 @@ void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
     needMask = window.orCrossed(*this, needMask, n0, bN, m0, bM);
     // Query rows past seqlen_q (zeros, LSE 0) need P = 0 once a score_mod
     // may make their scores large (exp would overflow, and inf times
-    // their zero dO is NaN); without one their P is 1, harmless.
-    const bool maskQueryTail = tileMods.hasScoreMod();
+    // their zero dO is NaN); without one their P is 1, harmless. Varlen,
+    // they are the next sequence's rows (its Q and dO): always P = 0.
+    const bool maskQueryTail = tileMods.hasScoreMod() || spec.varlen;
     if (maskQueryTail)
       needMask = arith::OrIOp::create(
           b, loc, needMask, cmp(Pred::sgt, add(m0, c64(bM)), p.seqlenQ));
@@ -581,6 +566,8 @@ void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
       [&](int64_t h) { return add(n0, toI64(add(keyRow, c32(8 * h)))); },
       toI64(quadCol), ArrayRef<Value>(result).take_front(d / 2),
       ArrayRef<Value>(result).drop_front(d / 2));
+  if (inSequence)
+    b.setInsertionPointAfter(*inSequence);
   gpu::ReturnOp::create(b, loc);
 }
 

@@ -2,7 +2,8 @@
 // _paged) through libflashjit.so as another language loads it: the spec's
 // varlen and page_size fields, packed tensors and paged pools translated to
 // the C++ views, offsets, lengths and block tables checked as DLTensors
-// before anything launches, and no device reported as such.
+// before anything launches, and no device reported as such; the backward of
+// a varlen spec (flashjit_backward_run_varlen) likewise.
 #include "CApiTestUtil.h"
 
 #include <doctest/doctest.h>
@@ -159,4 +160,70 @@ TEST_CASE("C API varlen: paged pools, lengths and block table checked") {
                                       nullptr) ==
         FLASHJIT_STATUS_INVALID_ARGUMENT);
   flashjit_kernel_release(kernel);
+}
+
+TEST_CASE("C API varlen: the backward on packed sequences, checked before "
+          "the launch") {
+  VarlenCtx c;
+  flashjit_attention_spec_t spec;
+  flashjit_attention_spec_init(&spec);
+  spec.num_heads = 8;
+  spec.num_kv_heads = 2;
+  spec.causal = 1;
+  spec.causal_align = 1;
+  spec.varlen = 1;
+  flashjit_backward_t backward = nullptr;
+  REQUIRE_MESSAGE(flashjit_backward_compile(c.ctx, &spec, nullptr, &backward) ==
+                      FLASHJIT_STATUS_OK,
+                  flashjit_last_error());
+  uint64_t bytes = 0;
+  REQUIRE(flashjit_backward_workspace_size(backward, 1, 1000, &bytes) ==
+          FLASHJIT_STATUS_OK);
+  Queries in;
+  FakeTensor dout(0x90000000, {1000, 8, 128}, kBF16);
+  FakeTensor dq(0xA0000000, {1000, 8, 128}, kBF16);
+  FakeTensor k(0x20000000, {3000, 2, 128}, kBF16);
+  FakeTensor v(0x30000000, {3000, 2, 128}, kBF16);
+  FakeTensor dk(0xB0000000, {3000, 2, 128}, kBF16);
+  FakeTensor dv(0xC0000000, {3000, 2, 128}, kBF16);
+  FakeTensor cuK(0x70000000, {4}, kI32);
+  void *workspace = reinterpret_cast<void *>(0xD0000000);
+  auto run = [&](const DLTensor *q, const DLTensor *keys, int64_t maxK,
+                 uint64_t space) {
+    return flashjit_backward_run_varlen(
+        backward, q, &k.dl, &v.dl, &in.o.dl, &in.lse.dl, &dout.dl, &dq.dl,
+        &dk.dl, &dv.dl, &in.cuQ.dl, keys, maxK, workspace, space, NAN,
+        nullptr);
+  };
+  if (!c.hasDevice)
+    CHECK(run(&in.q.dl, &cuK.dl, 1500, bytes) == FLASHJIT_STATUS_NO_DEVICE);
+  FakeTensor shortK(0x70000000, {3}, kI32);
+  CHECK(run(&in.q.dl, &shortK.dl, 1500, bytes) ==
+        FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(has(flashjit_last_error(), "cu_seqlens_q has 4 entries but"));
+  CHECK(run(&in.q.dl, &cuK.dl, 0, bytes) == FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(has(flashjit_last_error(), "max_seqlen_k 0 is out of range"));
+  CHECK(run(&in.q.dl, &cuK.dl, 1500, bytes - 256) ==
+        FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(has(flashjit_last_error(), "workspace"));
+  FakeTensor batched(0x10000000, {1, 1000, 8, 128}, kBF16);
+  CHECK(run(&batched.dl, &cuK.dl, 1500, bytes) ==
+        FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(has(flashjit_last_error(), "[total_tokens, heads, head_dim]"));
+  // The dense call refuses it.
+  FakeTensor q4(0x10000000, {1, 8, 1000, 128}, kBF16);
+  FakeTensor o4(0x40000000, {1, 8, 1000, 128}, kBF16);
+  FakeTensor dout4(0x90000000, {1, 8, 1000, 128}, kBF16);
+  FakeTensor dq4(0xA0000000, {1, 8, 1000, 128}, kBF16);
+  FakeTensor k4(0x20000000, {1, 2, 3000, 128}, kBF16);
+  FakeTensor v4(0x30000000, {1, 2, 3000, 128}, kBF16);
+  FakeTensor dk4(0xB0000000, {1, 2, 3000, 128}, kBF16);
+  FakeTensor dv4(0xC0000000, {1, 2, 3000, 128}, kBF16);
+  FakeTensor lse3(0x50000000, {1, 8, 1000}, kF32);
+  CHECK(flashjit_backward_run(backward, &q4.dl, &k4.dl, &v4.dl, &o4.dl,
+                              &lse3.dl, &dout4.dl, &dq4.dl, &dk4.dl, &dv4.dl,
+                              workspace, bytes, NAN, nullptr) ==
+        FLASHJIT_STATUS_INVALID_ARGUMENT);
+  CHECK(has(flashjit_last_error(), "flashjit_backward_run_varlen"));
+  flashjit_backward_release(backward);
 }

@@ -9,7 +9,10 @@
 #include "flashjit/Backward.h"
 #include "flashjit/DevTools/Harness.h"
 
+#include <random>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace flashjit {
 
@@ -59,6 +62,27 @@ struct BackwardCheckReport {
   /// rate by the FlashAttention convention (2.5 x the forward's FLOPs).
   double medianMs = 0, tflops = 0;
   std::string summary() const;
+};
+
+/// The (batch, KV head) groups of `batch` x `kvHeads` to compare, as
+/// BackwardCheckOptions::checkedGroups says: `count` 0 all, negative none,
+/// else the first and last and random ones up to `count`.
+std::vector<std::pair<int64_t, int64_t>>
+groupsToCheck(int64_t batch, int64_t kvHeads, int64_t count,
+              std::mt19937_64 &rng);
+
+/// Squared error, squared reference and squared magnitude (the
+/// reference's sums of absolute terms, ReferenceGradients) of one
+/// gradient's checked values.
+struct GradientErrorSums {
+  double errSq = 0, refSq = 0, magSq = 0;
+  /// `columns` values of the kernel (`bits` of `dtype`) against the
+  /// reference's; maxAbsError grows to the largest difference (NaN stays).
+  void addRow(DType dtype, const uint16_t *bits, const double *ref,
+              const double *magnitude, int64_t columns, double &maxAbsError);
+  /// ||x - ref|| / ||ref||; where the gradient is zero (||ref|| at the
+  /// float64 rounding of its terms), relative to its terms' magnitude.
+  double relative() const;
 };
 
 /// Relative error the gradients may have against the float64 reference:

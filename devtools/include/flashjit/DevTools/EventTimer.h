@@ -41,6 +41,16 @@ llvm::Expected<LaunchTiming>
 timeLaunches(const CudaDriver &drv, llvm::function_ref<llvm::Error()> launch,
              const TimingOptions &options);
 
+/// The median time of `launch` (timeLaunches with `warmup` untimed
+/// launches and `iterations` timed samples on the legacy default stream)
+/// and the rate of `flops` per launch.
+struct TimedRate {
+  double medianMs = 0, tflops = 0;
+};
+llvm::Expected<TimedRate> timeRate(const CudaDriver &drv,
+                                   llvm::function_ref<llvm::Error()> launch,
+                                   int warmup, int iterations, double flops);
+
 } // namespace flashjit
 
 #endif

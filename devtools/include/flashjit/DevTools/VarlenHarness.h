@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <random>
 #include <vector>
 
 namespace flashjit {
@@ -42,6 +43,30 @@ struct VarlenCheckReport {
   int64_t poolPages = 0, maxPages = 0;
 };
 
+/// Random packed [tokens, heads, d] bits of `dtype` (normal values), and
+/// the values they hold.
+std::vector<uint16_t> randomPacked(std::vector<float> &values, DType dtype,
+                                   int64_t tokens, int64_t heads, int64_t d,
+                                   std::mt19937_64 &rng);
+/// Rows [first, first + length) of packed [tokens, heads, d] values as
+/// [1, heads, length, d].
+std::vector<float> sequenceOf(const std::vector<float> &packed, int64_t first,
+                              int64_t length, int64_t heads, int64_t d);
+/// Cumulative offsets (batch + 1 entries from 0) of `lengths`.
+std::vector<int32_t> cumulativeOffsets(llvm::ArrayRef<int64_t> lengths);
+/// A packed batch's lengths (the keys': the query lengths where none are
+/// given) and their offsets.
+struct PackedBatch {
+  std::vector<int64_t> lengthsQ, lengthsK;
+  std::vector<int32_t> cuQ, cuK;
+  int64_t sequences() const { return static_cast<int64_t>(lengthsQ.size()); }
+  int64_t totalQ() const { return cuQ.back(); }
+  int64_t totalK() const { return cuK.back(); }
+};
+/// The batch of `lengthsQ` and `lengthsK` (empty: the query lengths); an
+/// error unless there is one of each per sequence, at least one sequence.
+llvm::Expected<PackedBatch> packedBatch(llvm::ArrayRef<int64_t> lengthsQ,
+                                        llvm::ArrayRef<int64_t> lengthsK);
 /// "17,0,1000" as lengths; an error names a bad entry.
 llvm::Expected<std::vector<int64_t>> parseVarlenLengths(llvm::StringRef text);
 

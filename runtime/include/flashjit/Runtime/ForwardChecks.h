@@ -85,6 +85,13 @@ constexpr int64_t kMaxGridYZ = 65535;
 llvm::Error checkGridLimits(const KernelInfo &info, bool persistent,
                             const ForwardArgs &args);
 
+/// Error unless a varlen launch's `batch` (its sequences, one grid z each)
+/// is 0 to kMaxGridYZ and each named array of offsets (or lengths, or a
+/// block table: i32 on the device) is non-null and 4-byte aligned.
+llvm::Error checkVarlenBatch(
+    int64_t batch,
+    llvm::ArrayRef<std::pair<const char *, const int32_t *>> offsets);
+
 /// The kernel's parameters for `args` (call checkForwardArgs first).
 ForwardKernelArgs toKernelArgs(const ForwardArgs &args, double scale);
 

@@ -58,13 +58,18 @@ struct BackwardKernelNames {
 /// rowMultiple 1). wgmma families: each row padded like the kernel's
 /// shared staging rows and the rows rounded up to block_m, so that a query
 /// block's rows are one contiguous range of the workspace, added by one
-/// bulk reduction. The padding takes additions but is never read.
+/// bulk reduction. The padding takes additions but is never read. A
+/// varlen spec's query blocks start at any packed row (a sequence's first
+/// row plus a multiple of block_m), so each head's rows end with
+/// `extraRows` (block_m) more: the last sequence's last block lies inside
+/// them.
 struct DqAccumLayout {
-  int64_t rowFloats = 0, rowMultiple = 1;
+  int64_t rowFloats = 0, rowMultiple = 1, extraRows = 0;
   static DqAccumLayout of(const AttentionSpec &spec, const TileConfig &config);
   uint64_t rowsPerHead(int64_t seqlenQ) const {
     return static_cast<uint64_t>((seqlenQ + rowMultiple - 1) / rowMultiple *
-                                 rowMultiple);
+                                     rowMultiple +
+                                 extraRows);
   }
 };
 

@@ -73,8 +73,9 @@ public:
   static std::vector<int64_t> headDims() { return {64, 128}; }
 
   /// Whether the template builds the spec for the target: sm_90a, head
-  /// dim 64 or 128, f16/bf16, and what the backward supports
-  /// (MmaSyncBackward::supports).
+  /// dim 64 or 128, f16/bf16; of those, every spec the backward supports
+  /// (MmaSyncBackward::supports), varlen ones too: a block narrows to its
+  /// sequence's rows (the grid's z is the sequence).
   static llvm::Error supports(const AttentionSpec &spec, const Target &target);
   static llvm::Error checkConfig(const AttentionSpec &spec,
                                  const TileConfig &config);
