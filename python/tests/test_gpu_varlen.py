@@ -1,6 +1,8 @@
 """flashjit.varlen_attention on a GPU: packed sequences of mixed lengths
 (empty ones included) and a paged KV cache with shuffled pages, against a
-float64 reference per sequence, outputs NaN-poisoned first.
+float64 reference per sequence, outputs NaN-poisoned first; and its
+gradients on packed keys (the varlen backward), per sequence against
+float64 autograd.
 
 Why: the Python path to the varlen and paged kernels goes through its own
 argument packing (DLPack views, int32 offsets, the block table); a mistake
@@ -13,7 +15,8 @@ import pytest
 
 import flashjit
 
-from test_gpu import check, poison_next_allocations, reference
+from test_gpu import (check, poison_allocator, poison_next_allocations, reference,
+                      reference_gradients, relative_error)
 
 pytestmark = pytest.mark.gpu
 
@@ -108,3 +111,34 @@ def test_argument_errors(cuda):
         flashjit.varlen_attention(q, k, v, cu_q.long(), cu_k)
     with pytest.raises(flashjit.InvalidArgumentError, match="both kv_lens and block_table"):
         flashjit.varlen_attention(q, k, v, cu_q, kv_lens=cu_k[1:])
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal,align", [(False, "top_left"), (True, "bottom_right"),
+                                          (True, "top_left")])
+def test_packed_gradients(cuda, head_dim, causal, align):
+    torch = cuda
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the varlen backward runs on sm_90a")
+    dtype = torch.bfloat16
+    q, k, v, cu_q, cu_k = packed_inputs(torch, dtype, d=head_dim)
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    o, _ = flashjit.varlen_attention(q, k, v, cu_q, cu_k, causal=causal, causal_align=align)
+    grad_o = torch.randn_like(o)
+    poison_allocator(torch, q, k, v)
+    o.backward(grad_o)
+    cq = ck = 0
+    for a, b in zip(LENGTHS_Q, LENGTHS_K):
+        if a and b:
+            per = lambda t, n, s: t[s:s + n].permute(1, 0, 2)[None]  # noqa: E731
+            ref = reference_gradients(per(q, a, cq), per(k, b, ck), per(v, b, ck),
+                                      per(grad_o, a, cq), causal=causal, align=align)
+            for got, want, rows, start in ((q.grad, ref[0], a, cq), (k.grad, ref[1], b, ck),
+                                           (v.grad, ref[2], b, ck)):
+                err = relative_error(per(got, rows, start), want)
+                assert err < 2e-2, (a, b, err)
+        else:  # a sequence without queries or keys gets no gradient
+            for got, rows, start in ((q.grad, a, cq), (k.grad, b, ck), (v.grad, b, ck)):
+                assert bool((got[start:start + rows] == 0).all())
+        cq, ck = cq + a, ck + b
+

@@ -176,7 +176,8 @@ void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
   auto firstRowOf = [&](Value t) { return plan.firstRow(*this, t); };
   // Step t's Q, dO, LSE and D into stage `stage` (i32); rows past
   // seqlen_q read as zeros (S = 0, LSE = 0: P = 1 there, but dO and D are
-  // 0, so dS = 0 and nothing reaches dK, dV or dQ).
+  // 0, so dS = 0 and nothing reaches dK, dV or dQ). Varlen, Q and dO rows
+  // past the sequence are the next sequence's: their P is masked to 0.
   auto loadStep = [&](Value t, Value stage) {
     Value head = headOf(t), m0 = firstRowOf(t);
     // Q and dO by TMA from thread 0, 64-column panels of block_m rows
