@@ -148,5 +148,71 @@ for arch in sm_80 sm_90a; do
     done
   done
 done
+# The backward's three kernels (preprocess, main, convert in one PTX):
+# the default configs of every head dim, dtype and mask on sm_80 and
+# sm_90a, varlen on sm_90a, and every wgmma_bwd candidate. ptxas must
+# accept them without a warning; the main kernel must use its family's
+# instructions and spill at most 64 bytes (the head dim 64 wgmma_bwd
+# kernels of 128 query rows per step spill 52-64 today: their dK, dV, S^T
+# and dP^T share 255 registers), the others none.
+backward_check() { # name arch [compile options...]
+  local name=$1 arch=$2
+  shift 2
+  count=$((count + 1))
+  if ! "$flashjit" compile --backward --arch "$arch" --heads 8 --kv-heads 2 "$@"        -o "$work/$name.ptx" 2>"$work/$name.err"; then
+    echo "FAIL compile $name: $(cat "$work/$name.err")"; fails=$((fails + 1)); return
+  fi
+  if ! "$ptxas" -arch="$arch" -v "$work/$name.ptx" -o "$work/$name.cubin"        >"$work/$name.log" 2>&1; then
+    echo "FAIL ptxas $name:"; cat "$work/$name.log"; fails=$((fails + 1)); return
+  fi
+  local problem="" main spill
+  grep -qiE "warn|performance loss" "$work/$name.log" && problem="ptxas warns"
+  main=$(grep -A2 "entry function '[^']*_bwd' for" "$work/$name.log")
+  spill=$(echo "$main" | grep -oE "[0-9]+ bytes spill stores" | grep -oE "^[0-9]+")
+  [ "${spill:-0}" -le 64 ] || problem="$problem main kernel spills $spill bytes"
+  grep -B1 -A2 "entry function '[^']*_bwd_\(pre\|dq\)' for" "$work/$name.log" |
+    grep -qE "[1-9][0-9]* bytes spill" && problem="$problem preprocess/convert spill"
+  # The config `compile` reports: wgmma_bwd adds dQ by bulk reductions,
+  # mma_sync_bwd by f32 atomics.
+  local family insns
+  family=$(grep -oE "config [a-z_]+" "$work/$name.err" | awk '{print $2}')
+  case "$family" in
+    wgmma_bwd) insns=("wgmma.mma_async.sync.aligned.m64n"
+                      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32") ;;
+    mma_sync_bwd) insns=("mma.sync.aligned.m16n8k16" "atom.global.add.f32") ;;
+    *) insns=(); problem="$problem unexpected family '$family'" ;;
+  esac
+  for insn in "${insns[@]}"; do
+    grep -qF "$insn" "$work/$name.ptx" || problem="$problem the PTX lacks $insn"
+  done
+  if [ -n "$problem" ]; then
+    echo "FAIL $name: $problem"; grep -iE "spill|warn|performance loss" "$work/$name.log"
+    fails=$((fails + 1)); return
+  fi
+  echo "ok   $name: $(echo "$main" | grep -o "[0-9]* bytes spill stores")"
+}
+for arch in sm_80 sm_90a; do
+  for d in 64 96 128 256; do
+    for dtype in f16 bf16; do
+      for causal in "" --causal; do
+        backward_check "bwd-$arch-d$d-$dtype${causal:+-causal}" "$arch" \
+          --head-dim "$d" --dtype "$dtype" $causal
+        if [ "$arch" = sm_90a ] && { [ "$d" = 64 ] || [ "$d" = 128 ]; }; then
+          backward_check "bwd-varlen-d$d-$dtype${causal:+-causal}" sm_90a \
+            --head-dim "$d" --dtype "$dtype" $causal --varlen
+        fi
+      done
+    done
+  done
+done
+for d in 64 128; do
+  for block_m in 64 128; do
+    [ "$d" = 128 ] && [ "$block_m" = 128 ] && continue
+    for stages in 1 2 3; do
+      backward_check "bwd-cand-d$d-m$block_m-s$stages" sm_90a --head-dim "$d" --causal \
+        --backward-config "wgmma_bwd:m$block_m:n128:s$stages:w8"
+    done
+  done
+done
 echo "$((count - fails))/$count PTX files accepted by $("$ptxas" --version | tail -1)"
 [ "$fails" -eq 0 ]
