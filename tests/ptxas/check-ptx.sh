@@ -7,7 +7,8 @@
 # setmaxnreg, and no ptxas warning or "Potential Performance Loss" note,
 # e.g. that it serialized the wgmmas or ignored setmaxnreg); the others use
 # mma.sync m16n8k16, ldmatrix and cp.async. Then every candidate config of
-# the wgmma families, which must not spill or warn either. Exit 77 (ctest:
+# the wgmma families, which must not spill or warn either; then the
+# decode kernels and the backward's (their own limits below). Exit 77 (ctest:
 # skipped) when ptxas is not installed. ptxas compiles each file as a whole
 # program, as the runtime's cuModuleLoadDataEx does.
 set -uo pipefail
@@ -152,9 +153,10 @@ done
 # the default configs of every head dim, dtype and mask on sm_80 and
 # sm_90a, varlen on sm_90a, and every wgmma_bwd candidate. ptxas must
 # accept them without a warning; the main kernel must use its family's
-# instructions and spill at most 64 bytes (the head dim 64 wgmma_bwd
-# kernels of 128 query rows per step spill 52-64 today: their dK, dV, S^T
-# and dP^T share 255 registers), the others none.
+# instructions and spill at most 64 bytes (today the head dim 64 wgmma_bwd
+# kernels of 128 query rows per step spill 52-64, their dK, dV, S^T and
+# dP^T sharing 255 registers, and sm_80's head dim 128 causal kernel 4),
+# the preprocess and convert kernels nothing.
 backward_check() { # name arch [compile options...]
   local name=$1 arch=$2
   shift 2
