@@ -75,8 +75,10 @@ struct FuzzTensor {
 };
 
 flashjit_context_t context = nullptr;
-/// Compiled once: a dense kernel and a block-sparse one.
+/// Compiled once: a dense kernel and a block-sparse one, and the backward
+/// of a varlen spec.
 flashjit_kernel_t dense = nullptr, sparse = nullptr;
+flashjit_backward_t varlenBackward = nullptr;
 
 void readSpec(FieldReader &in, std::vector<unsigned char> &buffer,
               std::string &scoreMod, std::string &maskMod) {
@@ -133,12 +135,17 @@ extern "C" int LLVMFuzzerInitialize(int *, char ***) {
   if (flashjit_kernel_compile_config(context, &spec, "mma_sync", &sparse) !=
       FLASHJIT_STATUS_OK)
     __builtin_trap();
+  spec.sparse_block_m = spec.sparse_block_n = 0;
+  spec.varlen = 1;
+  if (flashjit_backward_compile(context, &spec, nullptr, &varlenBackward) !=
+      FLASHJIT_STATUS_OK)
+    __builtin_trap();
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   FieldReader in(data, size);
-  const uint8_t what = in.take<uint8_t>() % 5;
+  const uint8_t what = in.take<uint8_t>() % 6;
   if (what == 0) { // a spec and a config request
     std::vector<unsigned char> buffer;
     std::string scoreMod, maskMod, config;
@@ -165,6 +172,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     // The cache stays in memory: the fuzzer must not write files.
     (void)flashjit_context_create(device, "", chipText, &ctx);
     flashjit_context_destroy(ctx);
+    return 0;
+  }
+  if (what == 5) { // the backward of packed sequences
+    FuzzTensor t[11];
+    for (FuzzTensor &x : t)
+      x.read(in);
+    auto nullable = [&](FuzzTensor &x) {
+      return in.take<uint8_t>() == 0xFF ? nullptr : &x.t;
+    };
+    const int64_t maxSeqlenK = in.take<uint8_t>() < 200 ? in.take<int16_t>()
+                                                        : in.take<int64_t>();
+    void *workspace = reinterpret_cast<void *>(in.take<uint64_t>());
+    const uint64_t bytes = in.take<uint64_t>();
+    (void)flashjit_backward_run_varlen(
+        in.take<uint8_t>() == 0xFF ? nullptr : varlenBackward, nullable(t[0]),
+        nullable(t[1]), nullable(t[2]), nullable(t[3]), nullable(t[4]),
+        nullable(t[5]), nullable(t[6]), nullable(t[7]), nullable(t[8]),
+        nullable(t[9]), nullable(t[10]), maxSeqlenK, workspace, bytes,
+        __builtin_nan(""), nullptr);
+    (void)flashjit_last_error();
     return 0;
   }
   // Forward (dense or block-sparse) or a block-mask build.
