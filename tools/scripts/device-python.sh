@@ -23,7 +23,9 @@ if ! python3 -m pip install -q --no-deps --no-build-isolation --disable-pip-vers
   export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
 fi
 cd python/tests
-timeout 540 python3 -m pytest -v -rs -p no:cacheprovider --junitxml="$OUT/python-tests.xml" . \
+# PYTEST_ARGS: extra pytest arguments (e.g. "-k gradients test_gpu_varlen.py").
+timeout "${PYTEST_TIMEOUT:-540}" python3 -m pytest -v -rs -p no:cacheprovider \
+  --junitxml="$OUT/python-tests.xml" ${PYTEST_ARGS:-.} \
   > "$OUT/python-tests.log" 2>&1
 rc=$?
 grep -E "^(FAILED|ERROR)|^SKIPPED|[0-9]+ (passed|failed|skipped|error)" "$OUT/python-tests.log" | tail -n 80

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (device tool): the varlen backward's GPU cases,
-# the dense backward's and the varlen forward's (the code they share), then
+# the dense backward's and the varlen forward's (the code they share), the
+# Python package's varlen tests (gradients through varlen_attention), then
 # `flashjit run --varlen ... --backward` beside `flashjit run --backward` on
 # the same tokens (equal lengths: the varlen backward against the dense
 # one, interleaved rounds), and a batch of many short sequences. Logs and
@@ -16,6 +17,11 @@ if [ "${QUICK:-0}" = 0 ]; then
   flashjit-gpu-tests -tc="backward*,varlen*" -tce="varlen backward*" > "$OUT/backward-varlen-tests.log" 2>&1
   echo "backward and varlen cases: rc=$?"; grep -E "test cases|assertions" "$OUT/backward-varlen-tests.log"
   grep -E "FAILED|ERROR" "$OUT/backward-varlen-tests.log" | head -20
+fi
+if [ "${PYTHON_TESTS:-1}" = 1 ]; then
+  PYTEST_ARGS="test_gpu_varlen.py" PYTEST_TIMEOUT=240 bash tools/scripts/device-python.sh \
+    > "$OUT/python-varlen.log" 2>&1
+  tail -3 "$OUT/python-varlen.log"
 fi
 # Equal lengths: varlen against dense, same tokens (16k), d128 and d64.
 : > "$OUT/varlen-backward-timing.jsonl"
