@@ -61,6 +61,21 @@ groupsToCheck(int64_t batch, int64_t kvHeads, int64_t count,
 
 double backwardTolerance(DType dtype) { return 2 * checkTolerance(dtype); }
 
+llvm::Expected<const CudaDriver *>
+backwardCheckDriver(const Kernel &forward, const BackwardKernel &backward) {
+  const AttentionSpec &spec = backward.spec();
+  if (forward.spec().canonical() != spec.canonical())
+    return llvm::createStringError(
+        "the forward and backward kernels are of different specs: " +
+        forward.spec().canonical() + " and " + spec.canonical());
+  auto drv = CudaDriver::get();
+  if (!drv)
+    return drv.takeError();
+  if (auto ctx = drv->ensureContext(); !ctx)
+    return ctx.takeError();
+  return &*drv;
+}
+
 double GradientErrorSums::relative() const {
   const double denominator =
       refSq > 0x1p-80 * magSq ? refSq : std::max(magSq, 1e-300);
@@ -100,16 +115,10 @@ llvm::Expected<BackwardCheckReport>
 runAndCheckBackward(const Kernel &forward, const BackwardKernel &backward,
                     const BackwardCheckOptions &opt) {
   const AttentionSpec &spec = backward.spec();
-  if (forward.spec().canonical() != spec.canonical())
-    return llvm::createStringError(
-        "the forward and backward kernels are of different specs: " +
-        forward.spec().canonical() + " and " + spec.canonical());
-  auto drvOr = CudaDriver::get();
+  auto drvOr = backwardCheckDriver(forward, backward);
   if (!drvOr)
     return drvOr.takeError();
-  const CudaDriver &drv = *drvOr;
-  if (auto ctx = drv.ensureContext(); !ctx)
-    return ctx.takeError();
+  const CudaDriver &drv = **drvOr;
 
   const int64_t B = opt.batch, H = spec.numHeads, Hkv = spec.numKVHeads,
                 Sq = opt.seqlenQ, Sk = opt.seqlenK, D = spec.headDim;

@@ -24,16 +24,10 @@ llvm::Expected<VarlenBackwardCheckReport>
 runAndCheckVarlenBackward(const Kernel &forward, const BackwardKernel &backward,
                           const VarlenBackwardCheckOptions &opt) {
   const AttentionSpec &spec = backward.spec();
-  if (forward.spec().canonical() != spec.canonical())
-    return llvm::createStringError(
-        "the forward and backward kernels are of different specs: " +
-        forward.spec().canonical() + " and " + spec.canonical());
-  auto drvOr = CudaDriver::get();
+  auto drvOr = backwardCheckDriver(forward, backward);
   if (!drvOr)
     return drvOr.takeError();
-  const CudaDriver &drv = *drvOr;
-  if (auto ctx = drv.ensureContext(); !ctx)
-    return ctx.takeError();
+  const CudaDriver &drv = **drvOr;
 
   auto batch = packedBatch(opt.lengthsQ, opt.lengthsK);
   if (!batch)

@@ -16,6 +16,8 @@
 
 namespace flashjit {
 
+class CudaDriver;
+
 struct BackwardCheckOptions {
   int64_t batch = 1, seqlenQ = 128, seqlenK = 128;
   Layout layout = Layout::BHSD;
@@ -92,6 +94,11 @@ struct GradientErrorSums {
 /// P V, and its inputs O and LSE carry the forward's own rounding; the
 /// f32 accumulations add about 2^-24 sqrt(seqlen), far below either.
 double backwardTolerance(DType dtype);
+
+/// The driver, its context current, for a check of `backward` with
+/// `forward`; an error when their specs differ or there is no GPU.
+llvm::Expected<const CudaDriver *>
+backwardCheckDriver(const Kernel &forward, const BackwardKernel &backward);
 
 /// Runs `forward` (for O and LSE) and `backward` of the same spec once on
 /// fresh inputs and compares; then times the backward when
