@@ -377,17 +377,36 @@ def test_gradients_against_float64(cuda, shape, causal, align, dtype_name):
     poison_allocator(torch, q, k, v)
     o.backward(grad_o)
     refs = reference_gradients(q, k, v, grad_o, causal=causal, align=align)
-    # PyTorch's math backend in the same dtype, against the same reference.
+    # PyTorch's math backend in the same dtype, against the same reference:
+    # by default it computes in f32 internally; with
+    # allow_fp16_bf16_reduction_math_sdp(True) in the inputs' dtype.
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    qm, km, vm = (t.detach().clone().requires_grad_() for t in (q, k, v))
-    with sdpa_kernel(SDPBackend.MATH):
-        mask = None
-        if causal:
-            i = torch.arange(sq, device="cuda")[:, None]
-            j = torch.arange(sk, device="cuda")[None, :]
-            mask = j <= i + (sk - sq if align == "bottom_right" else 0)
-        torch.nn.functional.scaled_dot_product_attention(
-            qm, km, vm, attn_mask=mask, enable_gqa=h != hkv).backward(grad_o)
+    mask = None
+    if causal:
+        i = torch.arange(sq, device="cuda")[:, None]
+        j = torch.arange(sk, device="cuda")[None, :]
+        mask = j <= i + (sk - sq if align == "bottom_right" else 0)
+
+    def math_backend(reduced):
+        qm, km, vm = (t.detach().clone().requires_grad_() for t in (q, k, v))
+        allow = getattr(torch.backends.cuda, "allow_fp16_bf16_reduction_math_sdp", None)
+        if reduced and allow is None:
+            return (None,) * 3
+        before = (torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()
+                  if allow is not None else None)
+        try:
+            if allow is not None:
+                allow(reduced)
+            with sdpa_kernel(SDPBackend.MATH):
+                torch.nn.functional.scaled_dot_product_attention(
+                    qm, km, vm, attn_mask=mask, enable_gqa=h != hkv).backward(grad_o)
+        finally:
+            if allow is not None:
+                allow(before)
+        return qm.grad, km.grad, vm.grad
+
+    math_grads = math_backend(False)
+    reduced_grads = math_backend(True)
     # SDPA's flash backend (FlashAttention-2: P and dS rounded to the
     # dtype, as flashjit's) where it takes the shape.
     flash_grads = (None,) * 3
@@ -400,16 +419,22 @@ def test_gradients_against_float64(cuda, shape, causal, align, dtype_name):
             flash_grads = (qf.grad, kf.grad, vf.grad)
         except RuntimeError:
             pass
-    for name, got, math_got, flash_got, ref in zip("qkv", (q.grad, k.grad, v.grad),
-                                                   (qm.grad, km.grad, vm.grad), flash_grads,
-                                                   refs):
-        err = relative_error(got, ref)
+    def finite_error(got, ref):
         # Rows with no key are NaN in SDPA's math backend: compare where finite.
-        finite = torch.isfinite(math_got)
-        math_err = relative_error(math_got[finite], ref[finite]) if finite.any() else math.nan
+        if got is None:
+            return math.nan
+        finite = torch.isfinite(got)
+        return relative_error(got[finite], ref[finite]) if finite.any() else math.nan
+
+    for name, got, math_got, reduced_got, flash_got, ref in zip(
+            "qkv", (q.grad, k.grad, v.grad), math_grads, reduced_grads, flash_grads, refs):
+        err = relative_error(got, ref)
+        math_err = finite_error(math_got, ref)
+        reduced_err = finite_error(reduced_got, ref)
         flash_err = relative_error(flash_got, ref) if flash_got is not None else math.nan
         print(f"d{name} {shape} causal={causal} {align} {dtype_name}: flashjit {err:.2e}, "
-              f"math backend {math_err:.2e}, flash backend {flash_err:.2e}")
+              f"math backend {math_err:.2e} (in {dtype_name} {reduced_err:.2e}), "
+              f"flash backend {flash_err:.2e}")
         assert err < 2e-2, f"d{name}: relative error {err:.3g} (math backend {math_err:.3g})"
 
 
