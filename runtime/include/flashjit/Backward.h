@@ -120,7 +120,9 @@ public:
   /// Bytes of workspace one call on `batch` sequences of `seqlenQ` query
   /// rows needs: 4 * batch * heads * seqlen_q * (head_dim + 1), rounded up
   /// to 256-byte parts (BackwardWorkspaceLayout); deterministic, 4 bytes
-  /// more per block_m query rows of each (batch, head).
+  /// more per block_m query rows of each (batch, head). A varlen spec's
+  /// call takes workspaceBytes(1, total query rows), which counts block_m
+  /// rows more per head.
   size_t workspaceBytes(int64_t batch, int64_t seqlenQ) const;
 
   /// Checks every argument (the forward's checks for q, k, v, o and lse;
