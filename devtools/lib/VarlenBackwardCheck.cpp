@@ -53,7 +53,8 @@ runAndCheckVarlenBackward(const Kernel &forward, const BackwardKernel &backward,
   // The gradients have kGuardRows poisoned rows past their ends.
   const size_t dqWords = size_t((Tq + kGuardRows) * H * D);
   const size_t dkWords = size_t((Tk + kGuardRows) * Hkv * D);
-  const size_t workspaceBytes = backward.workspaceBytes(1, std::max<int64_t>(Tq, 1));
+  const size_t workspaceBytes =
+      backward.workspaceBytes(1, std::max<int64_t>(Tq, 1));
 
   DeviceBuffer q(drv), k(drv), v(drv), o(drv), lse(drv), dO(drv), dq(drv),
       dk(drv), dv(drv), workspace(drv), cuQDev(drv), cuKDev(drv);

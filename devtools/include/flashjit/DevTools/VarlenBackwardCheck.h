@@ -1,4 +1,4 @@
-//===- VarlenBackwardCheck.h - check a varlen backward on fresh inputs -*- C++ -*-===//
+//===- VarlenBackwardCheck.h - a varlen backward on fresh inputs -*- C++ -*-===//
 // Why: `flashjit run --varlen --backward` and the GPU tests need the loop of
 // BackwardCheck.h for packed batches: random packed Q, K, V, dO; the varlen
 // forward for O and LSE; gradients (with poisoned rows past their ends,
