@@ -39,9 +39,9 @@ struct MainParams {
   ForwardParams variant;
   /// Varlen, once narrowToSequence has run: the launch's packed query rows
   /// (D and the dQ accumulator lay them out as one sequence of batch 1)
-  /// and the first packed row of the block's sequence in Q and in K (i64).
-  /// Null otherwise.
-  Value packedRowsQ, qRowBase, kRowBase;
+  /// and the first packed row of the block's sequence in Q (i64). Null
+  /// otherwise.
+  Value packedRowsQ, qRowBase;
 };
 /// Creates the main kernel `name` (BackwardMainArgs, with the turn
 /// counters when `deterministic`, then the tensor maps of Q and dO when

@@ -67,7 +67,6 @@ void narrowToSequence(KernelIR &ir, MainParams &p, Value batch) {
   KernelIR::SequenceRows rows = ir.sequenceRows(p.variant, batch);
   p.packedRowsQ = p.seqlenQ;
   p.qRowBase = rows.qStart;
-  p.kRowBase = rows.kStart;
   p.seqlenQ = p.variant.seqlenQ = rows.qLength;
   p.seqlenK = p.variant.seqlenK = rows.kLength;
   auto rebase = [&](Value &base, SmallVector<Value, 3> &strides,
