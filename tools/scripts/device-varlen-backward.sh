@@ -5,7 +5,10 @@
 # `flashjit run --varlen ... --backward` beside `flashjit run --backward` on
 # the same tokens (equal lengths: the varlen backward against the dense
 # one, interleaved rounds), and a batch of many short sequences. Logs and
-# JSON lines in $OUT.
+# JSON lines in $OUT. Env: QUICK=1 skips the dense backward's and varlen
+# forward's suites, PYTHON_TESTS=0 the Python tests, ROUNDS (default 2)
+# the timing rounds; the whole script can outlast one device call (600 s),
+# so split it across calls with these.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source tools/scripts/device-setup.sh
