@@ -95,17 +95,10 @@ readSpec(const flashjit_attention_spec_t *given) {
   std::memcpy(&s, given, std::min(size, sizeof(s)));
 
   flashjit::AttentionSpec spec;
-  if (s.dtype == FLASHJIT_DTYPE_F16)
-    spec.dtype = flashjit::DType::F16;
-  else if (s.dtype == FLASHJIT_DTYPE_BF16)
-    spec.dtype = flashjit::DType::BF16;
-  else
-    return invalid(llvm::formatv("spec dtype code {0} is not a "
-                                 "flashjit_dtype_t: expected {1} "
-                                 "(FLASHJIT_DTYPE_F16) or {2} "
-                                 "(FLASHJIT_DTYPE_BF16)",
-                                 s.dtype, int(FLASHJIT_DTYPE_F16),
-                                 int(FLASHJIT_DTYPE_BF16)));
+  auto dtype = readDType(s.dtype);
+  if (!dtype)
+    return dtype.takeError();
+  spec.dtype = *dtype;
   if (s.causal != 0 && s.causal != 1)
     return invalid(
         llvm::formatv("spec causal is {0}: expected 0 or 1", s.causal));

@@ -34,14 +34,10 @@ readDecodeSpec(const flashjit_decode_spec_t *given) {
     return std::move(err);
   const flashjit_decode_spec_t &s = *given;
   flashjit::DecodeSpec spec;
-  if (s.dtype == FLASHJIT_DTYPE_F16)
-    spec.dtype = flashjit::DType::F16;
-  else if (s.dtype == FLASHJIT_DTYPE_BF16)
-    spec.dtype = flashjit::DType::BF16;
-  else
-    return invalid(llvm::formatv("spec dtype code {0} is not a "
-                                 "flashjit_dtype_t",
-                                 s.dtype));
+  auto dtype = readDType(s.dtype);
+  if (!dtype)
+    return dtype.takeError();
+  spec.dtype = *dtype;
   if (s.causal != 0 && s.causal != 1)
     return invalid(
         llvm::formatv("spec causal is {0}: expected 0 or 1", s.causal));

@@ -102,6 +102,22 @@ flashjit_status_t guarded(const char *function, Body &&body) noexcept {
   }
 }
 
+/// A spec's flashjit_dtype_t code as the DType it names, or an error
+/// naming the codes there are.
+inline llvm::Expected<DType> readDType(int32_t code) {
+  if (code == FLASHJIT_DTYPE_F16)
+    return DType::F16;
+  if (code == FLASHJIT_DTYPE_BF16)
+    return DType::BF16;
+  return makeError(ErrorCode::InvalidArgument,
+                   "spec dtype code " + std::to_string(code) +
+                       " is not a flashjit_dtype_t: expected " +
+                       std::to_string(int(FLASHJIT_DTYPE_F16)) +
+                       " (FLASHJIT_DTYPE_F16) or " +
+                       std::to_string(int(FLASHJIT_DTYPE_BF16)) +
+                       " (FLASHJIT_DTYPE_BF16)");
+}
+
 /// Largest struct_size believed: anything above is an uninitialised field.
 constexpr size_t kMaxStructSize = 4096;
 
