@@ -11,7 +11,12 @@
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Error.h"
+#include <memory>
 #include <nlohmann/json_fwd.hpp>
+
+namespace flashjit {
+class Context;
+} // namespace flashjit
 
 namespace flashjit::tools {
 
@@ -94,6 +99,10 @@ int runVarlen(const AttentionSpec &spec, const VarlenRunSettings &settings);
 /// The spec's shape fields of the commands' --json reports: heads,
 /// kv_heads, head_dim, dtype, causal, causal_align.
 nlohmann::json specFields(const AttentionSpec &spec);
+
+/// A Context on the local GPU for `run`; an error ("no GPU: ...") where
+/// there is none.
+llvm::Expected<std::unique_ptr<Context>> gpuContext();
 
 /// Prints "flashjit <command>: error: <message>" and returns 1.
 int reportError(llvm::StringRef command, llvm::Error err);

@@ -224,12 +224,9 @@ int runDecode(const DecodeRunSettings &settings) {
         "run", llvm::createStringError("--kv-layout is bshd or bhsd, not '" +
                                        kvLayout + "'"));
   options.kvHeadMajor = kvLayout == "bhsd";
-  auto ctx = Context::create();
+  auto ctx = gpuContext();
   if (!ctx)
     return reportError("run", ctx.takeError());
-  if (!(*ctx)->device())
-    return reportError(
-        "run", llvm::createStringError("no GPU: " + (*ctx)->deviceError()));
   if (!decodeVariants.empty())
     return runDecodeVariantsCommand(**ctx, *spec, options, settings.json);
   auto start = std::chrono::steady_clock::now();

@@ -200,12 +200,9 @@ int runRun() {
   auto request = ConfigRequest::parse(configText);
   if (!request)
     return reportError("run", request.takeError());
-  auto ctx = Context::create();
+  auto ctx = gpuContext();
   if (!ctx)
     return reportError("run", ctx.takeError());
-  if (!(*ctx)->device())
-    return reportError("run", llvm::createStringError(
-                                  "no GPU: " + (*ctx)->deviceError()));
   auto start = std::chrono::steady_clock::now();
   // The run's length picks the tuning database's bucket.
   KernelOptions kernelOptions;

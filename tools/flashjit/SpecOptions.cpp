@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "flashjit/FlashJIT.h"
 #include "flashjit/Runtime/CudaDriver.h"
 #include "flashjit/Runtime/DeviceInfo.h"
 
@@ -236,6 +237,15 @@ nlohmann::json specFields(const AttentionSpec &spec) {
           {"dtype", dtypeName(spec.dtype)},
           {"causal", spec.causal},
           {"causal_align", causalAlignName(spec.causalAlign)}};
+}
+
+llvm::Expected<std::unique_ptr<Context>> gpuContext() {
+  auto ctx = Context::create();
+  if (!ctx)
+    return ctx.takeError();
+  if (!(*ctx)->device())
+    return llvm::createStringError("no GPU: " + (*ctx)->deviceError());
+  return ctx;
 }
 
 } // namespace flashjit::tools

@@ -147,12 +147,9 @@ int runVarlen(const AttentionSpec &spec, const VarlenRunSettings &settings) {
   auto request = ConfigRequest::parse(settings.config);
   if (!request)
     return reportError("run", request.takeError());
-  auto ctx = Context::create();
+  auto ctx = gpuContext();
   if (!ctx)
     return reportError("run", ctx.takeError());
-  if (!(*ctx)->device())
-    return reportError("run", llvm::createStringError(
-                                  "no GPU: " + (*ctx)->deviceError()));
   auto start = std::chrono::steady_clock::now();
   KernelOptions options;
   // The longest sequence picks the tuning bucket and length class.
