@@ -162,14 +162,6 @@ runAndCheckBackward(const Kernel &forward, const BackwardKernel &backward,
   // Poison: 0xFFFF is NaN in f16 and bf16, 0xFFFFFFFF in f32 (the
   // workspace too: the preprocess kernel must zero the dQ accumulator and
   // the deterministic mode's turn counters).
-  auto poison =
-      [&](std::initializer_list<DeviceBuffer *> buffers) -> llvm::Error {
-    for (DeviceBuffer *buf : buffers)
-      if (auto err =
-              FLASHJIT_CU(drv, cuMemsetD8, buf->ptr(), 0xFF, buf->bytes()))
-        return err;
-    return llvm::Error::success();
-  };
   if (auto err = poison({&o, &lse, &dq, &dk, &dv, &workspace}))
     return std::move(err);
 

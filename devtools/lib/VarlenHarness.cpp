@@ -242,9 +242,7 @@ runAndCheckVarlen(const Kernel &kernel, const VarlenCheckOptions &opt) {
               FLASHJIT_CU(drv, cuMemcpyHtoD, buf->ptr(), host, buf->bytes()))
         return std::move(err);
   // Poison: 0xFFFF is NaN in f16 and bf16, 0xFFFFFFFF in f32.
-  if (auto err = FLASHJIT_CU(drv, cuMemsetD8, o.ptr(), 0xFF, o.bytes()))
-    return std::move(err);
-  if (auto err = FLASHJIT_CU(drv, cuMemsetD8, lse.ptr(), 0xFF, lse.bytes()))
+  if (auto err = poison({&o, &lse}))
     return std::move(err);
 
   VarlenForwardArgs args;

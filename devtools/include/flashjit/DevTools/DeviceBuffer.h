@@ -9,6 +9,7 @@
 #include "flashjit/Runtime/CudaDriver.h"
 
 #include <cstddef>
+#include <initializer_list>
 
 namespace flashjit {
 
@@ -36,6 +37,11 @@ public:
     Ptr = 0;
     Bytes = 0;
   }
+  /// Fills the buffer with 0xFF bytes: NaN in f16, bf16 and f32, so that
+  /// an output a launch does not write fails a check.
+  llvm::Error poison() const {
+    return FLASHJIT_CU(*Drv, cuMemsetD8, Ptr, 0xFF, Bytes);
+  }
   void *data() const { return reinterpret_cast<void *>(Ptr); }
   CUdeviceptr ptr() const { return Ptr; }
   size_t bytes() const { return Bytes; }
@@ -45,6 +51,14 @@ private:
   CUdeviceptr Ptr = 0;
   size_t Bytes = 0;
 };
+
+/// DeviceBuffer::poison of each buffer; the first failure.
+inline llvm::Error poison(std::initializer_list<const DeviceBuffer *> buffers) {
+  for (const DeviceBuffer *buffer : buffers)
+    if (llvm::Error err = buffer->poison())
+      return err;
+  return llvm::Error::success();
+}
 
 } // namespace flashjit
 
