@@ -83,6 +83,15 @@ int runCompile() {
   auto start = std::chrono::steady_clock::now();
   llvm::Expected<CompiledKernel> kernel =
       llvm::createStringError("nothing compiled");
+  if (backwardRequested() && (decodeRequested() || !input.empty())) {
+    llvm::consumeError(kernel.takeError());
+    return reportError("compile",
+                       llvm::createStringError(
+                           "--backward builds the backward of the spec the "
+                           "options describe (--head-dim, --causal, "
+                           "--varlen, ...), not of a decode step or a "
+                           "description file"));
+  }
   if (decodeRequested()) {
     llvm::consumeError(kernel.takeError());
     kernel = compileDecodeFromOptions(options);
