@@ -9,6 +9,7 @@
 #include "DLPackTensors.h"
 
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MathExtras.h"
 
 #include <array>
 #include <cmath>
@@ -20,6 +21,16 @@ using namespace flashjit::capi;
 
 llvm::Error invalid(const llvm::Twine &message) {
   return flashjit::makeError(ErrorCode::InvalidArgument, message);
+}
+
+/// a * b, or an error naming `name` where a dimension is negative or the
+/// product leaves int64 (fuzzed or corrupt DLTensors).
+llvm::Expected<int64_t> product(const char *name, int64_t a, int64_t b) {
+  int64_t out = 0;
+  if (a < 0 || llvm::MulOverflow(a, b, out))
+    return invalid(llvm::formatv(
+        "{0} has a negative dimension or a size past 2^63 elements", name));
+  return out;
 }
 
 /// A packed [tokens, heads, head_dim] tensor (rank `rank`: 3, or 2 for the
@@ -38,17 +49,24 @@ llvm::Expected<DLTensor> batchOneView(const char *name, const DLTensor *t,
   int64_t stride = 1;
   for (int d = rank - 1; d >= 0; --d) {
     compact[d] = stride;
-    stride *= t->shape[d];
+    auto next = product(name, t->shape[d], stride);
+    if (!next)
+      return next.takeError();
+    stride = *next;
     given[d] = t->strides ? t->strides[d] : compact[d];
   }
+  // The view's batch stride: the packed tensor's whole extent.
+  auto extent = product(name, t->shape[0], given[0]);
+  if (!extent)
+    return extent.takeError();
   DLTensor view = *t;
   view.ndim = rank + 1;
   if (rank == 3) {
     shape = {1, t->shape[1], t->shape[0], t->shape[2]};
-    strides = {t->shape[0] * given[0], given[1], given[0], given[2]};
+    strides = {*extent, given[1], given[0], given[2]};
   } else {
     shape = {1, t->shape[0], t->shape[1], 0};
-    strides = {t->shape[0] * given[0], given[0], given[1], 0};
+    strides = {*extent, given[0], given[1], 0};
   }
   view.shape = shape.data();
   view.strides = strides.data();
@@ -88,16 +106,25 @@ llvm::Expected<DLTensor> poolAsPacked(const char *name, const DLTensor *t,
   int64_t stride = 1;
   for (int d = 3; d >= 0; --d) {
     given[d] = t->strides ? t->strides[d] : stride;
-    stride *= t->shape[d];
+    auto next = product(name, t->shape[d], stride);
+    if (!next)
+      return next.takeError();
+    stride = *next;
   }
-  if (given[0] != t->shape[1] * given[1])
+  auto pageSpan = product(name, t->shape[1], given[1]);
+  if (!pageSpan)
+    return pageSpan.takeError();
+  if (given[0] != *pageSpan)
     return invalid(llvm::formatv(
         "{0}'s pages are {1} elements apart, but a page of {2} rows spans "
         "{3}: pass a pool whose pages follow one another",
-        name, given[0], t->shape[1], t->shape[1] * given[1]));
+        name, given[0], t->shape[1], *pageSpan));
   DLTensor view = *t;
   view.ndim = 3;
-  shape = {t->shape[0] * t->shape[1], t->shape[2], t->shape[3]};
+  auto rows = product(name, t->shape[0], t->shape[1]);
+  if (!rows)
+    return rows.takeError();
+  shape = {*rows, t->shape[2], t->shape[3]};
   strides = {given[1], given[2], given[3]};
   view.shape = shape.data();
   view.strides = strides.data();
