@@ -185,6 +185,8 @@ std::string describeRule(RankingRule rule, const HeuristicOptions &options) {
         options.shortSeqlen, options.shortVarlenSeqlen);
   case RankingRule::TemplateOrder:
     return "template preference (a more capable kernel family)";
+  case RankingRule::FillsGpu:
+    return "a full first wave of blocks at the hint shape (no SM left idle)";
   case RankingRule::ComputedWork:
     return llvm::formatv("fewer computed scores at the hint length "
                          "(persistent templates; more than {0:f0}% fewer "

@@ -10,6 +10,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <set>
+#include <string>
+
 using namespace flashjit;
 using namespace flashjit::autotune;
 using namespace flashjit::autotune::testing;
@@ -257,6 +260,13 @@ TEST_CASE("the ranking rules apply in order") {
   CandidateReport idle = report(128, 64, 1, 100, 8);
   CHECK(ranksAbove(small, idle, h100, options));
   CHECK(decidingRule(small, idle, h100, options) == RankingRule::FillsGpu);
+  // Every rule has words of its own for --explain (the tie-break's are
+  // its own only).
+  std::set<std::string> words;
+  for (int r = 0; r <= static_cast<int>(RankingRule::ConfigName); ++r)
+    words.insert(describeRule(static_cast<RankingRule>(r), options));
+  CHECK(words.size() ==
+        static_cast<size_t>(RankingRule::ConfigName) + 1);
   // Below 8 warps per SM, occupancy decides; above, the larger block_m.
   CandidateReport fourWarps = report(128, 64, 1, 4096, 4);
   CandidateReport eightWarps = report(64, 64, 2, 4096, 4);
