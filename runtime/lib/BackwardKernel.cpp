@@ -202,14 +202,8 @@ llvm::Error checkVarlenFields(const BackwardKernel &kernel,
                        {"cu_seqlens_k", args.cuSeqlensK}}))
     return withCode(ErrorCode::InvalidArgument, std::move(err));
   const BackwardArgs &p = args.packed;
-  if (p.q.shape[0] != 1 || p.k.shape[0] != 1)
-    return invalid(llvm::formatv(
-        "varlen tensors are batch-1 views of the packed tokens ([1, heads, "
-        "total_tokens, head_dim], TensorRef::packed), but q has batch {0} "
-        "and k batch {1}",
-        p.q.shape[0], p.k.shape[0]));
-  if (!p.captures.empty() || p.blockMask.kvNumBlocks.data)
-    return invalid("a varlen launch takes no captured tensors or block mask");
+  if (auto err = checkPackedViews(p.q, p.k, p.captures, p.blockMask))
+    return withCode(ErrorCode::InvalidArgument, std::move(err));
   if (args.maxSeqlenK < 1 || args.maxSeqlenK > p.k.shape[2])
     return invalid(llvm::formatv(
         "max_seqlen_k {0} is out of range: 1 to the packed key tokens ({1})",

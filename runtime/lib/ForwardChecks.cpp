@@ -503,6 +503,20 @@ llvm::Error checkVarlenBatch(
   return llvm::Error::success();
 }
 
+llvm::Error checkPackedViews(const TensorRef &q, const TensorRef &k,
+                             llvm::ArrayRef<CapturedRef> captures,
+                             const BlockMaskRef &blockMask) {
+  if (q.shape[0] != 1 || k.shape[0] != 1)
+    return fail(llvm::formatv(
+        "varlen tensors are batch-1 views of the packed tokens ([1, heads, "
+        "total_tokens, head_dim], TensorRef::packed), but q has batch {0} "
+        "and k batch {1}",
+        q.shape[0], k.shape[0]));
+  if (!captures.empty() || blockMask.kvNumBlocks.data)
+    return fail("a varlen launch takes no captured tensors or block mask");
+  return llvm::Error::success();
+}
+
 llvm::Error checkTensorRef(const char *name, const TensorRef &t,
                            const AttentionSpec &spec) {
   return checkTensor(name, t, spec);

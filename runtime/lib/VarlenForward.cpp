@@ -56,13 +56,8 @@ llvm::Error Kernel::checkVarlen(const VarlenForwardArgs &args) const {
   if (auto err = checkVarlenBatch(args.batch, pointers))
     return withCode(ErrorCode::InvalidArgument, std::move(err));
   const ForwardArgs &p = args.packed;
-  if (p.q.shape[0] != 1)
-    return invalid(llvm::formatv(
-        "varlen tensors are batch-1 views of the packed tokens ([1, heads, "
-        "total_tokens, head_dim], TensorRef::packed), but q has batch {0}",
-        p.q.shape[0]));
-  if (!p.captures.empty() || p.blockMask.kvNumBlocks.data)
-    return invalid("a varlen launch takes no captured tensors or block mask");
+  if (auto err = checkPackedViews(p.q, p.k, p.captures, p.blockMask))
+    return withCode(ErrorCode::InvalidArgument, std::move(err));
   if (args.maxSeqlenQ > p.q.shape[2])
     return invalid(llvm::formatv(
         "max_seqlen_q {0} is longer than the packed query tokens ({1})",

@@ -255,21 +255,22 @@ void KernelIR::narrowToRows(ForwardParams &p, Value batch,
   p.kRowBase = kStart;
   p.seqlenQ = qLength;
   p.seqlenK = kLength;
-  auto rebase = [&](Value &base, SmallVector<Value, 3> &strides, Type type,
-                    Value start) {
-    base = globalAddress(base, type, mul(start, strides[2]));
-    strides[0] = c64(0);
-  };
-  rebase(p.q, p.qStrides, elt, qStart);
-  rebase(p.o, p.oStrides, elt, qStart);
-  rebase(p.lse, p.lseStrides, f32, qStart);
+  rebaseRows(p.q, p.qStrides, elt, qStart);
+  rebaseRows(p.o, p.oStrides, elt, qStart);
+  rebaseRows(p.lse, p.lseStrides, f32, qStart);
   if (spec.paged()) {
     p.kStrides[0] = c64(0);
     p.vStrides[0] = c64(0);
   } else {
-    rebase(p.k, p.kStrides, elt, kStart);
-    rebase(p.v, p.vStrides, elt, kStart);
+    rebaseRows(p.k, p.kStrides, elt, kStart);
+    rebaseRows(p.v, p.vStrides, elt, kStart);
   }
+}
+
+void KernelIR::rebaseRows(Value &base, SmallVectorImpl<Value> &strides,
+                          Type type, Value start) {
+  base = globalAddress(base, type, mul(start, strides[2]));
+  strides[0] = c64(0);
 }
 
 PagedKey KernelIR::pagedKey(const ForwardParams &p, Value key) {

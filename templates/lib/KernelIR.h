@@ -140,6 +140,12 @@ public:
   /// them from its producer).
   void narrowToRows(ForwardParams &p, mlir::Value batch,
                     const SequenceRows &rows);
+  /// A tensor of `type` elements (row strides in elements: batch, head,
+  /// row) moved to its row `start` (i64) of batch 0: `base` advances by
+  /// start rows and the batch stride becomes 0.
+  void rebaseRows(mlir::Value &base,
+                  llvm::SmallVectorImpl<mlir::Value> &strides, mlir::Type type,
+                  mlir::Value start);
   /// A persistent varlen kernel's query blocks (PersistentTiles): sequence
   /// b's blocks are numbered from floor(start_b / blockM) + b (start_b its
   /// first packed row, clamped as beginVarlenSequence does), which leaves

@@ -88,6 +88,8 @@ struct VarlenRunSettings {
   /// of the forward; --backward-config: its tile config.
   bool backward = false;
   std::string backwardConfig;
+  /// --deterministic with --backward.
+  bool deterministic = false;
   /// --check-kv-groups: (sequence, KV head) groups the backward's check
   /// compares (0: all).
   int64_t checkedGroups = 0;

@@ -17,18 +17,35 @@
 
 namespace flashjit::tools {
 
+llvm::Expected<BackwardOptions> backwardRunOptions(const std::string &config,
+                                                   bool deterministic,
+                                                   int64_t seqlen) {
+  BackwardOptions options;
+  if (!config.empty()) {
+    auto tile = TileConfig::parse(config);
+    if (!tile)
+      return tile.takeError();
+    options.config = *tile;
+  }
+  options.deterministic = deterministic;
+  options.seqlen = seqlen;
+  return options;
+}
+
+void printBackwardTime(double medianMs, int iterations, double tflops) {
+  llvm::outs() << "  time: " << llvm::format("%.3f", medianMs)
+               << " ms median of " << iterations << " backward calls, "
+               << llvm::format("%.1f", tflops)
+               << " TFLOP/s (2.5 x the forward's FLOPs)\n";
+}
+
 int runBackwardCheck(Context &ctx, const AttentionSpec &spec,
                      const Kernel &forward, const BackwardRunRequest &request) {
-  BackwardOptions options;
-  if (!request.config.empty()) {
-    auto config = TileConfig::parse(request.config);
-    if (!config)
-      return reportError("run", config.takeError());
-    options.config = *config;
-  }
-  options.deterministic = request.deterministic;
-  // The tuned backward bucket of this run's length, where there is one.
-  options.seqlen = request.check.seqlenQ;
+  auto parsed = backwardRunOptions(request.config, request.deterministic,
+                                   request.check.seqlenQ);
+  if (!parsed)
+    return reportError("run", parsed.takeError());
+  const BackwardOptions &options = *parsed;
   auto resolved = ctx.resolveBackwardConfig(spec, options);
   if (!resolved)
     return reportError("run", resolved.takeError());
@@ -86,11 +103,7 @@ int runBackwardCheck(Context &ctx, const AttentionSpec &spec,
                  << llvm::format("%.2f", compileMs) << " ms\n"
                  << "  check: " << report->summary() << "\n";
     if (o.iterations > 0)
-      llvm::outs() << "  time: " << llvm::format("%.3f", report->medianMs)
-                   << " ms median of " << o.iterations
-                   << " backward calls, "
-                   << llvm::format("%.1f", report->tflops)
-                   << " TFLOP/s (2.5 x the forward's FLOPs)\n";
+      printBackwardTime(report->medianMs, o.iterations, report->tflops);
   }
   return report->passed ? 0 : 1;
 }

@@ -19,6 +19,15 @@ struct BackwardRunRequest {
   bool json = false;
 };
 
+/// The BackwardOptions of a `run --backward`: the --backward-config tile
+/// config (empty: none), --deterministic, and the run's length, which
+/// picks the tuned backward bucket where there is one.
+llvm::Expected<BackwardOptions> backwardRunOptions(const std::string &config,
+                                                   bool deterministic,
+                                                   int64_t seqlen);
+/// Prints the "time:" line of a backward run of `iterations` timed calls.
+void printBackwardTime(double medianMs, int iterations, double tflops);
+
 /// Builds the backward of `spec`, checks it against the float64 reference
 /// with `forward` giving O and LSE, times it, prints the result; returns
 /// the exit code (0: passed).

@@ -196,7 +196,8 @@ int runRun() {
                                  ? std::optional<double>(scale)
                                  : std::nullopt,
                              warmup, iterations, json, rows, configText,
-                             backward, backwardConfig, checkGroups});
+                             backward, backwardConfig, deterministic,
+                             checkGroups});
   auto request = ConfigRequest::parse(configText);
   if (!request)
     return reportError("run", request.takeError());

@@ -69,18 +69,13 @@ void narrowToSequence(KernelIR &ir, MainParams &p, Value batch) {
   p.qRowBase = rows.qStart;
   p.seqlenQ = p.variant.seqlenQ = rows.qLength;
   p.seqlenK = p.variant.seqlenK = rows.kLength;
-  auto rebase = [&](Value &base, SmallVector<Value, 3> &strides,
-                    mlir::Type type, Value start) {
-    base = ir.globalAddress(base, type, ir.mul(start, strides[2]));
-    strides[0] = ir.c64(0);
-  };
-  rebase(p.q, p.qStrides, ir.elt, rows.qStart);
-  rebase(p.dO, p.dOStrides, ir.elt, rows.qStart);
-  rebase(p.lse, p.lseStrides, ir.f32, rows.qStart);
-  rebase(p.k, p.kStrides, ir.elt, rows.kStart);
-  rebase(p.v, p.vStrides, ir.elt, rows.kStart);
-  rebase(p.dk, p.dkStrides, ir.elt, rows.kStart);
-  rebase(p.dv, p.dvStrides, ir.elt, rows.kStart);
+  ir.rebaseRows(p.q, p.qStrides, ir.elt, rows.qStart);
+  ir.rebaseRows(p.dO, p.dOStrides, ir.elt, rows.qStart);
+  ir.rebaseRows(p.lse, p.lseStrides, ir.f32, rows.qStart);
+  ir.rebaseRows(p.k, p.kStrides, ir.elt, rows.kStart);
+  ir.rebaseRows(p.v, p.vStrides, ir.elt, rows.kStart);
+  ir.rebaseRows(p.dk, p.dkStrides, ir.elt, rows.kStart);
+  ir.rebaseRows(p.dv, p.dvStrides, ir.elt, rows.kStart);
 }
 
 Value workspaceRow(KernelIR &ir, const MainParams &p, Value batch, Value head,

@@ -92,6 +92,13 @@ llvm::Error checkVarlenBatch(
     int64_t batch,
     llvm::ArrayRef<std::pair<const char *, const int32_t *>> offsets);
 
+/// Error unless a varlen launch's packed q and k are batch-1 views of the
+/// packed tokens (TensorRef::packed) and it passes no captured tensors or
+/// block mask (varlen specs have no mods).
+llvm::Error checkPackedViews(const TensorRef &q, const TensorRef &k,
+                             llvm::ArrayRef<CapturedRef> captures,
+                             const BlockMaskRef &blockMask);
+
 /// The kernel's parameters for `args` (call checkForwardArgs first).
 ForwardKernelArgs toKernelArgs(const ForwardArgs &args, double scale);
 
