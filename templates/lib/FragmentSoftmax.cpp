@@ -220,13 +220,7 @@ void FragmentSoftmax::mask(MutableArrayRef<Value> s, Value n0, int64_t blockN,
   SmallVector<Type> types(s.size(), ir.f32);
   auto branch = [&](Value cond, function_ref<SmallVector<Value>()> then,
                     function_ref<SmallVector<Value>()> otherwise) {
-    auto op = scf::IfOp::create(b, loc, types, cond, /*withElseRegion=*/true);
-    OpBuilder::InsertionGuard g(b);
-    b.setInsertionPointToStart(op.thenBlock());
-    scf::YieldOp::create(b, loc, then());
-    b.setInsertionPointToStart(op.elseBlock());
-    scf::YieldOp::create(b, loc, otherwise());
-    return SmallVector<Value>(op.getResults());
+    return ir.ifElse(types, cond, then, otherwise);
   };
   auto boundsOnly = [&] {
     return branch(

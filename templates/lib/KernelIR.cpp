@@ -560,6 +560,20 @@ void KernelIR::ifThen(Value condition, llvm::function_ref<void()> body) {
   body();
 }
 
+SmallVector<Value>
+KernelIR::ifElse(TypeRange types, Value condition,
+                 llvm::function_ref<SmallVector<Value>()> then,
+                 llvm::function_ref<SmallVector<Value>()> otherwise) {
+  auto op = scf::IfOp::create(b, loc, types, condition,
+                              /*withElseRegion=*/true);
+  OpBuilder::InsertionGuard g(b);
+  b.setInsertionPointToStart(op.thenBlock());
+  scf::YieldOp::create(b, loc, then());
+  b.setInsertionPointToStart(op.elseBlock());
+  scf::YieldOp::create(b, loc, otherwise());
+  return SmallVector<Value>(op.getResults());
+}
+
 void KernelIR::asmVoid(StringRef text, StringRef constraints,
                        ValueRange operands) {
   LLVM::InlineAsmOp::create(

@@ -210,6 +210,12 @@ public:
   /// Runs `body` with the insertion point inside an scf.if on `condition`
   /// (i1), no else.
   void ifThen(mlir::Value condition, llvm::function_ref<void()> body);
+  /// scf.if with results of `types`: the values `then` or `otherwise`
+  /// (each built in its own region) returns.
+  llvm::SmallVector<mlir::Value>
+  ifElse(mlir::TypeRange types, mlir::Value condition,
+         llvm::function_ref<llvm::SmallVector<mlir::Value>()> then,
+         llvm::function_ref<llvm::SmallVector<mlir::Value>()> otherwise);
   /// Inline PTX with side effects and no result.
   void asmVoid(llvm::StringRef text, llvm::StringRef constraints,
                mlir::ValueRange operands);

@@ -2,8 +2,9 @@
 // Why: the builder of the wgmma kernel is one class, on HopperIR's Hopper
 // pieces (mbarriers, descriptors, wgmma issue and wait); its own TMA
 // loads, clusters and products live in WgmmaInstructions.cpp, the producer
-// in WgmmaProducer.cpp and the kernel's structure (its entry, the
-// consumers, the loop over K/V tiles) in WgmmaForward.cpp.
+// in WgmmaProducer.cpp, the kernel's structure (its entry, the roles) in
+// WgmmaForward.cpp and the consumers (the loop over K/V tiles) in
+// WgmmaConsumer.cpp.
 #ifndef FLASHJIT_TEMPLATES_WGMMABUILDER_H
 #define FLASHJIT_TEMPLATES_WGMMABUILDER_H
 
@@ -31,7 +32,7 @@ public:
   void build(StringRef name, const ModRegions &mods);
 
 private:
-  // ---- the two roles (WgmmaProducer.cpp, WgmmaForward.cpp) --------------
+  // ---- the two roles (WgmmaProducer.cpp, WgmmaConsumer.cpp) -------------
   /// Warpgroup 0: one thread loads each consumer's Q rows and the K and V
   /// tiles into the ring, for one tile or (persistent) tile after tile.
   void emitProducer(const ForwardParams &p, Value tid);
@@ -170,13 +171,16 @@ private:
   /// Issues S = Q K^T for one warpgroup: fence, head_dim / 16 wgmma
   /// m64nNk16 with both operands in shared memory, commit (one group). The
   /// block_n / 2 f32 per thread (FragmentSoftmax's layout) are valid only
-  /// after waitGroups.
-  SmallVector<Value> issueScores(Value qDesc, Value kDesc);
+  /// after waitGroups. `keys` (a multiple of 8; 0: block_n) narrows the
+  /// product to the tile's first keys (keys / 2 f32 per thread).
+  SmallVector<Value> issueScores(Value qDesc, Value kDesc, int64_t keys = 0);
   /// Issues O += P V: fence, per k step of block_n / 16 one wgmma m64nDk16
   /// with P from registers (four packed i32 per k step) and V from shared
-  /// memory, commit (one group). `o` is O (D / 2 f32).
+  /// memory, commit (one group). `o` is O (D / 2 f32). `keys` (a multiple
+  /// of 16; 0: block_n): only the tile's first keys, P's first keys / 4
+  /// packed registers.
   SmallVector<Value> issueAccumulate(ValueRange o, ArrayRef<Value> pPacked,
-                                     Value vDesc);
+                                     Value vDesc, int64_t keys = 0);
   /// Whether `flag` (i1) is set in any thread of this consumer's
   /// warpgroup (bar.red.or on its named barrier voteBarrier), as an i1
   /// ptxas knows to be warp-uniform: a branch on it may hold a wgmma.

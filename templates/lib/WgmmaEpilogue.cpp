@@ -1,5 +1,5 @@
 //===- WgmmaEpilogue.cpp - how a wgmma consumer stores its O --------------===//
-// Why: the epilogue of one consumer of the wgmma kernel (WgmmaForward.cpp
+// Why: the epilogue of one consumer of the wgmma kernel (WgmmaConsumer.cpp
 // runs the tile, this file writes its result): O / l is staged in shared
 // memory in the 128-byte swizzled layout of a TMA box, either in the
 // consumer's own Q rows (its last product has read them) or, in a

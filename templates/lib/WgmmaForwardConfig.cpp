@@ -77,10 +77,10 @@ int64_t consumerEstimate(const AttentionSpec &spec, const TileConfig &config,
 // The producer's loops fit 24 registers with two consumers and 32 with
 // three, the persistent tile loop too: it recomputes its shared addresses
 // and the tile order's values for each tile rather than keeping them
-// (WgmmaForward.cpp). Causal with two consumers, its per-tile K/V count
-// and GQA's kv head still spill below 40 (ptxas, CUDA 13.0), as does a
-// varlen producer's sequence search and rows (`causal` is passed set for
-// varlen too).
+// (WgmmaProducer.cpp, WgmmaPersistent.cpp). Causal with two consumers, its
+// per-tile K/V count and GQA's kv head still spill below 40 (ptxas, CUDA
+// 13.0), as does a varlen producer's sequence search and rows (`causal` is
+// passed set for varlen too).
 unsigned WgmmaForward::producerRegisters(int64_t consumers, bool persistent,
                                          bool causal) {
   if (consumers >= 3)

@@ -113,7 +113,8 @@ Value Builder::consumerRows(Value consumer, int64_t panel) {
   return panel == 0 ? rows : add(c32(panel * cfg.blockM * 128), rows);
 }
 
-SmallVector<Value> Builder::issueScores(Value qDesc, Value kDesc) {
+SmallVector<Value> Builder::issueScores(Value qDesc, Value kDesc,
+                                        int64_t keys) {
   // k step ks: 32 bytes into a 128-byte row, in panel ks / 4.
   const int64_t perPanel = WgmmaForward::kPanelCols / 16;
   auto step = [&](int64_t rows) {
@@ -123,7 +124,7 @@ SmallVector<Value> Builder::issueScores(Value qDesc, Value kDesc) {
   };
   auto qStep = step(cfg.blockM), kStep = step(cfg.blockN);
   Product scores;
-  scores.n = cfg.blockN;
+  scores.n = keys ? keys : cfg.blockN;
   scores.kSteps = d / 16;
   scores.aStepBytes = qStep;
   scores.bStepBytes = kStep;
@@ -132,12 +133,12 @@ SmallVector<Value> Builder::issueScores(Value qDesc, Value kDesc) {
 
 SmallVector<Value> Builder::issueAccumulate(ValueRange o,
                                             ArrayRef<Value> pPacked,
-                                            Value vDesc) {
+                                            Value vDesc, int64_t keys) {
   // k step kk: 16 key rows of 128 bytes further into each panel.
   auto vStep = [](int64_t kk) { return kk * 16 * kRowBytes; };
   Product accumulate;
   accumulate.n = d;
-  accumulate.kSteps = cfg.blockN / 16;
+  accumulate.kSteps = (keys ? keys : cfg.blockN) / 16;
   accumulate.transB = true;
   accumulate.bStepBytes = vStep;
   accumulate.zeroFirst = false;

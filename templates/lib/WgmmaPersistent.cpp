@@ -8,7 +8,7 @@
 // (wgmma_cluster) both blocks must take the same tile, two adjacent query
 // blocks: cluster c takes tiles c, c + clusters, ... (without a mask all
 // cost the same), and no counter is used. This file holds that loop and the
-// record; WgmmaForward.cpp the work of one tile.
+// record; WgmmaConsumer.cpp the work of one tile.
 //
 // The record protocol, per consumer: the producer waits on Q-empty (all 128
 // consumer threads arrive once their last O has been stored from the Q
