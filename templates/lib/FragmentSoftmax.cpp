@@ -387,21 +387,19 @@ SmallVector<Value> FragmentSoftmax::rescale(ValueRange acc,
   Value anyChanged = NVVM::VoteSyncOp::create(
       b, loc, b.getI1Type(), ir.c32(-1), changed, NVVM::VoteSyncKind::any);
   SmallVector<Type> types(acc.size(), ir.f32);
-  auto rescaled = scf::IfOp::create(b, loc, types, anyChanged,
-                                    /*withElseRegion=*/true);
-  OpBuilder::InsertionGuard g(b);
-  b.setInsertionPointToStart(rescaled.thenBlock());
-  const int64_t perMTile = acc.size() / mTiles;
-  SmallVector<Value> scaled;
-  for (int64_t mt = 0; mt < mTiles; ++mt)
-    for (int64_t i = 0; i < perMTile; ++i)
-      scaled.push_back(arith::MulFOp::create(
-          b, loc, acc[mt * perMTile + i],
-          alpha[mt * 2 + (i % kAccPerTile) / 2]));
-  scf::YieldOp::create(b, loc, scaled);
-  b.setInsertionPointToStart(rescaled.elseBlock());
-  scf::YieldOp::create(b, loc, ValueRange(acc));
-  return SmallVector<Value>(rescaled.getResults());
+  return ir.ifElse(
+      types, anyChanged,
+      [&] {
+        const int64_t perMTile = acc.size() / mTiles;
+        SmallVector<Value> scaled;
+        for (int64_t mt = 0; mt < mTiles; ++mt)
+          for (int64_t i = 0; i < perMTile; ++i)
+            scaled.push_back(arith::MulFOp::create(
+                b, loc, acc[mt * perMTile + i],
+                alpha[mt * 2 + (i % kAccPerTile) / 2]));
+        return scaled;
+      },
+      [&] { return SmallVector<Value>(acc); });
 }
 
 SmallVector<Value>

@@ -258,26 +258,21 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
           sm.updateWithinBound(s, max, sum, p.scaleLog2);
       const int64_t rows = sm.rowStates();
       SmallVector<Type> types(s.size() + 3 * rows, f32);
-      auto step = scf::IfOp::create(b, loc, types,
-                                    warpgroupAny(fast.outgrown, consumer),
-                                    /*withElseRegion=*/true);
-      auto yield = [&](const FragmentSoftmax::Update &u) {
+      auto values = [&](const FragmentSoftmax::Update &u) {
         SmallVector<Value> values(u.probs);
         llvm::append_range(values, u.max);
         llvm::append_range(values, u.sum);
         llvm::append_range(values, u.alpha);
-        scf::YieldOp::create(b, loc, values);
+        return values;
       };
-      {
-        OpBuilder::InsertionGuard g(b);
-        b.setInsertionPointToStart(step.thenBlock());
-        SmallVector<Value> again =
-            waitGroups(0, issueScores(qDesc, kDesc(slot), keys));
-        yield(softmaxStep(again, j, max, sum, sm, keys));
-        b.setInsertionPointToStart(step.elseBlock());
-        yield(fast);
-      }
-      ValueRange r = step.getResults();
+      SmallVector<Value> r = ifElse(
+          types, warpgroupAny(fast.outgrown, consumer),
+          [&] {
+            SmallVector<Value> again =
+                waitGroups(0, issueScores(qDesc, kDesc(slot), keys));
+            return values(softmaxStep(again, j, max, sum, sm, keys));
+          },
+          [&] { return values(fast); });
       FragmentSoftmax::Update u;
       u.probs.assign(r.begin(), r.begin() + s.size());
       u.max.assign(r.begin() + s.size(), r.begin() + s.size() + rows);
@@ -477,16 +472,13 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
                                             cmp(Pred::sge, rows0, p.seqlenQ)),
                      0, 32, gpu::ShuffleMode::IDX)
                      .getShuffleResult();
-    auto branch = scf::IfOp::create(b, loc, TypeRange{i32},
-                                    cmp(Pred::ne, idle, c32(0)),
-                                    /*withElseRegion=*/true);
-    OpBuilder::InsertionGuard g(b);
-    b.setInsertionPointToStart(branch.thenBlock());
-    scf::YieldOp::create(b, loc, idleTile(readTileInfo(consumer)));
-    b.setInsertionPointToStart(branch.elseBlock());
-    scf::YieldOp::create(b, loc,
-                         consumeTile(readTileInfo(consumer), iteration));
-    return branch.getResult(0);
+    return ifElse(
+        TypeRange{i32}, cmp(Pred::ne, idle, c32(0)),
+        [&] { return SmallVector<Value>{idleTile(readTileInfo(consumer))}; },
+        [&] {
+          return SmallVector<Value>{
+              consumeTile(readTileInfo(consumer), iteration)};
+        })[0];
   };
   if (!persistent) {
     barrierWait(qFull(consumer), c32(0));

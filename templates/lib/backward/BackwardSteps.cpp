@@ -287,18 +287,9 @@ Value queryColumnsBelow(KernelIR &ir, Value seqlenQ, Value firstRow,
 SmallVector<Value> maskWhere(KernelIR &ir, Value needMask,
                              ArrayRef<Value> values,
                              llvm::function_ref<SmallVector<Value>()> masked) {
-  OpBuilder &b = ir.b;
   SmallVector<Type> types(values.size(), ir.f32);
-  auto op = scf::IfOp::create(b, ir.loc, types, needMask,
-                              /*withElseRegion=*/true);
-  {
-    OpBuilder::InsertionGuard g(b);
-    b.setInsertionPointToStart(op.thenBlock());
-    scf::YieldOp::create(b, ir.loc, masked());
-    b.setInsertionPointToStart(op.elseBlock());
-    scf::YieldOp::create(b, ir.loc, ValueRange(values));
-  }
-  return SmallVector<Value>(op.getResults().begin(), op.getResults().end());
+  return ir.ifElse(types, needMask, masked,
+                   [&] { return SmallVector<Value>(values); });
 }
 
 void storeKeyRows(KernelIR &ir, const MainParams &p, Value batch,
