@@ -45,10 +45,11 @@ llvm::Error upload(const CudaDriver &drv, DeviceBuffer &buffer,
                      host.size() * sizeof(T));
 }
 
-llvm::Error poison(const CudaDriver &drv, DeviceBuffer &buffer, size_t bytes) {
+/// A fresh buffer of `bytes`, filled with 0xFF bytes (DeviceBuffer::poison).
+llvm::Error allocatePoisoned(DeviceBuffer &buffer, size_t bytes) {
   if (auto err = buffer.allocate(bytes))
     return err;
-  return FLASHJIT_CU(drv, cuMemsetD8, buffer.ptr(), 0xFF, bytes);
+  return buffer.poison();
 }
 } // namespace
 
@@ -220,9 +221,9 @@ runDecodeVariants(llvm::ArrayRef<const DecodeKernel *> kernels,
     return std::move(err);
   const int64_t outElems = B * s.qLen * s.numHeads * d;
   const int64_t lseElems = B * s.numHeads * s.qLen;
-  if (auto err = poison(drv, o, outElems * 2))
+  if (auto err = allocatePoisoned(o, outElems * 2))
     return std::move(err);
-  if (auto err = poison(drv, lse, lseElems * 4))
+  if (auto err = allocatePoisoned(lse, lseElems * 4))
     return std::move(err);
 
   DecodeArgs args;
@@ -269,15 +270,13 @@ runDecodeVariants(llvm::ArrayRef<const DecodeKernel *> kernels,
   args.numSplits =
       splitsPerKernel.empty() ? opt.numSplits : splitsPerKernel[variant];
   // Fresh poison for every kernel: nothing a previous one wrote passes.
-  if (auto err = FLASHJIT_CU(drv, cuMemsetD8, o.ptr(), 0xFF, outElems * 2))
-    return std::move(err);
-  if (auto err = FLASHJIT_CU(drv, cuMemsetD8, lse.ptr(), 0xFF, lseElems * 4))
+  if (auto err = poison({&o, &lse}))
     return std::move(err);
   DecodeCheckReport report;
   report.numSplits = kernel.splitsFor(args);
   if (opt.callerWorkspace) {
     size_t bytes = kernel.workspaceBytes(B, report.numSplits);
-    if (auto err = poison(drv, workspace, std::max<size_t>(bytes, 16)))
+    if (auto err = allocatePoisoned(workspace, std::max<size_t>(bytes, 16)))
       return std::move(err);
     args.workspace = workspace.data();
     args.workspaceBytes = bytes;
