@@ -9,6 +9,7 @@ argument packing (DLPack views, int32 offsets, the block table); a mistake
 there would give wrong rows that the C++ suite cannot see.
 """
 
+import itertools
 import math
 
 import pytest
@@ -43,14 +44,18 @@ def per_sequence_reference(torch, q, k, v, lq, lk, causal, align):
     return torch.cat(outs), torch.cat(lses, dim=1)
 
 
+def offsets(lengths):
+    """[0, l0, l0 + l1, ...]: where each packed sequence starts, and the end."""
+    return [0] + list(itertools.accumulate(lengths))
+
+
 def packed_inputs(torch, dtype, heads=8, kv_heads=2, d=128):
     tq, tk = sum(LENGTHS_Q), sum(LENGTHS_K)
     q = torch.randn(tq, heads, d, device="cuda", dtype=dtype)
     k = torch.randn(tk, kv_heads, d, device="cuda", dtype=dtype)
     v = torch.randn(tk, kv_heads, d, device="cuda", dtype=dtype)
-    offsets = lambda lens: torch.tensor([0] + list(__import__("itertools").accumulate(lens)),
-                                        dtype=torch.int32, device="cuda")  # noqa: E731
-    return q, k, v, offsets(LENGTHS_Q), offsets(LENGTHS_K)
+    cu = lambda lens: torch.tensor(offsets(lens), dtype=torch.int32, device="cuda")  # noqa: E731
+    return q, k, v, cu(LENGTHS_Q), cu(LENGTHS_K)
 
 
 @pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
@@ -148,11 +153,11 @@ def test_packed_gradients(cuda, head_dim, causal, align):
     for name, got, ref in zip(("dq", "dk", "dv"), (q.grad, k.grad, v.grad), want):
         assert relative_error(got, ref) < 2e-2, name
         # Each sequence's rows on their own, their error scaled by the larger
-        # of their norm and the norm rows of the whole gradient's mean size
-        # would have, so a small sequence's mistake is not averaged away.
+        # of their own norm and the norm they would have at the whole
+        # gradient's root-mean-square element, so that a short sequence's
+        # mistake is not averaged away.
         rms = (ref.norm() / math.sqrt(ref.numel())).item()
-        starts = [0] + list(__import__("itertools").accumulate(
-            LENGTHS_Q if name == "dq" else LENGTHS_K))
+        starts = offsets(LENGTHS_Q if name == "dq" else LENGTHS_K)
         for s, (start, end) in enumerate(zip(starts, starts[1:])):
             if start == end:
                 continue
