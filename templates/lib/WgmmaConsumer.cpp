@@ -387,10 +387,10 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
     // step of its own after a pipeline one tile shorter, in both widths, so
     // that nothing in flight crosses a branch (each waits for its products)
     // and every step keeps the bounded softmax. The Q rows go back inside
-    // the branches, the tile's record having been read before them. This
-    // about doubles the causal kernels' PTX; a form with one pipeline for
-    // both widths and a max-taking softmax on the half step was 40% smaller
-    // and gained less (docs/performance.md).
+    // the branches, the tile's record having been read before them. The
+    // price is code size: these kernels' PTX about doubles (the forms
+    // measured and their compile times: bench/results/
+    // nvidia-h100-80gb-hbm3-short-lengths.md).
     Value lastKey0 =
         mul(kvTile(range, sub(numTiles, c32(1))), c64(cfg.blockN));
     Value lastVisible = add(
