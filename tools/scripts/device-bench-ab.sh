@@ -13,8 +13,14 @@
 #
 # Every round runs each variant in turn, so drifting clocks hit all alike.
 # The table has each variant's median TFLOP/s per shape, its ratio to the
-# first variant and to cuDNN's median over the same runs; a run whose
-# output differs from SDPA's (device-bench.sh exits 1) never counts.
+# first variant and to cuDNN's median over the same runs, and the median
+# over rounds of its ratio to the first variant with each run divided by
+# the cuDNN of its own run ("paired"): a run at lower clocks (throttled)
+# then counts at the rate it had against cuDNN. A run whose output differs
+# from SDPA's (device-bench.sh exits 1) never counts. Every run's numbers
+# go to $OUT/bench-ab.json (label, round, per point flashjit and cuDNN
+# TFLOP/s); the runs' folders are removed unless KEEP_RUNS=1, since the
+# device tool returns at most 8 files.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 rounds=${1:?usage: device-bench-ab.sh ROUNDS LABEL=LIB[@CONFIG] [LABEL=LIB[@CONFIG] ...]}
@@ -37,32 +43,49 @@ for r in $(seq "$rounds"); do
     echo "round $r of $rounds: $label rc=$?" >&2
   done
 done
-python3 - "$runs" "$@" <<'PY'
+python3 - "$runs" "$OUT/bench-ab.json" "$@" <<'PY'
 import collections, json, os, statistics, sys
-runs, variants = sys.argv[1], [v.split("=", 1)[0] for v in sys.argv[2:]]
+runs, dump, variants = sys.argv[1], sys.argv[2], [v.split("=", 1)[0] for v in sys.argv[3:]]
 ours = collections.defaultdict(lambda: collections.defaultdict(list))
 cudnn = collections.defaultdict(list)
+# Per shape, label and round: flashjit over the same run's cuDNN.
+paired = collections.defaultdict(lambda: collections.defaultdict(dict))
+record = []
 for name in sorted(os.listdir(runs)):
     path = os.path.join(runs, name, "bench.json")
-    label = name.rsplit("-", 1)[0]
+    label, rnd = name.rsplit("-", 1)
     if not os.path.exists(path) or label not in variants:
         continue
+    points = []
     for p in json.load(open(path))["points"]:
         key = (p["head_dim"], p["causal"], p["seqlen"])
         res = p["results"]
         ok = p.get("check", {}).get("ok", False)
-        ours[key][label].append(res["flashjit"]["tflops"] if ok else float("nan"))
-        if "sdpa-cudnn" in res:
-            cudnn[key].append(res["sdpa-cudnn"]["tflops"])
+        mine = res["flashjit"]["tflops"] if ok else float("nan")
+        ours[key][label].append(mine)
+        theirs = res.get("sdpa-cudnn", {}).get("tflops")
+        if theirs:
+            cudnn[key].append(theirs)
+            paired[key][label][rnd] = mine / theirs
+        points.append({"head_dim": key[0], "causal": key[1], "seqlen": key[2],
+                       "flashjit_tflops": mine, "cudnn_tflops": theirs, "checked": ok})
+    record.append({"label": label, "round": int(rnd), "points": points})
+json.dump({"variants": variants, "runs": record}, open(dump, "w"), indent=1)
 def median(values):
     return statistics.median(values) if values else float("nan")
-print("shape | cuDNN | " + " | ".join(f"{v} TFLOP/s (vs {variants[0]}, vs cuDNN)" for v in variants))
+print("shape | cuDNN | " + " | ".join(
+    f"{v} TFLOP/s (vs {variants[0]}, vs cuDNN, paired vs {variants[0]})" for v in variants))
 for key in sorted(ours):
     d, causal, seqlen = key
     first, c = median(ours[key][variants[0]]), median(cudnn[key])
+    base = paired[key][variants[0]]
     cells = []
     for v in variants:
         m = median(ours[key][v])
-        cells.append(f"{m:.1f} ({m / first:.3f}, {m / c:.3f})")
+        mine = paired[key][v]
+        ratio = median([mine[r] / base[r] for r in mine if r in base])
+        cells.append(f"{m:.1f} ({m / first:.3f}, {m / c:.3f}, {ratio:.3f})")
     print(f"d{d} s{seqlen} {'causal' if causal else 'non-causal'} | {c:.1f} | " + " | ".join(cells))
 PY
+cat "$runs"/*.log > "$OUT/bench-ab.log" 2>/dev/null
+[ "${KEEP_RUNS:-0}" = 1 ] || rm -rf "$runs"
