@@ -169,14 +169,19 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
       return Target{at, consumerRows(consumer, 0)};
     return Target{readTileInfo(consumer), readTileInfoField(consumer, 3)};
   };
-  auto releaseEarly =
+  // With O staged apart: the tile and rows, read before the Q rows and the
+  // record go back (handBackQ).
+  auto earlyTarget =
       [&](const BlockCoordinates &at) -> std::optional<Target> {
     if (!outputApart)
       return std::nullopt;
     Target t = target(at);
     t.rows = add(t.rows, c32(layout.o));
-    barrierArrive(qEmpty(consumer));
     return t;
+  };
+  auto handBackQ = [&] {
+    if (outputApart)
+      barrierArrive(qEmpty(consumer));
   };
   auto epilogue = [&](const BlockCoordinates &at,
                       const std::optional<Target> &early, ValueRange max,
@@ -376,7 +381,8 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
     if (!halvesBoundTile) {
       SmallVector<Value> state = pipeline(firstStep(softmax, cfg.blockN),
                                           numTiles);
-      std::optional<Target> early = releaseEarly(at);
+      std::optional<Target> early = earlyTarget(at);
+      handBackQ();
       SmallVector<Value> out = lastProduct(state, cfg.blockN);
       epilogue(at, early, ValueRange(out).slice(0, 2),
                ValueRange(out).slice(2, 2), ValueRange(out).slice(oAt, outs));
@@ -398,15 +404,7 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
         add(diag, c64(spec.rightExtent())));
     Value half = warpgroupAny(
         cmp(Pred::slt, lastVisible, add(lastKey0, c64(halfKeys))), consumer);
-    std::optional<Target> early;
-    if (outputApart) {
-      early = target(at);
-      early->rows = add(early->rows, c32(layout.o));
-    }
-    auto handBackQ = [&] {
-      if (outputApart)
-        barrierArrive(qEmpty(consumer));
-    };
+    std::optional<Target> early = earlyTarget(at);
     SmallVector<Type> outTypes(4 + outs, f32);
     auto branch = [&](Value cond, function_ref<SmallVector<Value>()> then,
                       function_ref<SmallVector<Value>()> otherwise) {

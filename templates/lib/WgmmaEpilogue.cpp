@@ -39,7 +39,8 @@ void Builder::storeOutput(const ForwardParams &p, FragmentSoftmax &softmax,
   // rows below the length from registers; one whose 64 rows lie inside the
   // sequence stores them with TMA, at the sequence's row base. Persistent
   // with O staged in the Q rows, the bounded store leaves them unused, so
-  // they go back to the producer at once (staged apart, releaseEarly did).
+  // they go back to the producer at once (staged apart, the consumer
+  // handed them back after its last S: handBackQ, WgmmaConsumer.cpp).
   if (spec.varlen) {
     Value inside = cmp(arith::CmpIPredicate::sle,
                        add(consumerRow0, c64(WgmmaForward::kRowsPerWarpgroup)),
