@@ -73,21 +73,31 @@ private:
   /// After the producer's last tile: the end mark for each consumer, and
   /// the last block to finish resets the counters.
   void endTiles(const ForwardParams &p, Value done);
-  /// Where the producer leaves a consumer the record of its current tile
-  /// (four i32: query block, head, batch, and the offset of the consumer's
-  /// Q rows, consumerRows(consumer, 0)), written before the Q loads that
-  /// complete on the consumer's Q-full barrier.
-  Value tileInfo(Value consumer);
-  /// Waits until `consumer` has freed its Q rows and record after `done`
-  /// tiles (i32).
+  /// Where the producer leaves a consumer the record of a tile, in the
+  /// consumer's Q slot `slot` (qSlot) (four i32: query block, head, batch,
+  /// and the offset of the consumer's rows, consumerRows(consumer, 0)),
+  /// written before the Q loads that complete on the slot's Q-full barrier.
+  Value tileInfo(Value slot);
+  /// Waits until `consumer` has freed the Q rows and record of the slot its
+  /// tile after `done` tiles (i32) takes.
   void waitQRowsFree(Value consumer, Value done);
   /// waitQRowsFree, then writes the record of the tile at `at` (varlen:
   /// with its sequence's rows, so the consumers load no offsets).
   void writeTileInfo(const BlockCoordinates &at, Value consumer, Value done,
                      const SequenceRows *rows = nullptr);
-  Value readTileInfoField(Value consumer, int64_t field);
-  SequenceRows readTileRows(Value consumer);
-  BlockCoordinates readTileInfo(Value consumer);
+  Value readTileInfoField(Value slot, int64_t field);
+  SequenceRows readTileRows(Value slot);
+  BlockCoordinates readTileInfo(Value slot);
+  /// The Q slot (i32) of `consumer`'s tile after `done` tiles (i32; null:
+  /// the one tile of a block per tile): with two Q tiles (qBuffers), tiles
+  /// alternate between them. Its Q rows, barriers and record go together.
+  Value qSlot(Value consumer, Value done);
+  /// The parity of the phase of a Q slot's barriers that the tile after
+  /// `done` tiles (i32) fills.
+  Value qParity(Value done);
+  /// Byte offset (i32) of slot `slot`'s 64 Q rows in 64-column panel
+  /// `panel` (consumerRows, in the slot's Q tile).
+  Value qSlotRows(Value slot, int64_t panel);
   /// Runs `body` for each tile `nextTile` hands this block (i32; one at
   /// or past `tileCount()` ends the loop), with the ring position before it
   /// (K/V tiles of the earlier tiles, i32) and the tiles done (i32); `body`
@@ -101,22 +111,20 @@ private:
   /// The end mark in a consumer's tile record.
   static constexpr int32_t kNoTile = -1;
 
-  /// The mbarriers after the tiles: per consumer Q full, then per consumer
-  /// Q empty, then per slot K full, V full, K empty, V empty (`stages`
-  /// each). K and V slots are released apart: K_j once the softmax of S_j
-  /// no longer needs it, V_j after P_j V_j, a tile later.
+  /// The mbarriers after the tiles: per Q slot (qSlot) Q full, then per Q
+  /// slot Q empty, then per K/V slot K full, V full, K empty, V empty
+  /// (`stages` each). K and V slots are released apart: K_j once the
+  /// softmax of S_j no longer needs it, V_j after P_j V_j, a tile later.
   Value slotBarrier(int64_t first, Value slot);
-  Value qFull(Value consumer) { return slotBarrier(0, consumer); }
-  Value qEmpty(Value consumer) { return slotBarrier(consumers, consumer); }
-  Value kFull(Value slot) { return slotBarrier(2 * consumers, slot); }
-  Value vFull(Value slot) {
-    return slotBarrier(2 * consumers + stages, slot);
-  }
+  Value qFull(Value qSlot) { return slotBarrier(0, qSlot); }
+  Value qEmpty(Value qSlot) { return slotBarrier(qSlots, qSlot); }
+  Value kFull(Value slot) { return slotBarrier(2 * qSlots, slot); }
+  Value vFull(Value slot) { return slotBarrier(2 * qSlots + stages, slot); }
   Value kEmpty(Value slot) {
-    return slotBarrier(2 * consumers + 2 * stages, slot);
+    return slotBarrier(2 * qSlots + 2 * stages, slot);
   }
   Value vEmpty(Value slot) {
-    return slotBarrier(2 * consumers + 3 * stages, slot);
+    return slotBarrier(2 * qSlots + 3 * stages, slot);
   }
 
   // ---- TMA (WgmmaInstructions.cpp) ---------------------------------------
@@ -211,6 +219,9 @@ private:
   /// (docs/performance.md).
   const bool skipsIdleRows;
   const int64_t d, consumers, threads, stages;
+  /// Q tiles (WgmmaForward::SharedLayout::qBuffers) and Q slots (one per
+  /// consumer and Q tile).
+  const int64_t qBuffers, qSlots;
   const int64_t qBytes, kvTileBytes;
 };
 

@@ -100,8 +100,15 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
   ForwardParams cur = p;
   const bool perTileSequence = persistent && spec.varlen;
   Value diagonal = perTileSequence ? Value() : diagonalOffset(p);
-  Value qDesc =
-      descriptor(add(alignedAddress, consumerRows(consumer, 0)), Major::K, 0);
+  // The Q slot of the tile at work (WgmmaBuilder.h's qSlot) and the
+  // descriptor of its rows: with two Q tiles, a persistent consumer sets
+  // both per tile.
+  Value qs = consumer;
+  auto qDescOf = [&](Value slot) {
+    return descriptor(add(alignedAddress, qSlotRows(slot, 0)), Major::K, 0);
+  };
+  const bool qSlotPerTile = persistent && qBuffers > 1;
+  Value qDesc = qSlotPerTile ? Value() : qDescOf(qs);
   auto kDesc = [&](Value s) {
     return descriptor(add(alignedAddress,
                           add(c32(layout.k), mul(s, c32(kvTileBytes)))),
@@ -140,8 +147,9 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
   // completes; the loop runs until the end mark (as unsigned, above every
   // query block).
   auto nextTile = [&](Value done) {
-    barrierWait(qFull(consumer), arith::AndIOp::create(b, loc, done, c32(1)));
-    return readTileInfoField(consumer, 0);
+    Value slot = qSlot(consumer, done);
+    barrierWait(qFull(slot), qParity(done));
+    return readTileInfoField(slot, 0);
   };
   // The turns end with the last consumer's arrive on the first consumer's
   // barrier (it cannot know a turn is its last); the first consumer takes
@@ -167,7 +175,7 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
   auto target = [&](const BlockCoordinates &at) {
     if (!persistent)
       return Target{at, consumerRows(consumer, 0)};
-    return Target{readTileInfo(consumer), readTileInfoField(consumer, 3)};
+    return Target{readTileInfo(qs), readTileInfoField(qs, 3)};
   };
   // With O staged apart: the tile and rows, read before the Q rows and the
   // record go back (handBackQ).
@@ -181,7 +189,7 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
   };
   auto handBackQ = [&] {
     if (outputApart)
-      barrierArrive(qEmpty(consumer));
+      barrierArrive(qEmpty(qs));
   };
   auto epilogue = [&](const BlockCoordinates &at,
                       const std::optional<Target> &early, ValueRange max,
@@ -447,21 +455,24 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
   // back at once. The other consumers then have the tensor cores to
   // themselves.
   auto idleTile = [&](const BlockCoordinates &at) {
-    barrierArrive(qEmpty(consumer));
+    barrierArrive(qEmpty(qs));
     return toI32(kvTiles(p, at).count);
   };
   // Each branch reads the tile's record itself: nothing of it stays live
   // across the branch.
-  auto persistentTile = [&](Value iteration) {
+  auto persistentTile = [&](Value iteration, Value done) {
+    if (qSlotPerTile) {
+      qs = qSlot(consumer, done);
+      qDesc = qDescOf(qs);
+    }
     if (perTileSequence) {
       cur = p;
-      narrowToRows(cur, toI64(readTileInfoField(consumer, 2)),
-                   readTileRows(consumer));
+      narrowToRows(cur, toI64(readTileInfoField(qs, 2)), readTileRows(qs));
     }
     if (!skipsIdleRows)
-      return consumeTile(readTileInfo(consumer), iteration);
+      return consumeTile(readTileInfo(qs), iteration);
     Value rows0 = add(
-        mul(toI64(readTileInfoField(consumer, 0)), c64(cfg.blockM)),
+        mul(toI64(readTileInfoField(qs, 0)), c64(cfg.blockM)),
         toI64(mul(consumer, c32(WgmmaForward::kRowsPerWarpgroup))));
     // Read from lane 0, so that ptxas knows the branch warp-uniform.
     Value idle = gpu::ShuffleOp::create(
@@ -472,10 +483,10 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
                      .getShuffleResult();
     return ifElse(
         TypeRange{i32}, cmp(Pred::ne, idle, c32(0)),
-        [&] { return SmallVector<Value>{idleTile(readTileInfo(consumer))}; },
+        [&] { return SmallVector<Value>{idleTile(readTileInfo(qs))}; },
         [&] {
           return SmallVector<Value>{
-              consumeTile(readTileInfo(consumer), iteration)};
+              consumeTile(readTileInfo(qs), iteration)};
         })[0];
   };
   if (!persistent) {
@@ -486,7 +497,9 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
   }
   forEachTile(
       [&] { return c32(kNoTile); }, nextTile,
-      [&](Value, Value iteration, Value) { return persistentTile(iteration); },
+      [&](Value, Value iteration, Value done) {
+        return persistentTile(iteration, done);
+      },
       endTurns);
   // The last store must have read its staging rows before the block exits.
   if (outputApart)

@@ -51,13 +51,17 @@
 // A persistent kernel with room for it (WgmmaForward::stagesOutputApart)
 // stages O in a buffer of its own instead: each consumer hands its Q rows
 // back as soon as its last S has landed, and waits for its last store only
-// before it next writes the buffer.
+// before it next writes the buffer. With room for a second Q tile as well
+// (SharedLayout::qBuffers), tiles alternate between two Q slots per
+// consumer, each with its own barriers and record, and the producer loads
+// a tile's Q before its first K, while the consumers still work on the
+// tile before.
 // Three persistent consumers without a mask skip a tile whose rows all lie
 // past seqlenQ (Builder::skipsIdleRows): the producer arrives on each K/V
 // slot's empty barrier for them as it loads the slot.
 //
 // Shared layout (WgmmaForward::sharedLayout), from a 1024-byte aligned base
-// (the 128-byte swizzle pattern repeats every 1024 bytes): the Q tile,
+// (the 128-byte swizzle pattern repeats every 1024 bytes): the Q tile (or two),
 // `stages` K tiles, `stages` V tiles, the O buffer when staged apart (laid
 // out as the Q tile), the mbarriers, then the consumers' tile records
 // (WgmmaBuilder.h). A tile of R rows is stored as head_dim / 64 panels of R
@@ -91,6 +95,7 @@ Builder::Builder(OpBuilder &b, Location loc, const AttentionSpec &spec,
       d(spec.headDim),
       consumers(config.blockM / WgmmaForward::kRowsPerWarpgroup),
       threads(config.warps * 32), stages(config.stages),
+      qBuffers(layout.qBuffers), qSlots(consumers * layout.qBuffers),
       qBytes(config.blockM * spec.headDim * dtypeBytes(spec.dtype)),
       kvTileBytes(config.blockN * spec.headDim * dtypeBytes(spec.dtype)) {}
 
@@ -140,13 +145,13 @@ void Builder::build(StringRef name, const ModRegions &modRegions) {
     // thread's own reads of the tile record and writes of its Q rows are
     // released to the producer by its own arrive, not through a named
     // barrier and another thread's arrive (racecheck does not compose those).
-    for (int64_t c = 0; c < consumers; ++c) {
-      barrierInit(qFull(c32(c)), 1);
-      barrierInit(qEmpty(c32(c)), kWarpgroupThreads);
+    for (int64_t q = 0; q < qSlots; ++q) {
+      barrierInit(qFull(c32(q)), 1);
+      barrierInit(qEmpty(c32(q)), kWarpgroupThreads);
     }
     for (int64_t s = 0; s < stages; ++s)
       for (int64_t kind = 0; kind < 4; ++kind)
-        barrierInit(slotBarrier(2 * consumers + kind * stages, c32(s)),
+        barrierInit(slotBarrier(2 * qSlots + kind * stages, c32(s)),
                     kind < 2 ? 1
                              : consumers * WgmmaForward::kWarpsPerWarpgroup *
                                    blocksSharingKV);

@@ -111,21 +111,34 @@ WgmmaForward::sharedLayout(const AttentionSpec &spec, const TileConfig &config,
   const int64_t qBytes = config.blockM * rowBytes;
   const int64_t kvBytes = config.stages * config.blockN * rowBytes;
   const int64_t consumers = consumersOf(config);
-  // Q full and Q empty per consumer, then K full, V full, K empty and V
-  // empty per K/V slot.
-  const int64_t barrierBytes =
-      (2 * consumers + 4 * config.stages) * kBarrierBytes;
-  const int64_t recordBytes = consumers * WgmmaForward::recordBytes(spec);
+  // Per Q tile: Q full and Q empty per consumer; then K full, V full, K
+  // empty and V empty per K/V slot. A tile record per consumer and Q tile.
+  auto barrierBytes = [&](int64_t qBuffers) {
+    return (2 * consumers * qBuffers + 4 * config.stages) * kBarrierBytes;
+  };
+  auto recordBytes = [&](int64_t qBuffers) {
+    return consumers * qBuffers * WgmmaForward::recordBytes(spec);
+  };
+  // Bytes of the whole block with `qBuffers` Q tiles and O staged apart.
+  auto apartBytes = [&](int64_t qBuffers) {
+    return kAlignSlack + (qBuffers + 1) * qBytes + 2 * kvBytes +
+           barrierBytes(qBuffers) + recordBytes(qBuffers);
+  };
+  const int64_t limit = sharedLimit(blocksPerSM(consumers));
   SharedLayout l;
-  l.k = qBytes;
+  l.outputApart = persistent && apartBytes(1) <= limit;
+  // A second Q tile pays at head dim 64, where a tile's products are short
+  // beside its Q load and epilogue; at head dim 128 it measured 1-4% slower
+  // unmasked at 512 and 1k and level or slower causal
+  // (bench/results/nvidia-h100-80gb-hbm3-short-lengths.md).
+  l.qBuffers =
+      l.outputApart && spec.headDim <= 64 && apartBytes(2) <= limit ? 2 : 1;
+  l.k = l.qBuffers * qBytes;
   l.v = l.k + kvBytes;
   l.o = l.v + kvBytes;
-  l.outputApart = persistent && kAlignSlack + l.o + qBytes + barrierBytes +
-                                        recordBytes <=
-                                    sharedLimit(blocksPerSM(consumers));
   l.barriers = l.o + (l.outputApart ? qBytes : 0);
-  l.records = l.barriers + barrierBytes;
-  l.bytes = kAlignSlack + l.records + recordBytes;
+  l.records = l.barriers + barrierBytes(l.qBuffers);
+  l.bytes = kAlignSlack + l.records + recordBytes(l.qBuffers);
   return l;
 }
 

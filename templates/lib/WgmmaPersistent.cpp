@@ -69,9 +69,10 @@ void Builder::endTiles(const ForwardParams &p, Value done) {
   // No tile left: each consumer gets the end mark once its rows are free.
   for (int64_t c = 0; c < consumers; ++c) {
     waitQRowsFree(c32(c), done);
-    LLVM::StoreOp::create(b, loc, c32(kNoTile), tileInfo(c32(c)),
+    Value slot = qSlot(c32(c), done);
+    LLVM::StoreOp::create(b, loc, c32(kNoTile), tileInfo(slot),
                           /*alignment=*/4);
-    barrierArrive(qFull(c32(c)));
+    barrierArrive(qFull(slot));
   }
   // A cluster kernel takes no tiles from the counter.
   if (multicast)
@@ -95,30 +96,47 @@ void Builder::endTiles(const ForwardParams &p, Value done) {
   });
 }
 
-Value Builder::tileInfo(Value consumer) {
-  return shared(add(c32(layout.records),
-                    mul(consumer, c32(WgmmaForward::recordBytes(spec)))));
+Value Builder::qSlot(Value consumer, Value done) {
+  if (qBuffers == 1 || !done)
+    return consumer;
+  return add(consumer, mul(remU(done, qBuffers), c32(consumers)));
 }
 
-Value Builder::readTileInfoField(Value consumer, int64_t field) {
+Value Builder::qParity(Value done) {
+  return arith::AndIOp::create(b, loc, divU(done, qBuffers), c32(1));
+}
+
+Value Builder::qSlotRows(Value slot, int64_t panel) {
+  if (qBuffers == 1)
+    return consumerRows(slot, panel);
+  return add(consumerRows(remU(slot, consumers), panel),
+             mul(divU(slot, consumers), c32(qBytes)));
+}
+
+Value Builder::tileInfo(Value slot) {
+  return shared(add(c32(layout.records),
+                    mul(slot, c32(WgmmaForward::recordBytes(spec)))));
+}
+
+Value Builder::readTileInfoField(Value slot, int64_t field) {
   return LLVM::LoadOp::create(b, loc, i32,
                               LLVM::GEPOp::create(b, loc, sharedPtr, i32,
-                                                  tileInfo(consumer),
+                                                  tileInfo(slot),
                                                   ValueRange{c32(field)}),
                               /*alignment=*/4);
 }
 
-KernelIR::SequenceRows Builder::readTileRows(Value consumer) {
-  return {toI64(readTileInfoField(consumer, 4)),
-          toI64(readTileInfoField(consumer, 5)),
-          toI64(readTileInfoField(consumer, 6)),
-          toI64(readTileInfoField(consumer, 7))};
+KernelIR::SequenceRows Builder::readTileRows(Value slot) {
+  return {toI64(readTileInfoField(slot, 4)),
+          toI64(readTileInfoField(slot, 5)),
+          toI64(readTileInfoField(slot, 6)),
+          toI64(readTileInfoField(slot, 7))};
 }
 
-BlockCoordinates Builder::readTileInfo(Value consumer) {
+BlockCoordinates Builder::readTileInfo(Value slot) {
   Value fields[3];
   for (int64_t i = 0; i < 3; ++i)
-    fields[i] = readTileInfoField(consumer, i);
+    fields[i] = readTileInfoField(slot, i);
   BlockCoordinates at;
   at.queryBlock = toI64(fields[0]);
   at.head = toI64(fields[1]);
@@ -128,11 +146,12 @@ BlockCoordinates Builder::readTileInfo(Value consumer) {
 }
 
 void Builder::waitQRowsFree(Value consumer, Value done) {
-  // Q-empty's phase `done - 1` (the consumer's last tile); before the
-  // first tile the parity of the phase before phase 0 returns at once.
-  Value freeParity = arith::XOrIOp::create(
-      b, loc, arith::AndIOp::create(b, loc, done, c32(1)), c32(1));
-  barrierWait(qEmpty(consumer), freeParity);
+  // The phase of the slot's Q-empty before the one this tile fills (the
+  // slot's last tile); at a slot's first tile the parity of the phase
+  // before phase 0 returns at once.
+  Value freeParity =
+      arith::XOrIOp::create(b, loc, qParity(done), c32(1));
+  barrierWait(qEmpty(qSlot(consumer, done)), freeParity);
 }
 
 void Builder::writeTileInfo(const BlockCoordinates &at, Value consumer,
@@ -143,10 +162,11 @@ void Builder::writeTileInfo(const BlockCoordinates &at, Value consumer,
   if (rows)
     fields.append({toI32(rows->qStart), toI32(rows->qLength),
                    toI32(rows->kStart), toI32(rows->kLength)});
+  Value slot = qSlot(consumer, done);
   for (int64_t i = 0; i < static_cast<int64_t>(fields.size()); ++i)
     LLVM::StoreOp::create(b, loc, fields[i],
                           LLVM::GEPOp::create(b, loc, sharedPtr, i32,
-                                              tileInfo(consumer),
+                                              tileInfo(slot),
                                               ValueRange{c32(i)}),
                           /*alignment=*/4);
 }

@@ -41,13 +41,15 @@ void Builder::emitProducer(const ForwardParams &p, Value tid) {
   auto boxBatch = [&](const BlockCoordinates &at) {
     return spec.varlen ? c64(0) : at.batch;
   };
-  // Each consumer's 64 rows of Q, one box per 64-column panel.
+  // Each consumer's 64 rows of Q, one box per 64-column panel, into its
+  // Q slot `slot`.
   auto forEachQBox = [&](const BlockCoordinates &at, Value consumer,
+                         Value slot,
                          function_ref<void(Value dst, ValueRange coords)> f) {
     Value row = add(mul(at.queryBlock, c64(cfg.blockM)),
                     toI64(mul(consumer, c32(WgmmaForward::kRowsPerWarpgroup))));
     for (int64_t panel = 0; panel < d / WgmmaForward::kPanelCols; ++panel)
-      f(sharedAddress(consumerRows(consumer, panel)),
+      f(sharedAddress(qSlotRows(slot, panel)),
         {c32(panel * WgmmaForward::kPanelCols),
          toI32(boxRow(row, cur.qRowBase)),
          toI32(at.head), toI32(boxBatch(at))});
@@ -107,20 +109,29 @@ void Builder::emitProducer(const ForwardParams &p, Value tid) {
     Value first = toI32(kvTile(range, c32(0)));
     if (skipsIdleRows)
       idle = idleWarps(cur, at);
-    // Q after the first K: K_0 fills a slot freed early in the last tile,
-    // Q waits until each consumer frees its rows (after its last S with O
-    // staged apart, else once its O, staged there, is stored).
+    auto loadQ = [&] {
+      for (int64_t c = 0; c < consumers; ++c) {
+        if (persistent)
+          writeTileInfo(at, c32(c), done, spec.varlen ? &sequence : nullptr);
+        // The arrive releases the record above to the consumer.
+        Value slot = qSlot(c32(c), done);
+        barrierExpect(qFull(slot), qRowBytes);
+        forEachQBox(at, c32(c), slot, [&](Value dst, ValueRange coords) {
+          tmaLoad(qMap, dst, qFull(slot), coords);
+        });
+      }
+    };
+    // With one Q tile, Q after the first K: K_0 fills a slot freed early in
+    // the last tile, Q waits until each consumer frees its rows (after its
+    // last S with O staged apart, else once its O, staged there, is
+    // stored). With two, Q first: its slot was freed a tile ago, so it
+    // loads under the last tile's products.
     SmallVector<Value> firstRows = pagedRows(first);
+    if (qBuffers == 2)
+      loadQ();
     loadKV(at, first, iteration, /*isK=*/true, firstRows);
-    for (int64_t c = 0; c < consumers; ++c) {
-      if (persistent)
-        writeTileInfo(at, c32(c), done, spec.varlen ? &sequence : nullptr);
-      // The arrive releases the record above to the consumer.
-      barrierExpect(qFull(c32(c)), qRowBytes);
-      forEachQBox(at, c32(c), [&](Value dst, ValueRange coords) {
-        tmaLoad(qMap, dst, qFull(c32(c)), coords);
-      });
-    }
+    if (qBuffers == 1)
+      loadQ();
     loadKV(at, first, iteration, /*isK=*/false, firstRows);
     auto kvLoop = scf::ForOp::create(
         b, loc, c32(1), toI32(numTiles), c32(1), ValueRange{},

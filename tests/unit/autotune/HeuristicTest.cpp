@@ -496,6 +496,22 @@ TEST_CASE("wgmma: every candidate fits sm_90's shared memory; a larger "
   WgmmaForward::SharedLayout two =
       WgmmaForward::sharedLayout(benchSpec(128, false), n160, true);
   CHECK(two.bytes == 1024 + two.records + 2 * 16);
+  // One Q tile where a second does not fit (head dim 128, n160), the
+  // kernel is not persistent or the head dim is above 64; two, with a
+  // record per consumer and Q tile, where it does (head dim 64 at n128).
+  CHECK(two.qBuffers == 1);
+  CHECK(two.k == 128 * 128 * 2);
+  CHECK(WgmmaForward::sharedLayout(benchSpec(64, true), m192, false)
+            .qBuffers == 1);
+  const TileConfig n128{"wgmma_persistent", 128, 128, 2, 12};
+  WgmmaForward::SharedLayout doubled =
+      WgmmaForward::sharedLayout(benchSpec(64, true), n128, true);
+  CHECK(doubled.qBuffers == 2);
+  CHECK(doubled.k == 2 * 128 * 64 * 2);
+  CHECK(doubled.bytes == 1024 + doubled.records + 2 * 2 * 16);
+  CHECK(doubled.bytes <= 232448);
+  CHECK(WgmmaForward::sharedLayout(benchSpec(128, true), n128, true)
+            .qBuffers == 1);
 
   // Clusters of two share K/V tiles: without a mask only (both blocks need
   // the same tiles), from head dim 128, with O staged apart as the

@@ -72,16 +72,21 @@ public:
   static unsigned consumerRegisters(int64_t consumers, bool persistent,
                                     bool causal);
   /// Where the kernel's shared memory goes, in bytes from its 1024-aligned
-  /// base: the Q tile, `stages` K tiles, `stages` V tiles, the O buffer
-  /// when O is staged apart, the mbarriers, each consumer's tile record
-  /// (kRecordBytes). The IR builder lays it out so and resources() reports
-  /// `bytes`.
+  /// base: `qBuffers` Q tiles, `stages` K tiles, `stages` V tiles, the O
+  /// buffer when O is staged apart, the mbarriers, each consumer's tile
+  /// record per Q tile (kRecordBytes). The IR builder lays it out so and
+  /// resources() reports `bytes`.
   struct SharedLayout {
     int64_t k = 0, v = 0, o = 0, barriers = 0, records = 0;
     /// The whole block's bytes, the alignment slack included.
     int64_t bytes = 0;
     /// See stagesOutputApart.
     bool outputApart = false;
+    /// Two where a persistent kernel with O staged apart at head dim 64
+    /// has room for a second Q tile: the producer then loads a tile's Q (and writes its
+    /// record) while the consumers still work on the tile before, rather
+    /// than once they have released their Q rows; one otherwise.
+    int64_t qBuffers = 1;
   };
   static SharedLayout sharedLayout(const AttentionSpec &spec,
                                    const TileConfig &config, bool persistent);
