@@ -34,6 +34,24 @@ struct DecodeParams {
   Value blockTableStride, kvCapacity, numPages, numSplits, scaleLog2;
 };
 
+/// A paged K/V tile's pages, read from the block table once for K and V
+/// and ahead of the copies (the split kernel reads them before it waits
+/// for the tile in work, so the reads' latency hides behind that wait).
+/// This holds where a tile starts on a page boundary and a thread's rows
+/// (tid / chunksPerRow + i * rowsPerRound) fall on the same page slots in
+/// every tile: the tile a whole number of pages (blockN % pageSize == 0)
+/// whose size a whole number of rounds (pageSize % rowsPerRound == 0), or
+/// the page a whole number of tiles. `page[s]` is slot s's page id (i64,
+/// 0 where outside the pool), `inPool[s]` whether it was inside. Slots
+/// past the sequence read the table at its last key. Empty: each row
+/// reads the table itself.
+struct TilePages {
+  SmallVector<Value> page, inPool;
+  /// Rows per slot; a slot of the whole tile when the page holds it.
+  int64_t slotRows = 0;
+  bool empty() const { return page.empty(); }
+};
+
 /// One thread's share of a row group's softmax state after the KV loop:
 /// per row state (m tile, row half) the max in base 2 (scaled) and the row
 /// sum (reduced over the quad), and the O accumulators.
@@ -72,13 +90,18 @@ private:
   /// `tileOffset`; keys at or past kvLen are zero-filled.
   void copyKeys(const DecodeParams &p, Value base, ValueRange strides,
                 Value batch, Value kvHead, Value firstKey, Value kvLen,
-                Value tileOffset);
+                Value tileOffset, const TilePages &pages);
   /// copyKeys through the block table: key n sits at row n % pageSize of
   /// page blockTable[batch][n / pageSize]; a page id outside the pool
-  /// reads zeros.
+  /// reads zeros. With `pages` (tilePages of the same tile), the table is
+  /// not read here.
   void copyPagedKeys(const DecodeParams &p, Value base, ValueRange strides,
                      Value batch, Value kvHead, Value firstKey, Value kvLen,
-                     Value tileOffset);
+                     Value tileOffset, const TilePages *pages);
+  /// The block-table reads of the tile at `firstKey`, where every tile's
+  /// rows fall on its pages alike (TilePages); empty otherwise.
+  TilePages tilePages(const DecodeParams &p, Value batch, Value firstKey,
+                      Value kvLen);
   /// Merges the partial softmax of the warpsN warps of each row group
   /// (exact, by their maxima) into the warps with wn = 0, through shared
   /// memory at `scratchOffset`; returns, for those, the merged state.

@@ -97,17 +97,51 @@ void Builder::copyQueries(const DecodeParams &p, Value batch, Value headBase) {
 
 void Builder::copyKeys(const DecodeParams &p, Value base, ValueRange strides,
                        Value batch, Value kvHead, Value firstKey, Value kvLen,
-                       Value tileOffset) {
+                       Value tileOffset, const TilePages &pages) {
   if (dspec.paged())
     return copyPagedKeys(p, base, strides, batch, kvHead, firstKey, kvLen,
-                         tileOffset);
+                         tileOffset, pages.empty() ? nullptr : &pages);
   copyTile(base, strides, batch, kvHead, firstKey, kvLen, tiling.blockN,
            tileOffset);
 }
 
+TilePages Builder::tilePages(const DecodeParams &p, Value batch,
+                             Value firstKey, Value kvLen) {
+  TilePages pages;
+  const int64_t pageSize = dspec.pageSize, blockN = tiling.blockN;
+  const int64_t rowsPerRound = threads / (d / 8);
+  if (!dspec.paged() || bulk)
+    return pages;
+  if (blockN % pageSize == 0 && pageSize % rowsPerRound == 0)
+    pages.slotRows = pageSize;
+  else if (pageSize % blockN == 0)
+    pages.slotRows = blockN;
+  else
+    return pages;
+  Value table =
+      globalAddress(p.blockTable, i32, mul(batch, p.blockTableStride));
+  // kvLen 0 reads the sequence's first entry, which the table has.
+  Value lastKey = maxS(sub(kvLen, c64(1)), c64(0));
+  for (int64_t slot = 0; slot * pages.slotRows < blockN; ++slot) {
+    Value key = minS(add(firstKey, c64(slot * pages.slotRows)), lastKey);
+    Value page = arith::ExtSIOp::create(
+        b, loc, i64,
+        LLVM::LoadOp::create(b, loc, i32,
+                             globalAddress(table, i32, divU(key, pageSize)),
+                             4));
+    Value inPool = arith::AndIOp::create(b, loc, cmp(Pred::sge, page, c64(0)),
+                                         cmp(Pred::slt, page, p.numPages));
+    pages.page.push_back(
+        arith::SelectOp::create(b, loc, inPool, page, c64(0)));
+    pages.inPool.push_back(inPool);
+  }
+  return pages;
+}
+
 void Builder::copyPagedKeys(const DecodeParams &p, Value base,
                             ValueRange strides, Value batch, Value kvHead,
-                            Value firstKey, Value kvLen, Value tileOffset) {
+                            Value firstKey, Value kvLen, Value tileOffset,
+                            const TilePages *pages) {
   const int64_t chunksPerRow = d / 8;
   const int64_t rowsPerRound = threads / chunksPerRow;
   const int64_t pageSize = dspec.pageSize;
@@ -122,21 +156,32 @@ void Builder::copyPagedKeys(const DecodeParams &p, Value base,
   for (int64_t round = 0; round * rowsPerRound < tiling.blockN; ++round) {
     Value key = add(firstKey, add(row0, c64(round * rowsPerRound)));
     Value inSequence = cmp(Pred::slt, key, kvLen);
-    // Keys past the end look up the last page the sequence has, which the
-    // table holds; nothing is read for them.
-    Value clamped = minS(key, lastKey);
-    Value page = arith::ExtSIOp::create(
-        b, loc, i64,
-        LLVM::LoadOp::create(b, loc, i32,
-                             globalAddress(table, i32, divU(clamped, pageSize)),
-                             4));
-    Value inPool = arith::AndIOp::create(b, loc, cmp(Pred::sge, page, c64(0)),
-                                         cmp(Pred::slt, page, p.numPages));
-    Value valid = arith::AndIOp::create(b, loc, inSequence, inPool);
-    Value safePage = arith::SelectOp::create(b, loc, inPool, page, c64(0));
-    Value offset = add(add(mul(safePage, strides[0]),
-                           mul(remU(clamped, pageSize), strides[2])),
-                       headColumn);
+    Value valid, safePage, inPage;
+    if (pages) {
+      // The round's rows lie on one slot's page; a row past the sequence
+      // reads nothing, from a row of that (safe) page.
+      const int64_t slot = round * rowsPerRound / pages->slotRows;
+      valid = arith::AndIOp::create(b, loc, inSequence, pages->inPool[slot]);
+      safePage = pages->page[slot];
+      inPage = remU(key, pageSize);
+    } else {
+      // Keys past the end look up the last page the sequence has, which
+      // the table holds; nothing is read for them.
+      Value clamped = minS(key, lastKey);
+      Value page = arith::ExtSIOp::create(
+          b, loc, i64,
+          LLVM::LoadOp::create(
+              b, loc, i32, globalAddress(table, i32, divU(clamped, pageSize)),
+              4));
+      Value inPool =
+          arith::AndIOp::create(b, loc, cmp(Pred::sge, page, c64(0)),
+                                cmp(Pred::slt, page, p.numPages));
+      valid = arith::AndIOp::create(b, loc, inSequence, inPool);
+      safePage = arith::SelectOp::create(b, loc, inPool, page, c64(0));
+      inPage = remU(clamped, pageSize);
+    }
+    Value offset = add(
+        add(mul(safePage, strides[0]), mul(inPage, strides[2])), headColumn);
     Value from = globalAddress(base, elt, offset);
     Value bytes = arith::SelectOp::create(b, loc, valid, c32(16), c32(0));
     Value dst =
@@ -197,19 +242,18 @@ void Builder::emitSplitKernel(StringRef name) {
   Value numTiles = maxS(minS(sub(tiles, firstTile), perSplit), c64(0));
   auto keyOf = [&](Value j) { return mul(add(firstTile, j), c64(t.blockN)); };
 
-  auto copyTileJ = [&](Value j, Value slotOffset) {
-    Value n0 = keyOf(j);
-    copyKeys(p, p.k, p.kStrides, batch, kvHead, n0, kvLen,
-             add(c64(kTileOffset), slotOffset));
-    copyKeys(p, p.v, p.vStrides, batch, kvHead, n0, kvLen,
-             add(c64(vTileOffset), slotOffset));
-  };
-  auto copyIfTile = [&](Value j, Value slotOffset) {
+  // Tile j's K and V rows; `pages`: its block-table reads (tilePages),
+  // or empty.
+  auto copyIfTile = [&](Value j, Value slotOffset, const TilePages &pages) {
     OpBuilder::InsertionGuard g(b);
     auto more = scf::IfOp::create(b, loc, cmp(Pred::slt, j, numTiles),
                                   /*withElse=*/false);
     b.setInsertionPoint(more.thenBlock()->getTerminator());
-    copyTileJ(j, slotOffset);
+    Value n0 = keyOf(j);
+    copyKeys(p, p.k, p.kStrides, batch, kvHead, n0, kvLen,
+             add(c64(kTileOffset), slotOffset), pages);
+    copyKeys(p, p.v, p.vStrides, batch, kvHead, n0, kvLen,
+             add(c64(vTileOffset), slotOffset), pages);
   };
   // Bulk copies: warp 0 issues tile j into stage j % stages.
   Value copyWarp = cmp(Pred::eq, warp, c64(0));
@@ -236,7 +280,8 @@ void Builder::emitSplitKernel(StringRef name) {
     NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
   } else {
     for (int64_t s = 0; s + 1 < t.stages; ++s) {
-      copyIfTile(c64(s), c64(s * stageBytes));
+      copyIfTile(c64(s), c64(s * stageBytes),
+                 tilePages(p, batch, keyOf(c64(s)), kvLen));
       NVVM::CpAsyncCommitGroupOp::create(b, loc);
     }
     NVVM::CpAsyncWaitGroupOp::create(b, loc, t.stages - 1);
@@ -297,10 +342,12 @@ void Builder::emitSplitKernel(StringRef name) {
           waitStage(j);
         } else {
           // Tile j has landed and every warp is done with tile j - 1,
-          // whose buffer now receives tile j + stages - 1.
+          // whose buffer now receives tile j + stages - 1. That tile's
+          // block-table reads go first, under the wait.
+          TilePages pages = tilePages(p, batch, keyOf(next), kvLen);
           NVVM::CpAsyncWaitGroupOp::create(b, loc, t.stages - 2);
           gpu::BarrierOp::create(b, loc);
-          copyIfTile(next, mul(remU(next, t.stages), c64(stageBytes)));
+          copyIfTile(next, mul(remU(next, t.stages), c64(stageBytes)), pages);
           NVVM::CpAsyncCommitGroupOp::create(b, loc);
         }
         Value slot = mul(remU(j, t.stages), c64(stageBytes));
