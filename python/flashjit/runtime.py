@@ -19,7 +19,7 @@ from .spec import AttentionSpec, _int
 
 
 # Template families whose kernels take tiles from a per-stream counter
-# (runtime/lib/Context.cpp, Kernel::TileCounters).
+# (runtime/lib/Kernel.cpp, Kernel::TileCounters).
 TILE_COUNTER_FAMILIES = frozenset({"wgmma_persistent", "wgmma_cluster"})
 
 

@@ -276,7 +276,8 @@ public:
 
 private:
   friend class Context;
-  /// The per-length kernels of one spec, shared by them (Context.cpp).
+  /// The per-length kernels of one spec, shared by them
+  /// (KernelLengthChoice.h).
   struct LengthChoice;
   /// forward() on this kernel's own config; with `varlen`, the packed
   /// batch of forwardVarlen() (args is its `packed`).
