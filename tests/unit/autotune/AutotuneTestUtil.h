@@ -18,6 +18,13 @@ inline std::string errorMessage(llvm::Error err) {
   return err ? llvm::toString(std::move(err)) : std::string();
 }
 
+/// The template of a family the library builds.
+inline const KernelTemplate &templateOf(const char *family) {
+  auto tmpl = findTemplate(family);
+  REQUIRE(static_cast<bool>(tmpl));
+  return **tmpl;
+}
+
 inline DeviceModel knownGPU(llvm::StringRef name) {
   auto model = lookupKnownGPU(name);
   REQUIRE(static_cast<bool>(model));
