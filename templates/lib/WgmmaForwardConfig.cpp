@@ -128,9 +128,8 @@ WgmmaForward::sharedLayout(const AttentionSpec &spec, const TileConfig &config,
   SharedLayout l;
   l.outputApart = persistent && apartBytes(1) <= limit;
   // A second Q tile pays at head dim 64, where a tile's products are short
-  // beside its Q load and epilogue; at head dim 128 it measured 1-4% slower
-  // unmasked at 512 and 1k and level or slower causal
-  // (bench/results/nvidia-h100-80gb-hbm3-short-lengths.md).
+  // beside its Q load and epilogue; at head dim 128 it does not
+  // (docs/performance.md, two Q tiles per consumer).
   l.qBuffers =
       l.outputApart && spec.headDim <= 64 && apartBytes(2) <= limit ? 2 : 1;
   l.k = l.qBuffers * qBytes;

@@ -98,6 +98,14 @@ private:
   void copyPagedKeys(const DecodeParams &p, Value base, ValueRange strides,
                      Value batch, Value kvHead, Value firstKey, Value kvLen,
                      Value tileOffset, const TilePages *pages);
+  /// The page of key `key` (i64, within the sequence's pages) from the
+  /// sequence's row `table` of the block table: its id (i64; 0 where the
+  /// id lies outside the pool, so that an address from it stays inside)
+  /// and whether it lies inside.
+  struct TablePage {
+    Value page, inPool;
+  };
+  TablePage tablePage(const DecodeParams &p, Value table, Value key);
   /// The block-table reads of the tile at `firstKey`, where every tile's
   /// rows fall on its pages alike (TilePages); empty otherwise.
   TilePages tilePages(const DecodeParams &p, Value batch, Value firstKey,

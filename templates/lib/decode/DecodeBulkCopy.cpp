@@ -90,15 +90,10 @@ void Builder::bulkCopyTile(const DecodeParams &p, Value batch, Value kvHead,
       row.offsetK = rowOffset(p.kStrides, batch, kvHead, key);
       row.offsetV = rowOffset(p.vStrides, batch, kvHead, key);
     } else {
-      const int64_t pageSize = dspec.pageSize;
-      Value page = arith::ExtSIOp::create(
-          b, loc, i64,
-          LLVM::LoadOp::create(
-              b, loc, i32, globalAddress(table, i32, divU(key, pageSize)), 4));
-      row.valid = arith::AndIOp::create(b, loc, cmp(Pred::sge, page, c64(0)),
-                                        cmp(Pred::slt, page, p.numPages));
-      Value safePage = arith::SelectOp::create(b, loc, row.valid, page, c64(0));
-      Value inPage = remU(key, pageSize);
+      TablePage page = tablePage(p, table, key);
+      row.valid = page.inPool;
+      Value safePage = page.page;
+      Value inPage = remU(key, dspec.pageSize);
       row.offsetK =
           add(add(mul(safePage, p.kStrides[0]), mul(inPage, p.kStrides[2])),
               mul(kvHead, p.kStrides[1]));

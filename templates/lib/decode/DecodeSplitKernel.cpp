@@ -105,6 +105,18 @@ void Builder::copyKeys(const DecodeParams &p, Value base, ValueRange strides,
            tileOffset);
 }
 
+Builder::TablePage Builder::tablePage(const DecodeParams &p, Value table,
+                                      Value key) {
+  Value page = arith::ExtSIOp::create(
+      b, loc, i64,
+      LLVM::LoadOp::create(
+          b, loc, i32, globalAddress(table, i32, divU(key, dspec.pageSize)),
+          4));
+  Value inPool = arith::AndIOp::create(b, loc, cmp(Pred::sge, page, c64(0)),
+                                       cmp(Pred::slt, page, p.numPages));
+  return {arith::SelectOp::create(b, loc, inPool, page, c64(0)), inPool};
+}
+
 TilePages Builder::tilePages(const DecodeParams &p, Value batch,
                              Value firstKey, Value kvLen) {
   TilePages pages;
@@ -124,16 +136,9 @@ TilePages Builder::tilePages(const DecodeParams &p, Value batch,
   Value lastKey = maxS(sub(kvLen, c64(1)), c64(0));
   for (int64_t slot = 0; slot * pages.slotRows < blockN; ++slot) {
     Value key = minS(add(firstKey, c64(slot * pages.slotRows)), lastKey);
-    Value page = arith::ExtSIOp::create(
-        b, loc, i64,
-        LLVM::LoadOp::create(b, loc, i32,
-                             globalAddress(table, i32, divU(key, pageSize)),
-                             4));
-    Value inPool = arith::AndIOp::create(b, loc, cmp(Pred::sge, page, c64(0)),
-                                         cmp(Pred::slt, page, p.numPages));
-    pages.page.push_back(
-        arith::SelectOp::create(b, loc, inPool, page, c64(0)));
-    pages.inPool.push_back(inPool);
+    TablePage page = tablePage(p, table, key);
+    pages.page.push_back(page.page);
+    pages.inPool.push_back(page.inPool);
   }
   return pages;
 }
@@ -168,16 +173,9 @@ void Builder::copyPagedKeys(const DecodeParams &p, Value base,
       // Keys past the end look up the last page the sequence has, which
       // the table holds; nothing is read for them.
       Value clamped = minS(key, lastKey);
-      Value page = arith::ExtSIOp::create(
-          b, loc, i64,
-          LLVM::LoadOp::create(
-              b, loc, i32, globalAddress(table, i32, divU(clamped, pageSize)),
-              4));
-      Value inPool =
-          arith::AndIOp::create(b, loc, cmp(Pred::sge, page, c64(0)),
-                                cmp(Pred::slt, page, p.numPages));
-      valid = arith::AndIOp::create(b, loc, inSequence, inPool);
-      safePage = arith::SelectOp::create(b, loc, inPool, page, c64(0));
+      TablePage page = tablePage(p, table, clamped);
+      valid = arith::AndIOp::create(b, loc, inSequence, page.inPool);
+      safePage = page.page;
       inPage = remU(clamped, pageSize);
     }
     Value offset = add(

@@ -43,8 +43,8 @@ TEST_CASE("wgmma: every candidate fits sm_90's shared memory; a larger "
   llvm::Error three = wgmma.checkConfig(benchSpec(64, false),
                                         TileConfig{"wgmma", 192, 176, 2, 16});
   REQUIRE(static_cast<bool>(three));
-  CHECK(errorMessage(std::move(three)).find("more than the 160 that 3 consumer") !=
-        std::string::npos);
+  CHECK(errorMessage(std::move(three))
+            .find("more than the 160 that 3 consumer") != std::string::npos);
   // The register split (setmaxnreg): the producer keeps 24 with two
   // consumers and 32 with three, persistent too, except persistent causal
   // with two consumers (40); the consumers share the rest of the block's

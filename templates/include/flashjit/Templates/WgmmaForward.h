@@ -83,9 +83,10 @@ public:
     /// See stagesOutputApart.
     bool outputApart = false;
     /// Two where a persistent kernel with O staged apart at head dim 64
-    /// has room for a second Q tile: the producer then loads a tile's Q (and writes its
-    /// record) while the consumers still work on the tile before, rather
-    /// than once they have released their Q rows; one otherwise.
+    /// has room for a second Q tile: the producer then loads a tile's Q
+    /// (and writes its record) while the consumers still work on the tile
+    /// before, rather than once they have released their Q rows; one
+    /// otherwise.
     int64_t qBuffers = 1;
   };
   static SharedLayout sharedLayout(const AttentionSpec &spec,
