@@ -2,8 +2,10 @@
 // Why: forward() is the hot path: it checks the arguments against the
 // spec, picks the kernel of the call's length class (two compares when the
 // call stays in the handle's own class), encodes the tensor maps, takes a
-// tile counter for persistent kernels and launches on the caller's stream
-// with the module's context current. Every error carries an ErrorCode.
+// tile counter for persistent kernels (and, block-sparse, sorts their
+// query blocks longest first: TileOrderKernel.h) and launches on the
+// caller's stream with the module's context current. Every error carries
+// an ErrorCode.
 #include "flashjit/FlashJIT.h"
 
 #include "KernelLengthChoice.h"
@@ -14,8 +16,10 @@
 #include "flashjit/Runtime/Launch.h"
 #include "flashjit/Runtime/ModuleLoader.h"
 #include "flashjit/Runtime/ScopedContext.h"
+#include "flashjit/Runtime/StreamBuffers.h"
 #include "flashjit/Runtime/TensorMaps.h"
 #include "flashjit/Templates/KernelTemplate.h"
+#include "flashjit/Templates/TileOrderKernel.h"
 
 #include <mutex>
 #include <unordered_map>
@@ -139,6 +143,17 @@ struct Kernel::TileCounters {
   }
 };
 
+/// The order kernel of a block-sparse persistent kernel's module and the
+/// orders it writes, one buffer per stream (StreamBuffers: launches on one
+/// stream run in turn, the forward reading the order its launch wrote),
+/// and one per launch captured into a CUDA graph, as the tile counters.
+struct Kernel::TileOrder {
+  explicit TileOrder(int deviceOrdinal)
+      : buffers(deviceOrdinal, /*ownWhileCapturing=*/true) {}
+  CUfunction function = nullptr;
+  StreamBuffers buffers;
+};
+
 Kernel::Kernel(AttentionSpec spec, KernelInfo info, std::string ptx,
                std::unique_ptr<LoadedModule> module, std::string deviceError,
                ConfigOrigin origin)
@@ -159,6 +174,21 @@ Kernel::Kernel(AttentionSpec spec, KernelInfo info, std::string ptx,
   Counters = std::make_unique<TileCounters>();
   if (Module)
     Counters->context = Module->context();
+  if (!usesTileOrder(Spec, Info.config))
+    return;
+  Order = std::make_unique<TileOrder>(Module ? Module->deviceOrdinal() : 0);
+  if (!Module)
+    return;
+  auto drv = CudaDriver::get();
+  llvm::Error err =
+      drv ? FLASHJIT_CU(*drv, cuModuleGetFunction, &Order->function,
+                        Module->module(),
+                        tileOrderKernelName(Info.name).c_str())
+          : drv.takeError();
+  if (err) {
+    DeviceError = llvm::toString(std::move(err));
+    Module.reset();
+  }
 }
 
 Kernel::~Kernel() = default;
@@ -183,6 +213,9 @@ llvm::Error Kernel::prepareLaunch(const ForwardArgs &args,
                                       *layouts ? &**layouts : nullptr, params,
                                       Module->deviceOrdinal()))
     return withCode(ErrorCode::LaunchError, std::move(err));
+  // A kernel that takes a tile order takes the natural one until
+  // launchTileOrder says otherwise.
+  params.variant.hasTileOrder = Order != nullptr;
   // A kernel that takes tiles from a counter gets this stream's.
   if (Counters) {
     auto counter = Counters->forLaunch(args.stream);
@@ -190,6 +223,40 @@ llvm::Error Kernel::prepareLaunch(const ForwardArgs &args,
       return withCode(ErrorCode::LaunchError, counter.takeError());
     params.args.tileCounter = *counter;
   }
+  return llvm::Error::success();
+}
+
+llvm::Error Kernel::launchTileOrder(const ForwardArgs &args,
+                                    ForwardLaunchParams &params) const {
+  // One order row per list row (the lists' batch and heads: each the
+  // problem's, or 1 for lists shared by every sequence or head).
+  const auto &counts = args.blockMask.kvNumBlocks;
+  const int64_t listBatch = counts.shape[0], listHeads = counts.shape[1];
+  const int64_t rowElements =
+      tileOrderRowElements(args.q.shape[2], Info.config.blockM);
+  const size_t bytes = static_cast<size_t>(listBatch * listHeads *
+                                           rowElements) *
+                       sizeof(int32_t);
+  auto order = Order->buffers.forStream(args.stream, bytes, /*zeroed=*/false);
+  if (!order)
+    return withCode(ErrorCode::LaunchError, order.takeError());
+  TileOrderLaunchParams sorting;
+  sorting.seqlenQ = params.args.seqlenQ;
+  sorting.seqlenK = params.args.seqlenK;
+  sorting.lists.fill({}, args.blockMask);
+  sorting.order = reinterpret_cast<void *>(*order);
+  auto pointers = sorting.pointers();
+  auto drv = CudaDriver::get();
+  if (!drv)
+    return withCode(ErrorCode::LaunchError, drv.takeError());
+  if (auto err = launchInCurrentContext(
+          *drv, Order->function, tileOrderGeometry(listBatch, listHeads),
+          pointers.data(), args.stream))
+    return withCode(ErrorCode::LaunchError, std::move(err));
+  params.variant.tileOrder = reinterpret_cast<const void *>(*order);
+  params.variant.tileOrderStrides = {
+      listBatch == 1 ? 0 : listHeads * rowElements,
+      listHeads == 1 ? 0 : rowElements};
   return llvm::Error::success();
 }
 
@@ -250,6 +317,9 @@ llvm::Error Kernel::launchOwn(const ForwardArgs &args,
   ForwardLaunchParams params;
   if (auto err = prepareLaunch(args, params))
     return err;
+  if (Order)
+    if (auto err = launchTileOrder(args, params))
+      return err;
   LaunchGeometry geometry;
   if (varlen) {
     if (varlen->batch == 0)

@@ -41,6 +41,11 @@ unsigned VariantLaunchParams::appendPointers(void **p, unsigned i) {
   if (hasBlockMask)
     for (Capture &c : blockMask)
       add(c);
+  if (hasTileOrder) {
+    p[i++] = &tileOrder;
+    p[i++] = &tileOrderStrides[0];
+    p[i++] = &tileOrderStrides[1];
+  }
   if (varlen)
     for (const void *&offsets : cuSeqlens)
       p[i++] = &offsets;
@@ -73,6 +78,16 @@ BlockMaskLaunchParams::pointers() {
   p[0] = &seqlenQ;
   p[1] = &seqlenK;
   variant.appendPointers(p.data(), 2);
+  return p;
+}
+
+std::array<void *, TileOrderLaunchParams::kMaxParams>
+TileOrderLaunchParams::pointers() {
+  std::array<void *, kMaxParams> p{};
+  p[0] = &seqlenQ;
+  p[1] = &seqlenK;
+  unsigned i = lists.appendPointers(p.data(), 2);
+  p[i] = &order;
   return p;
 }
 

@@ -10,12 +10,19 @@ namespace flashjit {
 llvm::Expected<CUdeviceptr>
 StreamBuffers::forStream(CUstream stream, size_t bytes, bool zeroed) {
   std::lock_guard<std::mutex> lock(Mutex);
-  auto &slot = ByStream[stream];
-  if (slot.first && slot.second >= bytes)
-    return slot.first;
   auto drv = CudaDriver::get();
   if (!drv)
     return drv.takeError();
+  if (OwnWhileCapturing) {
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (auto err = FLASHJIT_CU(*drv, cuStreamIsCapturing, stream, &capture))
+      return std::move(err);
+    if (capture == CU_STREAM_CAPTURE_STATUS_ACTIVE)
+      return capturedBuffer(*drv, stream, bytes, zeroed);
+  }
+  auto &slot = ByStream[stream];
+  if (slot.first && slot.second >= bytes)
+    return slot.first;
   // The device's own context, whatever the calling thread has current.
   auto scope = ScopedContext::enterDevice(*drv, DeviceOrdinal);
   if (!scope)
@@ -39,8 +46,33 @@ StreamBuffers::forStream(CUstream stream, size_t bytes, bool zeroed) {
   return fresh;
 }
 
+llvm::Expected<CUdeviceptr>
+StreamBuffers::capturedBuffer(const CudaDriver &drv, CUstream stream,
+                              size_t bytes, bool zeroed) {
+  auto scope = ScopedContext::enterDevice(drv, DeviceOrdinal);
+  if (!scope)
+    return scope.takeError();
+  // Whole words, so that a 32-bit memset node can zero it.
+  bytes = (bytes + 3) / 4 * 4;
+  // Allocating is allowed during a capture in relaxed mode only.
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  if (auto err = FLASHJIT_CU(drv, cuThreadExchangeStreamCaptureMode, &mode))
+    return std::move(err);
+  CUdeviceptr fresh = 0;
+  llvm::Error err = FLASHJIT_CU(drv, cuMemAlloc, &fresh, bytes);
+  (void)drv.cuThreadExchangeStreamCaptureMode(&mode);
+  if (err)
+    return std::move(err);
+  Captured.push_back(fresh);
+  if (zeroed)
+    if (auto err = FLASHJIT_CU(drv, cuMemsetD32Async, fresh, 0, bytes / 4,
+                               stream))
+      return std::move(err);
+  return fresh;
+}
+
 StreamBuffers::~StreamBuffers() {
-  bool any = false;
+  bool any = !Captured.empty();
   for (auto &[stream, buffer] : ByStream)
     any |= buffer.first != 0;
   if (!any)
@@ -58,6 +90,8 @@ StreamBuffers::~StreamBuffers() {
   for (auto &[stream, buffer] : ByStream)
     if (buffer.first)
       (void)drv->cuMemFree(buffer.first);
+  for (CUdeviceptr buffer : Captured)
+    (void)drv->cuMemFree(buffer);
 }
 
 } // namespace flashjit

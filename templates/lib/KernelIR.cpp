@@ -32,6 +32,8 @@ void KernelIR::appendVariantArgTypes(SmallVectorImpl<Type> &argTypes) {
       argTypes.push_back(globalPtr);
       argTypes.append(rank, i64);
     }
+  if (takesTileOrder)
+    argTypes.append({globalPtr, i64, i64});
   if (spec.varlen)
     argTypes.append(2, globalPtr);
   if (spec.paged())
@@ -55,6 +57,11 @@ void KernelIR::bindVariantArgs(ValueRange args, unsigned at,
         list.strides.push_back(args[at++]);
       p.blockMask.push_back(list);
     }
+  if (takesTileOrder) {
+    p.tileOrder = args[at++];
+    p.tileOrderStrides = {args[at], args[at + 1]};
+    at += 2;
+  }
   if (spec.varlen) {
     p.cuSeqlensQ = args[at++];
     p.cuSeqlensK = args[at++];

@@ -40,6 +40,11 @@ struct ForwardParams {
   /// capture: kv_num_blocks [B, H, Mq], kv_indices [B, H, Mq, Nk], then the
   /// same two for the full blocks (a null pointer when there are none).
   llvm::SmallVector<Capture> blockMask;
+  /// A kernel that takes a tile order (TileOrderKernel.h): the order (i32
+  /// [B', H', row], global; null: the natural order) and its batch and head
+  /// strides (i64, elements).
+  mlir::Value tileOrder;
+  llvm::SmallVector<mlir::Value, 2> tileOrderStrides;
   /// A varlen kernel's cumulative offsets (i32 [batch + 1] in global
   /// memory), and once KernelIR::beginVarlenSequence has run, the first row
   /// of the block's sequence in the packed Q and O, and in K and V (i64).
@@ -95,6 +100,9 @@ struct PersistentTiles {
   mlir::Value queryBlocks; ///< ceil(seqlenQ / block_m)
   mlir::Value sectionHeads, sectionTiles;
   mlir::Value headsTimesBatch;
+  /// ForwardParams::tileOrder and its strides; unset without one.
+  mlir::Value order;
+  llvm::SmallVector<mlir::Value, 2> orderStrides;
 };
 
 class KernelIR {
@@ -165,7 +173,9 @@ public:
   /// The tile numbering of a persistent kernel with `blockM` query rows per
   /// tile (PersistentTiles.cpp).
   PersistentTiles persistentTiles(const ForwardParams &p, int64_t blockM);
-  /// The coordinates (i64) of tile `tile` (i32) of `tiles`.
+  /// The coordinates (i64) of tile `tile` (i32) of `tiles`. With a tile
+  /// order, a section's i-th query block is the i-th of its (batch, head)'s
+  /// order row.
   BlockCoordinates tileCoordinates(const PersistentTiles &tiles,
                                    mlir::Value tile);
   /// The key column of query row 0's diagonal (i64): 0, or seqlenK -
@@ -276,6 +286,10 @@ public:
   /// and the backward's).
   void appendVariantArgTypes(llvm::SmallVectorImpl<mlir::Type> &argTypes);
   void bindVariantArgs(mlir::ValueRange args, unsigned at, ForwardParams &p);
+  /// Whether the forward kernel being built takes a tile order after the
+  /// block mask (usesTileOrder in TileOrderKernel.h); set before
+  /// beginForwardKernel.
+  bool takesTileOrder = false;
 };
 
 } // namespace flashjit

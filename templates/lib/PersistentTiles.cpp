@@ -11,7 +11,10 @@
 //    slowest, so the blocks at work share the section's K and V.
 //  - Balance (causal): query block q has about q + 1 K/V tiles. Within a
 //    section the longest tiles come first, so the short ones fill in at the
-//    end of the section and of the grid.
+//    end of the section and of the grid. Block-sparse, a tile's length is
+//    its lists', known only on the GPU: a tile-order kernel sorts each list
+//    row's query blocks longest first (TileOrderKernel.h) and a section
+//    takes them in that order.
 //
 // Varlen: the query blocks of all packed sequences are numbered as one
 // axis (KernelIR::varlenBlock, with a gap of at most one number between
@@ -20,6 +23,7 @@
 #include "KernelIR.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -61,6 +65,8 @@ PersistentTiles KernelIR::persistentTiles(const ForwardParams &p,
   heads = arith::MaxUIOp::create(b, loc, heads, c32(1));
   t.sectionHeads = arith::MinUIOp::create(b, loc, heads, t.headsTimesBatch);
   t.sectionTiles = mul(t.sectionHeads, t.queryBlocks);
+  t.order = p.tileOrder;
+  t.orderStrides = p.tileOrderStrides;
   return t;
 }
 
@@ -82,6 +88,24 @@ BlockCoordinates KernelIR::tileCoordinates(const PersistentTiles &t,
   c.queryBlock = toI64(c.queryBlock);
   c.head = toI64(remU(pair, spec.numHeads));
   c.batch = toI64(divU(pair, spec.numHeads));
+  if (t.order) {
+    // The rank-th block of the (batch, head)'s order row, unless the
+    // launch passed no order.
+    Value nullPtr = LLVM::ZeroOp::create(b, loc, globalPtr);
+    Value given = LLVM::ICmpOp::create(b, loc, LLVM::ICmpPredicate::ne,
+                                       t.order, nullPtr);
+    c.queryBlock = ifElse(
+        TypeRange{i64}, given,
+        [&]() -> SmallVector<Value> {
+          Value at = add(add(mul(c.batch, t.orderStrides[0]),
+                             mul(c.head, t.orderStrides[1])),
+                         toI64(rank));
+          Value block = LLVM::LoadOp::create(
+              b, loc, i32, globalAddress(t.order, i32, at), /*alignment=*/4);
+          return {toI64(block)};
+        },
+        [&]() -> SmallVector<Value> { return {c.queryBlock}; })[0];
+  }
   c.kvHead = divU(c.head, spec.groupSize());
   return c;
 }

@@ -72,6 +72,7 @@
 
 #include "FragmentSoftmax.h"
 #include "ScoreMods.h"
+#include "flashjit/Templates/TileOrderKernel.h"
 
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -107,6 +108,7 @@ void Builder::build(StringRef name, const ModRegions &modRegions) {
                          smemName, Attribute(), /*alignment=*/1024,
                          /*addrSpace=*/3);
   OpBuilder::InsertionGuard funcGuard(b);
+  takesTileOrder = usesTileOrder(spec, cfg);
   ForwardParams p = beginForwardKernel(name, threads, /*withTensorMaps=*/true);
   // One block per SM (two with one consumer): ptxas then caps registers at
   // entry, which setmaxnreg needs to take effect.
@@ -212,6 +214,9 @@ void WgmmaForward::emit(OpBuilder &builder, Location loc,
   wgmma::Builder(builder, loc, spec, config, persistent(),
                  Kind == Grid::Cluster)
       .build(name, mods);
+  if (usesTileOrder(spec, config))
+    buildTileOrderKernel(builder, loc, spec, config.blockM,
+                         tileOrderKernelName(name));
 }
 
 } // namespace flashjit

@@ -261,6 +261,16 @@ private:
 
 /// The kernel of `spec` in `family`, or null (with a message) when the
 /// family does not offer the spec on this GPU.
+/// Whether this GPU runs wgmma_persistent kernels (sm_90a); says it skips
+/// when not.
+inline bool hasPersistentFamily() {
+  if (gpuContext().target().chip != "sm_90a") {
+    MESSAGE("wgmma_persistent needs sm_90a: skipped");
+    return false;
+  }
+  return true;
+}
+
 inline std::shared_ptr<const Kernel> compileFamily(const AttentionSpec &spec,
                                                    const std::string &family) {
   KernelOptions options;

@@ -19,14 +19,6 @@ using namespace flashjit;
 using namespace flashjit::test;
 
 namespace {
-bool hasPersistentFamily() {
-  if (gpuContext().target().chip != "sm_90a") {
-    MESSAGE("wgmma_persistent needs sm_90a: skipped");
-    return false;
-  }
-  return true;
-}
-
 AttentionSpec persistentSpec() {
   AttentionSpec spec;
   spec.headDim = 128;

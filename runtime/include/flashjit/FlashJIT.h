@@ -303,6 +303,13 @@ private:
   /// streams may overlap), and one per launch captured into a CUDA graph.
   struct TileCounters;
   std::unique_ptr<TileCounters> Counters;
+  /// A block-sparse persistent kernel's tile order (TileOrderKernel.h; null
+  /// for other kernels): the order kernel and its buffers. launchOwn runs
+  /// it ahead of the forward; prepareLaunch leaves the natural order.
+  struct TileOrder;
+  std::unique_ptr<TileOrder> Order;
+  llvm::Error launchTileOrder(const ForwardArgs &args,
+                              ForwardLaunchParams &params) const;
   /// Null when there is no GPU; DeviceError then says why.
   std::unique_ptr<LoadedModule> Module;
   std::string DeviceError;

@@ -247,7 +247,7 @@ TEST_CASE("the launch's parameter array: kernel parameters, then the maps") {
   auto pointers = params.pointers();
   static_assert(pointers.size() == ForwardKernelArgs::kNumParams +
                                        kNumTensorMaps + kMaxCaptures * 5 + 4 * 5 +
-                                       2 + 2);
+                                       3 + 2 + 2);
   for (unsigned i = 0; i < ForwardKernelArgs::kNumParams; ++i)
     CHECK(pointers[i] == kernelParams[i]);
   for (unsigned i = ForwardKernelArgs::kNumParams; i < pointers.size(); ++i)
@@ -273,6 +273,34 @@ TEST_CASE("the launch's parameter array: kernel parameters, then the maps") {
   CHECK(pointers[first + 2] == &params.variant.blockTable);
   CHECK(pointers[first + 3] == &params.variant.maxPages);
   CHECK(pointers[first + 4] == nullptr);
+
+  // A block-sparse persistent launch: the block mask's lists (a pointer
+  // and 3 or 4 strides each), then the tile order and its two strides.
+  params.variant.varlen = params.variant.paged = false;
+  params.variant.hasBlockMask = true;
+  for (unsigned l = 0; l < 4; ++l)
+    params.variant.blockMask[l].rank = l % 2 == 0 ? 3 : 4;
+  params.variant.hasTileOrder = true;
+  pointers = params.pointers();
+  CHECK(pointers[first] == &params.variant.blockMask[0].data);
+  CHECK(pointers[first + 18] == &params.variant.tileOrder);
+  CHECK(pointers[first + 19] == &params.variant.tileOrderStrides[0]);
+  CHECK(pointers[first + 20] == &params.variant.tileOrderStrides[1]);
+  CHECK(pointers[first + 21] == nullptr);
+}
+
+TEST_CASE("the tile-order launch's parameters: seqlens, the lists, the order") {
+  TileOrderLaunchParams params;
+  params.lists.hasBlockMask = true;
+  for (unsigned l = 0; l < 4; ++l)
+    params.lists.blockMask[l].rank = l % 2 == 0 ? 3 : 4;
+  auto pointers = params.pointers();
+  CHECK(pointers[0] == &params.seqlenQ);
+  CHECK(pointers[1] == &params.seqlenK);
+  CHECK(pointers[2] == &params.lists.blockMask[0].data);
+  CHECK(pointers[6] == &params.lists.blockMask[1].data);
+  CHECK(pointers[20] == &params.order);
+  static_assert(pointers.size() == 21);
 }
 
 TEST_CASE("encoding tensor maps without a driver says so") {

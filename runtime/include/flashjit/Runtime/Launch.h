@@ -34,6 +34,12 @@ struct VariantLaunchParams {
   /// stride 0, absent full lists a null pointer.
   std::array<Capture, 4> blockMask{};
   bool hasBlockMask = false;
+  /// A kernel that takes a tile order (TileOrderKernel.h), after the block
+  /// mask: the order (null: the natural order) and its batch and head
+  /// strides.
+  const void *tileOrder = nullptr;
+  std::array<int64_t, 2> tileOrderStrides{};
+  bool hasTileOrder = false;
   /// A varlen kernel's cumulative offsets of Q and K (the last parameters).
   std::array<const void *, 2> cuSeqlens{};
   bool varlen = false;
@@ -43,7 +49,8 @@ struct VariantLaunchParams {
   int64_t maxPages = 0;
   bool paged = false;
 
-  static constexpr unsigned kMaxParams = kMaxCaptures * 5 + 4 * 5 + 2 + 2;
+  static constexpr unsigned kMaxParams =
+      kMaxCaptures * 5 + 4 * 5 + 3 + 2 + 2;
   /// Copies `captures` (at most kMaxCaptures, as checked before) and, when
   /// its kv_num_blocks is given, `mask`.
   void fill(llvm::ArrayRef<CapturedRef> captures, const BlockMaskRef &mask);
@@ -76,6 +83,19 @@ struct BlockMaskLaunchParams {
   VariantLaunchParams variant;
 
   static constexpr unsigned kMaxParams = 2 + VariantLaunchParams::kMaxParams;
+  /// As ForwardLaunchParams::pointers.
+  std::array<void *, kMaxParams> pointers();
+};
+
+/// What cuLaunchKernel gets for one launch of a tile-order kernel
+/// (TileOrderKernel.h): the seqlens, the block mask's lists and the order.
+struct TileOrderLaunchParams {
+  int32_t seqlenQ = 0, seqlenK = 0;
+  /// Its block mask only.
+  VariantLaunchParams lists;
+  void *order = nullptr;
+
+  static constexpr unsigned kMaxParams = 2 + (1 + 3) * 2 + (1 + 4) * 2 + 1;
   /// As ForwardLaunchParams::pointers.
   std::array<void *, kMaxParams> pointers();
 };

@@ -13,30 +13,47 @@
 #include <map>
 #include <mutex>
 #include <utility>
+#include <vector>
 
 namespace flashjit {
+
+class CudaDriver;
 
 /// Thread-safe. The buffers are freed with the object.
 class StreamBuffers {
 public:
   /// `deviceOrdinal`: whose primary context is made current to allocate
   /// or free when the calling thread has none.
-  explicit StreamBuffers(int deviceOrdinal = 0)
-      : DeviceOrdinal(deviceOrdinal) {}
+  /// With `ownWhileCapturing`, a launch captured into a CUDA graph gets a
+  /// buffer of its own (forStream); for small buffers, since each captured
+  /// launch keeps its own until this object goes.
+  explicit StreamBuffers(int deviceOrdinal = 0, bool ownWhileCapturing = false)
+      : DeviceOrdinal(deviceOrdinal), OwnWhileCapturing(ownWhileCapturing) {}
   StreamBuffers(const StreamBuffers &) = delete;
   StreamBuffers &operator=(const StreamBuffers &) = delete;
   ~StreamBuffers();
 
   /// The stream's buffer of at least `bytes`: allocated on first use (and
   /// zeroed when `zeroed`), reallocated when a launch needs more, after
-  /// the stream has finished with the old one.
+  /// the stream has finished with the old one (so the first call on a
+  /// stream must not be captured). With ownWhileCapturing, while `stream`
+  /// captures a CUDA graph, a buffer of the captured launch's own instead
+  /// (zeroed by a memset node ahead of it when `zeroed`), kept until this
+  /// object goes: replays of the graph on any stream never share a buffer
+  /// with direct launches.
   llvm::Expected<CUdeviceptr> forStream(CUstream stream, size_t bytes,
                                         bool zeroed);
 
 private:
+  llvm::Expected<CUdeviceptr> capturedBuffer(const CudaDriver &drv,
+                                             CUstream stream, size_t bytes,
+                                             bool zeroed);
+
   std::mutex Mutex;
   std::map<CUstream, std::pair<CUdeviceptr, size_t>> ByStream;
+  std::vector<CUdeviceptr> Captured;
   int DeviceOrdinal;
+  bool OwnWhileCapturing;
 };
 
 } // namespace flashjit
