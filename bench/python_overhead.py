@@ -51,7 +51,7 @@ def main():
     import torch
     import flashjit
     from flashjit import _dlpack
-    from flashjit import _torch as glue
+    from flashjit import _torch_eager as glue
     from flashjit._library import library
 
     if not torch.cuda.is_available():

@@ -1,6 +1,6 @@
 // flashjit._fastpath: the eager flashjit.attention call in C++.
 //
-// Why: an eager call whose plan exists (flashjit/_torch.py, _Plan) needs
+// Why: an eager call whose plan exists (flashjit/_torch_eager.py, _Plan) needs
 // only the tensors' metadata for the plan's key, two new tensors (O and
 // LSE), five data pointers and one C call. Done in Python that is a few
 // dozen interpreted steps, two torch.empty calls through PyTorch's argument
@@ -332,7 +332,7 @@ PyMODINIT_FUNC PyInit__fastpath() {
   planType.tp_flags = Py_TPFLAGS_DEFAULT;
   planType.tp_dealloc = planDealloc;
   planType.tp_doc = "Plan(fn, handle, dltensor_addresses, scale, lse_shape, o_strides, "
-                    "device, tile_counter, check): the C side of a flashjit._torch._Plan.";
+                    "device, tile_counter, check): the C side of a flashjit._torch_eager._Plan.";
   planType.tp_new = makePlan;
   if (PyType_Ready(&planType) < 0)
     return nullptr;
@@ -342,7 +342,7 @@ PyMODINIT_FUNC PyInit__fastpath() {
   PyObject *module = PyModule_Create(&moduleDef);
   if (!module)
     return nullptr;
-  // What flashjit/_torch.py expects of this module (Plan's arguments,
+  // What flashjit/_torch_eager.py expects of this module (Plan's arguments,
   // forward's); it ignores a module built from other sources.
   if (PyModule_AddIntConstant(module, "INTERFACE", 2) < 0) {
     Py_DECREF(module);

@@ -12,7 +12,8 @@ from typing import Optional, Tuple
 
 import torch
 
-from ._torch import _DTYPES, _device_index, get_backward, get_kernel
+from ._torch_args import _DTYPES
+from ._torch_cache import _device_index, get_backward, get_kernel
 from .errors import InvalidArgumentError
 from .spec import AttentionSpec
 

@@ -24,7 +24,9 @@ import flashjit
 def glue(torch, lib, monkeypatch):
     if torch.cuda.is_available():
         pytest.skip("a GPU is visible: test_gpu.py runs the C++ path on real tensors")
-    from flashjit import _torch as glue
+    # The plans and their torch hooks live in flashjit._torch_eager, which
+    # looks these names up as its own globals: patch them there.
+    from flashjit import _torch_eager as glue
     if glue._native is None:
         pytest.skip("flashjit._fastpath is not built (pip install --no-build-isolation with "
                     "torch and a C++ compiler builds it)")
@@ -33,9 +35,9 @@ def glue(torch, lib, monkeypatch):
     monkeypatch.setattr(glue, "_raw_stream", lambda device: 0)
     monkeypatch.setattr(glue, "_stream_capturing", lambda: False)
     monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
-    glue.clear_cache()
+    flashjit.clear_cache()
     yield glue
-    glue.clear_cache()
+    flashjit.clear_cache()
 
 
 OPTIONS = (False, None, None, None, "top_left", None, None, None)
@@ -141,7 +143,7 @@ def test_errors_match_the_python_path(torch, glue, monkeypatch):
     seen = []
     for native in (glue._native, None):
         monkeypatch.setattr(glue, "_native", native)
-        glue.clear_cache()
+        flashjit.clear_cache()
         row = []
         for kwargs in bad + [{}]:
             with pytest.raises(Exception) as e:

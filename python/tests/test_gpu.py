@@ -123,7 +123,7 @@ def test_eager_plan_matches_the_op(cuda):
     # op itself (torch.ops.flashjit.attention_forward) must give the same
     # bits, and both must match float64, call after call on fresh inputs.
     torch = cuda
-    from flashjit import _torch as glue
+    from flashjit import _torch_eager as glue
     for call in range(3):
         torch.manual_seed(1000 + call)
         q = rand(torch, 2, 8, 257, 128, dtype=torch.bfloat16)
@@ -142,7 +142,7 @@ def test_eager_cpp_path_matches_the_op(cuda):
     # flashjit._fastpath (where built) runs the calls after a plan's first:
     # the same bits as the op, call after call on fresh inputs, and NaN-free.
     torch = cuda
-    from flashjit import _torch as glue
+    from flashjit import _torch_eager as glue
     if glue._native is None:
         pytest.skip("flashjit._fastpath is not built (pip install --no-build-isolation with "
                     "torch and a C++ compiler builds it)")

@@ -27,7 +27,7 @@ def _t(torch, *shape, dtype=None, device="cuda"):
 
 
 def test_ops_are_registered(torch):
-    import flashjit._torch  # noqa: F401  (registers the ops)
+    import flashjit._torch_ops  # noqa: F401  (registers the ops)
     forward = torch.ops.flashjit.attention_forward.default
     schema = str(forward._schema)
     for arg in ("Tensor q", "Tensor k", "Tensor v", "float? scale", "bool causal",
@@ -66,7 +66,7 @@ def test_fake_layouts_follow_the_input(fake):
 
 
 def test_meta_tensors_run_the_fake(torch):
-    import flashjit._torch  # noqa: F401
+    import flashjit._torch_ops  # noqa: F401
     q = _t(torch, 1, 4, 5, 128, dtype=torch.float16, device="meta")
     o, lse = torch.ops.flashjit.attention_forward(
         q, q, q, None, False, 0, -1, -1, None, None, None, [], [], 0, 0, [], None)
@@ -133,7 +133,7 @@ def test_sdpa_refuses_what_it_cannot_do(fake):
 
 
 def test_backward_op_refuses_cpu_tensors(torch):
-    import flashjit._torch  # noqa: F401
+    import flashjit._torch_ops  # noqa: F401
     x = torch.zeros(1, 1, 1, 64, dtype=torch.bfloat16)
     with pytest.raises(flashjit.InvalidArgumentError, match="on cpu"):
         torch.ops.flashjit.attention_backward(x, x, x, x, x, x[..., 0].float(), None, False, 0,
@@ -173,7 +173,7 @@ def test_compile_with_grad_traces_backward_lazily(torch):
 
 
 def test_strides_the_library_takes(torch):
-    from flashjit._torch import _kernel_strides
+    from flashjit._torch_args import _kernel_strides
     q = torch.empty(2, 8, 17, 64, dtype=torch.bfloat16)
     assert _kernel_strides("q", q) is None
     assert _kernel_strides("q", q.transpose(1, 2).contiguous().transpose(1, 2)) is None
