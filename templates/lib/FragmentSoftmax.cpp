@@ -67,7 +67,16 @@ ModReads FragmentSoftmax::readMaskAhead(
     for (int64_t nt = 0; nt < nTiles; ++nt)
       for (int64_t e = 0; e < 2; ++e)
         columns.push_back(at.column(nt, e));
-    return rules.mods->readMaskAhead(rules.batch, rules.head, rows, columns);
+    if (!staging)
+      return rules.mods->readMaskAhead(rules.batch, rules.head, rows,
+                                       columns);
+    ColumnStaging stage = *staging;
+    for (int64_t nt = 0; nt < nTiles; ++nt)
+      for (int64_t e = 0; e < 2; ++e)
+        stage.slotOffsets.push_back(
+            ir.add(ir.toI32(quadCol), ir.c32(nt * 8 + e)));
+    return rules.mods->readMaskAhead(rules.batch, rules.head, rows, columns,
+                                     &stage, n0, at.lastColumn);
   };
   if (!rules.maskModOn)
     return readAll();

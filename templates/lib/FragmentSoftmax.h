@@ -9,6 +9,8 @@
 #include "KernelIR.h"
 #include "ScoreMods.h"
 
+#include <optional>
+
 namespace flashjit {
 
 /// One thread's rows of a score tile in the accumulator layout of mma.sync
@@ -41,6 +43,14 @@ public:
 
   FragmentSoftmax(KernelIR &ir, int64_t mTiles, int64_t nTiles)
       : ir(ir), mTiles(mTiles), nTiles(nTiles) {}
+
+  /// Stage the mask_mod's key-column reads through this warp's shared
+  /// `scratch` (4 bytes per column of a `blockN`-wide tile; ColumnStaging)
+  /// in readMaskAhead, one mTiles = 1 fragment per warp.
+  void stageColumnReads(mlir::Value scratch, mlir::Value lane,
+                        int64_t blockN) {
+    staging = ColumnStaging{scratch, lane, blockN, {}};
+  }
 
   int64_t rowStates() const { return mTiles * 2; }
   int64_t scoreAt(int64_t mt, int64_t nt) const {
@@ -121,6 +131,7 @@ public:
 
 private:
   KernelIR &ir;
+  std::optional<ColumnStaging> staging;
   const int64_t mTiles, nTiles;
   /// P = 2^(s c - m c) for the scores of row state `row` (mt * 2 + h) into
   /// `probs`, with c = `scaleLog2` and `negShift` = -m c; returns the P

@@ -5,6 +5,7 @@
 #include "flashjit/Dialect/AttnDialect.h"
 
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/IRMapping.h"
@@ -222,7 +223,9 @@ ScoreMods::ReadDependence ScoreMods::dependenceOf(Operation *read) const {
 
 ModReads ScoreMods::readMaskAhead(Value batch, Value head,
                                   ArrayRef<ModIndex> rows,
-                                  ArrayRef<ModIndex> columns) {
+                                  ArrayRef<ModIndex> columns,
+                                  const ColumnStaging *staging, Value n0,
+                                  Value lastColumn) {
   ModReads reads;
   if (!hasMaskMod())
     return reads;
@@ -232,6 +235,17 @@ ModReads ScoreMods::readMaskAhead(Value batch, Value head,
     if (!isa<tensor::ExtractOp>(op))
       continue;
     ReadDependence d = dependenceOf(&op);
+    if (staging && d.column && !d.row &&
+        op.getResult(0).getType().getIntOrFloatBitWidth() == 32 &&
+        staging->slotOffsets.size() == columns.size()) {
+      SmallVector<Value> staged = stageColumnRead(
+          &op, batch, head, rows.front(), *staging, n0, lastColumn);
+      for (int64_t c = 0; c < static_cast<int64_t>(staged.size()); ++c) {
+        reads.keys.push_back({&op, -1, c});
+        reads.values.push_back(staged[c]);
+      }
+      continue;
+    }
     const int64_t rowSlots = d.row ? rows.size() : 1;
     const int64_t columnSlots = d.column ? columns.size() : 1;
     for (int64_t r = 0; r < rowSlots; ++r)
@@ -245,6 +259,59 @@ ModReads ScoreMods::readMaskAhead(Value batch, Value head,
       }
   }
   return reads;
+}
+
+SmallVector<Value> ScoreMods::stageColumnRead(Operation *read, Value batch,
+                                             Value head, ModIndex row,
+                                             const ColumnStaging &staging,
+                                             Value n0, Value lastColumn) {
+  OpBuilder &b = ir.b;
+  Location loc = ir.loc;
+  Type type = read->getResult(0).getType();
+  Value allLanes = ir.c32(-1);
+  // The warp's lanes are done with the last tile's values.
+  NVVM::SyncWarpOp::create(b, loc, allLanes);
+  // Every read issued before the first store waits for one.
+  Value first = ir.toI32(n0);
+  SmallVector<std::pair<Value, Value>> staged; // (column, value)
+  for (int64_t k = 0; k * 32 < staging.blockN; ++k) {
+    Value column = ir.add(staging.lane, ir.c32(32 * k));
+    // Clamped into the sequence, as the per-slot reads are: a column past
+    // it is masked, its id unused.
+    Value key = ir.minS(ir.add(first, column), lastColumn);
+    staged.push_back({column, inlineRegion(*mods.maskMod,
+                                           {batch, head, row, ModIndex(key)},
+                                           {read->getResult(0)})
+                                  .front()});
+  }
+  for (int64_t k = 0; k < static_cast<int64_t>(staged.size()); ++k) {
+    auto [column, value] = staged[k];
+    auto store = [&, column = column, value = value] {
+      LLVM::StoreOp::create(
+          b, loc, value,
+          LLVM::GEPOp::create(b, loc, staging.scratch.getType(), type,
+                              staging.scratch, ValueRange{column}),
+          /*alignment=*/4);
+    };
+    // A last round of lanes past a block_n that 32 does not divide reads
+    // (in bounds) but does not store.
+    if ((k + 1) * 32 <= staging.blockN)
+      store();
+    else
+      ir.ifThen(ir.cmp(arith::CmpIPredicate::slt, column,
+                       ir.c32(staging.blockN)),
+                store);
+  }
+  // The stores are seen by the warp's other lanes.
+  NVVM::SyncWarpOp::create(b, loc, allLanes);
+  SmallVector<Value> values;
+  for (Value offset : staging.slotOffsets)
+    values.push_back(LLVM::LoadOp::create(
+        b, loc, type,
+        LLVM::GEPOp::create(b, loc, staging.scratch.getType(), type,
+                            staging.scratch, ValueRange{offset}),
+        /*alignment=*/4));
+  return values;
 }
 
 SmallVector<Value> ScoreMods::inlineRegion(Region &region,

@@ -7,7 +7,9 @@
 // forms the softmax uses (ex2.approx, lg2.approx, tanh.approx, div.full;
 // the CUDA toolkit's libdevice is not linked at run time), and
 // tensor.extract of a captured tensor becomes a global load through the
-// pointer and strides the launch passes (KernelABI.h).
+// pointer and strides the launch passes (KernelABI.h); in the wgmma kernels
+// a mask_mod's reads of the key column alone are loaded once per column
+// and warp and shared through shared memory (ColumnStaging).
 #ifndef FLASHJIT_TEMPLATES_SCOREMODS_H
 #define FLASHJIT_TEMPLATES_SCOREMODS_H
 
@@ -53,6 +55,23 @@ struct ModReads {
   /// depend on are ignored), or null.
   mlir::Value lookup(mlir::Operation *read, int64_t rowSlot,
                      int64_t columnSlot) const;
+};
+
+/// Where a warp stages the mask_mod's reads that depend on the key column
+/// alone (a document mask's id per key), ScoreMods::readMaskAhead: each
+/// lane reads columns lane, lane + 32, ... of the tile once into the
+/// warp's `scratch` (shared memory, 4 bytes per column of the tile), and
+/// each thread takes its column slots from there, where it would
+/// otherwise issue one global read, with its address arithmetic, per slot
+/// (the 8 lanes of a column read the same id).
+struct ColumnStaging {
+  /// This warp's scratch (a shared-memory pointer) and the lane (i32).
+  mlir::Value scratch, lane;
+  /// The tile's columns, and the offset of each column slot of the
+  /// thread from the tile's first column (i32; 2 (lane % 4) + its n8
+  /// tile's and element's).
+  int64_t blockN = 0;
+  llvm::SmallVector<mlir::Value> slotOffsets;
 };
 
 /// What masks and modifies one tile's scores beyond their values: the
@@ -111,11 +130,23 @@ public:
   /// rows (one ModIndex per row slot) and columns (per column slot): each
   /// read once per slot combination it depends on. The values of reads
   /// that depend on neither are kept at slots -1.
+  /// With `staging`, a read that depends on the key column alone is
+  /// staged through the warp's shared scratch (ColumnStaging): `n0` (i64)
+  /// is then the tile's first column and `lastColumn` (i32) the sequence's
+  /// last.
   ModReads readMaskAhead(mlir::Value batch, mlir::Value head,
                          llvm::ArrayRef<ModIndex> rows,
-                         llvm::ArrayRef<ModIndex> columns);
+                         llvm::ArrayRef<ModIndex> columns,
+                         const ColumnStaging *staging = nullptr,
+                         mlir::Value n0 = {}, mlir::Value lastColumn = {});
 
 private:
+  /// The values of `read` (a column-only read) at the thread's column
+  /// slots, through the warp's scratch (ColumnStaging).
+  llvm::SmallVector<mlir::Value>
+  stageColumnRead(mlir::Operation *read, mlir::Value batch, mlir::Value head,
+                  ModIndex row, const ColumnStaging &staging, mlir::Value n0,
+                  mlir::Value lastColumn);
   /// Clones `region`'s ops with its leading block arguments bound to
   /// `fixed` (index arguments given as i32 or i64) and returns the clones
   /// of `want` (values of the region; none: the yielded one).

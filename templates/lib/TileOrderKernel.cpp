@@ -96,8 +96,8 @@ void TileOrderBuilder::emit(StringRef name, int64_t blockM) {
   Value tid = threadIdX();
   Value blocks = divU(add(seqlenQ, c64(blockM - 1)), blockM);
   Value padded = mul(divU(add(blocks, c64(3)), 4), c64(4));
-  Value row = globalAddress(order, i32,
-                            mul(add(mul(batch, heads), head), mul(padded, c64(2))));
+  Value row = globalAddress(
+      order, i32, mul(add(mul(batch, heads), head), mul(padded, c64(2))));
   Value keys = globalAddress(row, i32, padded);
 
   // Each query block's key: its list row's weighed lengths (the row of
@@ -110,8 +110,8 @@ void TileOrderBuilder::emit(StringRef name, int64_t blockM) {
           KvTileRange r =
               blockListRange(lists, batch, head, listRow, spec.sparseBlockN,
                              spec.sparseBlockN, seqlenK);
-          return {toI32(add(mul(r.numPartial, c64(3)),
-                            mul(r.numFull, c64(2))))};
+          return {
+              toI32(add(mul(r.numPartial, c64(3)), mul(r.numFull, c64(2))))};
         },
         [&]() -> SmallVector<Value> { return {c32(-1)}; })[0];
     LLVM::StoreOp::create(b, loc, key, globalAddress(keys, i32, i),

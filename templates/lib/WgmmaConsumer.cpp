@@ -93,6 +93,17 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
   // (docs/performance.md).
   FragmentSoftmax softmax(*this, /*mTiles=*/1, nTiles);
   ScoreMods scoreMods = ScoreMods::onDotProducts(*this, mods, p);
+  // A mask_mod's key-column reads go through this warp's scratch.
+  auto stageColumns = [&](FragmentSoftmax &sm) {
+    if (spec.maskMod.empty())
+      return;
+    Value warp = add(mul(consumer, c32(WgmmaForward::kWarpsPerWarpgroup)),
+                     warpInGroup);
+    sm.stageColumnReads(
+        shared(add(c32(layout.maskColumns), mul(warp, c32(cfg.blockN * 4)))),
+        lane, cfg.blockN);
+  };
+  stageColumns(softmax);
   // The parameters of the tile at work: a persistent varlen consumer
   // narrows a copy of `p` to each tile's sequence (narrowToSequence), and
   // takes the diagonal of each (bottom-right alignment differs per
@@ -208,6 +219,7 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
   const bool halvesBoundTile =
       spec.hasRightBound() && !spec.isBlockSparse() && halfKeys % 16 == 0;
   FragmentSoftmax halfSoftmax(*this, /*mTiles=*/1, nTiles / 2);
+  stageColumns(halfSoftmax);
   // One tile at `at`, ring position `iteration` (i32); returns its K/V
   // tile count.
   auto consumeTile = [&](const BlockCoordinates &at, Value iteration) {

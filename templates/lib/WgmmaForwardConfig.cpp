@@ -119,10 +119,16 @@ WgmmaForward::sharedLayout(const AttentionSpec &spec, const TileConfig &config,
   auto recordBytes = [&](int64_t qBuffers) {
     return consumers * qBuffers * WgmmaForward::recordBytes(spec);
   };
+  // A mask_mod's staged key-column reads: a tile's columns per consumer
+  // warp, 16-byte aligned.
+  const int64_t maskColumnBytes =
+      spec.maskMod.empty()
+          ? 0
+          : consumers * kWarpsPerWarpgroup * config.blockN * 4 + 12;
   // Bytes of the whole block with `qBuffers` Q tiles and O staged apart.
   auto apartBytes = [&](int64_t qBuffers) {
     return kAlignSlack + (qBuffers + 1) * qBytes + 2 * kvBytes +
-           barrierBytes(qBuffers) + recordBytes(qBuffers);
+           barrierBytes(qBuffers) + recordBytes(qBuffers) + maskColumnBytes;
   };
   const int64_t limit = sharedLimit(blocksPerSM(consumers));
   SharedLayout l;
@@ -137,7 +143,8 @@ WgmmaForward::sharedLayout(const AttentionSpec &spec, const TileConfig &config,
   l.o = l.v + kvBytes;
   l.barriers = l.o + (l.outputApart ? qBytes : 0);
   l.records = l.barriers + barrierBytes(l.qBuffers);
-  l.bytes = kAlignSlack + l.records + recordBytes(l.qBuffers);
+  l.maskColumns = (l.records + recordBytes(l.qBuffers) + 15) / 16 * 16;
+  l.bytes = kAlignSlack + l.records + recordBytes(l.qBuffers) + maskColumnBytes;
   return l;
 }
 

@@ -29,8 +29,8 @@ namespace {
 /// `blockM` rows by 3 x partial + 2 x full listed blocks (counts clamped to
 /// [0, key blocks]), descending, ties by query block.
 std::vector<int32_t> hostOrder(const AttentionSpec &spec,
-                               const HostBlockMask &mask, int64_t b,
-                               int64_t h, int64_t seqlenQ, int64_t seqlenK,
+                               const HostBlockMask &mask, int64_t b, int64_t h,
+                               int64_t seqlenQ, int64_t seqlenK,
                                int64_t blockM) {
   const int64_t blocks = (seqlenQ + blockM - 1) / blockM;
   const int64_t keyBlocks =
@@ -40,8 +40,8 @@ std::vector<int32_t> hostOrder(const AttentionSpec &spec,
   };
   std::vector<int64_t> key(blocks);
   for (int64_t i = 0; i < blocks; ++i) {
-    const int64_t row =
-        (b * mask.heads + h) * mask.queryBlocks + i * blockM / spec.sparseBlockM;
+    const int64_t row = (b * mask.heads + h) * mask.queryBlocks +
+                        i * blockM / spec.sparseBlockM;
     key[i] = 3 * clamp(mask.kvNumBlocks[row]) +
              (mask.hasFullLists() ? 2 * clamp(mask.fullKvNumBlocks[row]) : 0);
   }
@@ -117,9 +117,8 @@ TEST_CASE("the tile order: each list row's query blocks, most listed blocks "
     CU_OK(drv.cuMemcpyDtoH(got.data(), order.ptr(), got.size() * 4));
     for (int64_t b = 0; b < mask.batch; ++b)
       for (int64_t h = 0; h < mask.heads; ++h) {
-        std::vector<int32_t> want =
-            hostOrder(spec, mask, b, h, c.seqlenQ, c.seqlenK,
-                      info.config.blockM);
+        std::vector<int32_t> want = hostOrder(spec, mask, b, h, c.seqlenQ,
+                                              c.seqlenK, info.config.blockM);
         auto first = got.begin() + (b * mask.heads + h) * rowElements;
         std::vector<int32_t> row(first, first + want.size());
         INFO("list row (" << b << ", " << h << ")");
@@ -170,8 +169,8 @@ TEST_CASE("a block-sparse persistent kernel in CUDA graphs: its order "
   HostBlockMask hostMasks[2] = {
       HostBlockMask::random(spec, batch, seqlen, seqlen, 0.3, true, false,
                             false, rng),
-      HostBlockMask::random(spec, batch, seqlen, seqlen, 0.7, true, true,
-                            true, rng)};
+      HostBlockMask::random(spec, batch, seqlen, seqlen, 0.7, true, true, true,
+                            rng)};
   for (int m = 0; m < 2; ++m)
     REQUIRE_FALSE(bool(words.uploadBlockMask(hostMasks[m], masks[m])));
   struct Output {
@@ -180,10 +179,14 @@ TEST_CASE("a block-sparse persistent kernel in CUDA graphs: its order "
   };
   auto argsFor = [&](Output &out, int m, CUstream stream) {
     ForwardArgs a;
-    a.q = TensorRef::bhsd(q.data(), DType::BF16, batch, spec.numHeads, seqlen, d);
-    a.k = TensorRef::bhsd(k.data(), DType::BF16, batch, spec.numKVHeads, seqlen, d);
-    a.v = TensorRef::bhsd(v.data(), DType::BF16, batch, spec.numKVHeads, seqlen, d);
-    a.o = TensorRef::bhsd(out.o.data(), DType::BF16, batch, spec.numHeads, seqlen, d);
+    a.q =
+        TensorRef::bhsd(q.data(), DType::BF16, batch, spec.numHeads, seqlen, d);
+    a.k = TensorRef::bhsd(k.data(), DType::BF16, batch, spec.numKVHeads, seqlen,
+                          d);
+    a.v = TensorRef::bhsd(v.data(), DType::BF16, batch, spec.numKVHeads, seqlen,
+                          d);
+    a.o = TensorRef::bhsd(out.o.data(), DType::BF16, batch, spec.numHeads,
+                          seqlen, d);
     a.lse = LseRef::contiguous(static_cast<float *>(out.lse.data()), batch,
                                spec.numHeads, seqlen);
     a.blockMask = masks[m];
@@ -192,7 +195,8 @@ TEST_CASE("a block-sparse persistent kernel in CUDA graphs: its order "
   };
   auto newOutput = [&] {
     auto out = std::make_unique<Output>(drv);
-    REQUIRE_FALSE(bool(out->o.allocate(batch * spec.numHeads * seqlen * d * 2)));
+    REQUIRE_FALSE(
+        bool(out->o.allocate(batch * spec.numHeads * seqlen * d * 2)));
     REQUIRE_FALSE(bool(out->lse.allocate(batch * spec.numHeads * seqlen * 4)));
     return out;
   };

@@ -1,4 +1,4 @@
-//===- TileOrderKernel.h - longest query blocks first, block-sparse -*- C++ -*-===//
+//===- TileOrderKernel.h - block-sparse tiles, longest first ---*- C++ -*-===//
 // Why: a persistent kernel hands out tiles from a counter; whoever takes
 // the last ones decides when the launch ends. Under a block mask the query
 // blocks of one (batch, head) visit very different numbers of key blocks
