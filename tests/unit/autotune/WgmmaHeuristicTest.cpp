@@ -7,6 +7,7 @@
 #include "AutotuneTestUtil.h"
 
 #include "flashjit/Autotune/Heuristic.h"
+#include "flashjit/Templates/TileOrderKernel.h"
 #include "flashjit/Templates/WgmmaForward.h"
 
 #include <string>
@@ -152,6 +153,23 @@ TEST_CASE("wgmma: every candidate fits sm_90's shared memory; a larger "
   CHECK(WgmmaForward::sharedLayout(benchSpec(128, true), n128, true)
             .qBuffers == 1);
 
+  // A mask_mod adds each consumer warp's scratch for its staged key-column
+  // reads (4 bytes per column of a K/V tile), 16-byte aligned after the
+  // records; without one the layout is as before.
+  AttentionSpec masked = benchSpec(128, false);
+  masked.maskMod = "func.func @mask_mod";
+  WgmmaForward::SharedLayout plain =
+      WgmmaForward::sharedLayout(benchSpec(128, false), n128, true);
+  WgmmaForward::SharedLayout staged =
+      WgmmaForward::sharedLayout(masked, n128, true);
+  CHECK(plain.bytes == 1024 + plain.records + 2 * 16);
+  CHECK(staged.bytes == plain.bytes + 2 * 4 * 128 * 4 + 12);
+  CHECK(staged.maskColumns % 16 == 0);
+  CHECK(staged.maskColumns >= staged.records + 2 * 16);
+  CHECK(1024 + staged.maskColumns + 2 * 4 * 128 * 4 <= staged.bytes);
+  CHECK(staged.bytes <= 232448);
+  CHECK(staged.outputApart == plain.outputApart);
+
   // Clusters of two share K/V tiles: without a mask only (both blocks need
   // the same tiles), from head dim 128, with O staged apart as the
   // persistent kernel's unmasked configs; each block loads half of a K/V
@@ -161,10 +179,24 @@ TEST_CASE("wgmma: every candidate fits sm_90's shared memory; a larger "
   CHECK(cluster.clusterSize() == 2u);
   CHECK(persistent.clusterSize() == 1u);
   CHECK(wgmma.clusterSize() == 1u);
-  // Only the persistent kernel takes tiles from the launch's counter.
+  // Only the persistent kernel takes tiles from the launch's counter, and
+  // only it, block-sparse and not varlen, a tile order.
   CHECK_FALSE(cluster.takesTilesFromCounter());
   CHECK(persistent.takesTilesFromCounter());
   CHECK_FALSE(wgmma.takesTilesFromCounter());
+  AttentionSpec sparse = benchSpec(128, false);
+  sparse.sparseBlockM = sparse.sparseBlockN = 128;
+  CHECK(usesTileOrder(sparse, n128));
+  CHECK_FALSE(usesTileOrder(benchSpec(128, false), n128));
+  CHECK_FALSE(usesTileOrder(sparse, TileConfig{"wgmma", 128, 128, 2, 12}));
+  CHECK_FALSE(
+      usesTileOrder(sparse, TileConfig{"wgmma_cluster", 128, 128, 2, 12}));
+  CHECK_FALSE(usesTileOrder(sparse, TileConfig{"mma_sync", 128, 64, 2, 4}));
+  AttentionSpec packed = sparse;
+  packed.varlen = true;
+  CHECK_FALSE(usesTileOrder(packed, n128));
+  CHECK(tileOrderRowElements(4097, 128) == 2 * 36);
+  CHECK(tileOrderRowElements(1, 128) == 2 * 4);
   CHECK(cluster.candidates(benchSpec(64, false)).empty());
   CHECK(cluster.candidates(benchSpec(128, true)).empty());
   CHECK(cluster.candidates(benchSpec(256, false)).empty());
