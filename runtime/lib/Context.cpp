@@ -383,26 +383,23 @@ Context::blockMaskBuilder(const AttentionSpec &spec) {
                      "only a block-sparse spec has a block mask to build (set "
                      "AttentionSpec::sparseBlockM and sparseBlockN): " +
                          spec.canonical());
-  std::string key = spec.canonical();
-  {
-    std::lock_guard<std::mutex> lock(Kernels->mutex);
-    if (auto it = Kernels->builders.find(key); it != Kernels->builders.end())
-      return it->second;
-  }
-  auto loaded = loadOrBuild(*Cache, TargetChip, Device.has_value(),
-                            Options.device, spec.canonical(), blockMaskConfig(spec),
-                            [&]() -> llvm::Expected<CompiledKernel> {
-                              CompileOptions options;
-                              options.target = TargetChip;
-                              return compileBlockMaskKernel(spec, options);
-                            });
-  if (!loaded)
-    return loaded.takeError();
-  auto builder = std::make_shared<const BlockMaskBuilder>(
-      spec, loaded->entry->info, loaded->entry->ptx, std::move(loaded->module),
-      DeviceError);
-  std::lock_guard<std::mutex> lock(Kernels->mutex);
-  return Kernels->builders.try_emplace(key, builder).first->second;
+  return Kernels->memoized<BlockMaskBuilder>(
+      Kernels->builders, spec.canonical(),
+      [&]() -> llvm::Expected<std::shared_ptr<const BlockMaskBuilder>> {
+        auto loaded =
+            loadOrBuild(*Cache, TargetChip, Device.has_value(), Options.device,
+                        spec.canonical(), blockMaskConfig(spec),
+                        [&]() -> llvm::Expected<CompiledKernel> {
+                          CompileOptions options;
+                          options.target = TargetChip;
+                          return compileBlockMaskKernel(spec, options);
+                        });
+        if (!loaded)
+          return loaded.takeError();
+        return std::make_shared<const BlockMaskBuilder>(
+            spec, loaded->entry->info, loaded->entry->ptx,
+            std::move(loaded->module), DeviceError);
+      });
 }
 
 } // namespace flashjit

@@ -66,28 +66,24 @@ Context::compileBackward(const AttentionSpec &spec,
     if (auto err = MmaSyncBackward::checkConfig(spec, config, TargetChip))
       return withCode(ErrorCode::Unsupported, std::move(err));
   }
-  std::string key = spec.canonical() + "|" + config.canonical();
-  {
-    std::lock_guard<std::mutex> lock(Kernels->mutex);
-    if (auto it = Kernels->backwards.find(key);
-        it != Kernels->backwards.end())
-      return it->second;
-  }
-  auto loaded = loadOrBuild(*Cache, TargetChip, Device.has_value(),
-                            Options.device, spec.canonical(), config,
-                            [&]() -> llvm::Expected<CompiledKernel> {
-                              CompileOptions compile;
-                              compile.target = TargetChip;
-                              compile.config = config;
-                              return flashjit::compileBackward(spec, compile);
-                            });
-  if (!loaded)
-    return loaded.takeError();
-  auto kernel = std::make_shared<const BackwardKernel>(
-      spec, loaded->entry->info, loaded->entry->ptx, std::move(loaded->module),
-      DeviceError);
-  std::lock_guard<std::mutex> lock(Kernels->mutex);
-  return Kernels->backwards.try_emplace(key, kernel).first->second;
+  return Kernels->memoized<BackwardKernel>(
+      Kernels->backwards, spec.canonical() + "|" + config.canonical(),
+      [&]() -> llvm::Expected<std::shared_ptr<const BackwardKernel>> {
+        auto loaded =
+            loadOrBuild(*Cache, TargetChip, Device.has_value(), Options.device,
+                        spec.canonical(), config,
+                        [&]() -> llvm::Expected<CompiledKernel> {
+                          CompileOptions compile;
+                          compile.target = TargetChip;
+                          compile.config = config;
+                          return flashjit::compileBackward(spec, compile);
+                        });
+        if (!loaded)
+          return loaded.takeError();
+        return std::make_shared<const BackwardKernel>(
+            spec, loaded->entry->info, loaded->entry->ptx,
+            std::move(loaded->module), DeviceError);
+      });
 }
 
 llvm::Expected<std::shared_ptr<const DecodeKernel>>
@@ -114,12 +110,17 @@ Context::decodeKernel(const DecodeSpec &spec) {
          stages > 2 && decodeTiling(fitted).sharedBytes(fitted) > limit;)
       fitted.stages = --stages;
   }
-  std::string key = fitted.canonical();
-  {
-    std::lock_guard<std::mutex> lock(Kernels->mutex);
-    if (auto it = Kernels->decoders.find(key); it != Kernels->decoders.end())
-      return it->second;
-  }
+  const std::string key = fitted.canonical();
+  return Kernels->memoized<DecodeKernel>(
+      Kernels->decoders, key,
+      [&]() -> llvm::Expected<std::shared_ptr<const DecodeKernel>> {
+        return makeDecodeKernel(spec, fitted, key);
+      });
+}
+
+llvm::Expected<std::shared_ptr<const DecodeKernel>>
+Context::makeDecodeKernel(const DecodeSpec &spec, const DecodeSpec &fitted,
+                          const std::string &key) {
   // The key's spec text starts with "decode;", the config's family is
   // decode or decode_paged: never a forward kernel's key.
   auto loaded = loadOrBuild(*Cache, TargetChip, Device.has_value(),
@@ -161,8 +162,7 @@ Context::decodeKernel(const DecodeSpec &spec) {
       }
       decoder->addTunedVariant(std::move(v));
     }
-  std::lock_guard<std::mutex> lock(Kernels->mutex);
-  return Kernels->decoders.try_emplace(key, decoder).first->second;
+  return std::shared_ptr<const DecodeKernel>(std::move(decoder));
 }
 
 } // namespace flashjit

@@ -56,6 +56,28 @@ struct Context::KernelTable {
   std::map<std::string, std::shared_ptr<const BackwardKernel>> backwards;
   /// Decode kernels, by the decode spec's canonical text.
   std::map<std::string, std::shared_ptr<const DecodeKernel>> decoders;
+
+  /// The kernel of `key` in `table` (one of the maps above): the one
+  /// handed out before, else `make()`'s, built without the lock held (it
+  /// may compile for a second or ask for other kernels); when two threads
+  /// make one at once, both get the first one kept.
+  template <typename T>
+  llvm::Expected<std::shared_ptr<const T>>
+  memoized(std::map<std::string, std::shared_ptr<const T>> &table,
+           const std::string &key,
+           llvm::function_ref<llvm::Expected<std::shared_ptr<const T>>()>
+               make) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (auto it = table.find(key); it != table.end())
+        return it->second;
+    }
+    auto made = make();
+    if (!made)
+      return made.takeError();
+    std::lock_guard<std::mutex> lock(mutex);
+    return table.try_emplace(key, std::move(*made)).first->second;
+  }
 };
 
 struct Context::WarnedEntries {

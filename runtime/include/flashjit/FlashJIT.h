@@ -485,6 +485,12 @@ private:
   llvm::Expected<std::shared_ptr<const Kernel>>
   build(const AttentionSpec &spec, const ResolvedConfig &resolved,
         std::shared_ptr<Kernel::LengthChoice> choice, const LengthClass &range);
+  /// decodeKernel's kernel of `fitted` (`spec` with the stages and tile
+  /// this GPU holds; `key` its canonical text), from the cache or built,
+  /// with the tuning database's variants of `spec`.
+  llvm::Expected<std::shared_ptr<const DecodeKernel>>
+  makeDecodeKernel(const DecodeSpec &spec, const DecodeSpec &fitted,
+                   const std::string &key);
 
   ContextOptions Options;
   Target TargetChip;
