@@ -62,21 +62,16 @@ BackwardKernel::BackwardKernel(AttentionSpec spec, KernelInfo info,
   llvm::StringRef main = Info.name;
   BackwardKernelNames names =
       BackwardKernelNames::of(main.drop_back(llvm::StringRef("_bwd").size()));
-  auto drv = CudaDriver::get();
-  if (!drv) {
-    DeviceError = llvm::toString(drv.takeError());
-    Module.reset();
-    return;
-  }
   for (auto [name, fn] : {std::pair{&names.preprocess, &Preprocess},
-                          std::pair{&names.convert, &Convert}})
-    if (auto err = FLASHJIT_CU(*drv, cuModuleGetFunction, fn,
-                               Module->module(), name->c_str())) {
-      DeviceError = "the backward module lacks " + *name + ": " +
-                    llvm::toString(std::move(err));
+                          std::pair{&names.convert, &Convert}}) {
+    auto found = Module->companion(*name);
+    if (!found) {
+      DeviceError = llvm::toString(found.takeError());
       Module.reset();
       return;
     }
+    *fn = *found;
+  }
 }
 
 BackwardKernel::~BackwardKernel() = default;

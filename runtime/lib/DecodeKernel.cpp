@@ -39,18 +39,13 @@ DecodeKernel::DecodeKernel(DecodeSpec spec, KernelInfo info, std::string ptx,
           std::make_unique<Workspaces>(Module ? Module->deviceOrdinal() : 0)) {
   if (!Module)
     return;
-  auto drv = CudaDriver::get();
-  if (!drv) {
-    DeviceError = llvm::toString(drv.takeError());
+  auto combine = Module->companion(Info.name + "_combine");
+  if (!combine) {
+    DeviceError = llvm::toString(combine.takeError());
     Module.reset();
     return;
   }
-  std::string name = Info.name + "_combine";
-  if (auto err = FLASHJIT_CU(*drv, cuModuleGetFunction, &Combine,
-                             Module->module(), name.c_str())) {
-    DeviceError = llvm::toString(std::move(err));
-    Module.reset();
-  }
+  Combine = *combine;
 }
 
 DecodeKernel::~DecodeKernel() = default;

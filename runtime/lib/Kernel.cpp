@@ -78,16 +78,11 @@ struct Kernel::TileCounters {
       auto scope = ScopedContext::enter(drv, context);
       if (!scope)
         return scope.takeError();
-      CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-      if (auto err = FLASHJIT_CU(drv, cuThreadExchangeStreamCaptureMode, &mode))
-        return std::move(err);
-      CUdeviceptr slab = 0;
-      llvm::Error err = FLASHJIT_CU(drv, cuMemAlloc, &slab,
-                                    kPairsPerSlab * 2 * sizeof(uint32_t));
-      (void)drv.cuThreadExchangeStreamCaptureMode(&mode);
-      if (err)
-        return std::move(err);
-      slabs.push_back(slab);
+      auto slab =
+          allocateWhileCapturing(drv, kPairsPerSlab * 2 * sizeof(uint32_t));
+      if (!slab)
+        return slab.takeError();
+      slabs.push_back(*slab);
       usedInSlab = 0;
     }
     CUdeviceptr pair = slabs.back() + usedInSlab * 2 * sizeof(uint32_t);
@@ -179,16 +174,13 @@ Kernel::Kernel(AttentionSpec spec, KernelInfo info, std::string ptx,
   Order = std::make_unique<TileOrder>(Module ? Module->deviceOrdinal() : 0);
   if (!Module)
     return;
-  auto drv = CudaDriver::get();
-  llvm::Error err =
-      drv ? FLASHJIT_CU(*drv, cuModuleGetFunction, &Order->function,
-                        Module->module(),
-                        tileOrderKernelName(Info.name).c_str())
-          : drv.takeError();
-  if (err) {
-    DeviceError = llvm::toString(std::move(err));
+  auto sort = Module->companion(tileOrderKernelName(Info.name));
+  if (!sort) {
+    DeviceError = llvm::toString(sort.takeError());
     Module.reset();
+    return;
   }
+  Order->function = *sort;
 }
 
 Kernel::~Kernel() = default;

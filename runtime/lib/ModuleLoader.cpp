@@ -83,6 +83,18 @@ llvm::Expected<LoadedModule> LoadedModule::fromCubin(const KernelInfo &info,
   return std::move(m);
 }
 
+llvm::Expected<CUfunction> LoadedModule::companion(llvm::StringRef name) const {
+  CUfunction fn = nullptr;
+  std::string text = name.str();
+  if (llvm::Error err =
+          FLASHJIT_CU(*Driver, cuModuleGetFunction, &fn, Module, text.c_str()))
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "the module of %s lacks %s: %s",
+                                   Info.name.c_str(), text.c_str(),
+                                   llvm::toString(std::move(err)).c_str());
+  return fn;
+}
+
 llvm::Error LoadedModule::bindFunction() {
   const CudaDriver &d = *Driver;
   const KernelInfo &info = Info;

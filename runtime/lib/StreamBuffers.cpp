@@ -7,6 +7,19 @@
 
 namespace flashjit {
 
+llvm::Expected<CUdeviceptr> allocateWhileCapturing(const CudaDriver &drv,
+                                                   size_t bytes) {
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  if (auto err = FLASHJIT_CU(drv, cuThreadExchangeStreamCaptureMode, &mode))
+    return std::move(err);
+  CUdeviceptr fresh = 0;
+  llvm::Error err = FLASHJIT_CU(drv, cuMemAlloc, &fresh, bytes);
+  (void)drv.cuThreadExchangeStreamCaptureMode(&mode);
+  if (err)
+    return std::move(err);
+  return fresh;
+}
+
 llvm::Expected<CUdeviceptr>
 StreamBuffers::forStream(CUstream stream, size_t bytes, bool zeroed) {
   std::lock_guard<std::mutex> lock(Mutex);
@@ -54,21 +67,15 @@ StreamBuffers::capturedBuffer(const CudaDriver &drv, CUstream stream,
     return scope.takeError();
   // Whole words, so that a 32-bit memset node can zero it.
   bytes = (bytes + 3) / 4 * 4;
-  // Allocating is allowed during a capture in relaxed mode only.
-  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-  if (auto err = FLASHJIT_CU(drv, cuThreadExchangeStreamCaptureMode, &mode))
-    return std::move(err);
-  CUdeviceptr fresh = 0;
-  llvm::Error err = FLASHJIT_CU(drv, cuMemAlloc, &fresh, bytes);
-  (void)drv.cuThreadExchangeStreamCaptureMode(&mode);
-  if (err)
-    return std::move(err);
-  Captured.push_back(fresh);
+  auto fresh = allocateWhileCapturing(drv, bytes);
+  if (!fresh)
+    return fresh.takeError();
+  Captured.push_back(*fresh);
   if (zeroed)
-    if (auto err = FLASHJIT_CU(drv, cuMemsetD32Async, fresh, 0, bytes / 4,
+    if (auto err = FLASHJIT_CU(drv, cuMemsetD32Async, *fresh, 0, bytes / 4,
                                stream))
       return std::move(err);
-  return fresh;
+  return *fresh;
 }
 
 StreamBuffers::~StreamBuffers() {

@@ -69,6 +69,10 @@ public:
 
   CUmodule module() const { return Module; }
   CUfunction function() const { return Function; }
+  /// Another kernel of the module (a backward's preprocess, a decode's
+  /// combine, a block-sparse forward's tile order); an error names the
+  /// missing kernel.
+  llvm::Expected<CUfunction> companion(llvm::StringRef name) const;
   const KernelInfo &info() const { return Info; }
   /// The cubin the module was loaded from (empty when it was PTX).
   const std::string &cubin() const { return Cubin; }

@@ -19,6 +19,12 @@ namespace flashjit {
 
 class CudaDriver;
 
+/// `bytes` of device memory in the calling thread's current context,
+/// allocated in relaxed capture mode: allowed while this or another thread
+/// captures a CUDA graph (a captured launch's own scratch).
+llvm::Expected<CUdeviceptr> allocateWhileCapturing(const CudaDriver &drv,
+                                                   size_t bytes);
+
 /// Thread-safe. The buffers are freed with the object.
 class StreamBuffers {
 public:
