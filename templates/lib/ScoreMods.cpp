@@ -268,6 +268,11 @@ SmallVector<Value> ScoreMods::stageColumnRead(Operation *read, Value batch,
   OpBuilder &b = ir.b;
   Location loc = ir.loc;
   Type type = read->getResult(0).getType();
+  // Element `index` (i32) of the warp's scratch.
+  auto slot = [&](Value index) -> Value {
+    return LLVM::GEPOp::create(b, loc, staging.scratch.getType(), type,
+                               staging.scratch, ValueRange{index});
+  };
   Value allLanes = ir.c32(-1);
   // The warp's lanes are done with the last tile's values.
   NVVM::SyncWarpOp::create(b, loc, allLanes);
@@ -287,11 +292,7 @@ SmallVector<Value> ScoreMods::stageColumnRead(Operation *read, Value batch,
   for (int64_t k = 0; k < static_cast<int64_t>(staged.size()); ++k) {
     auto [column, value] = staged[k];
     auto store = [&, column = column, value = value] {
-      LLVM::StoreOp::create(
-          b, loc, value,
-          LLVM::GEPOp::create(b, loc, staging.scratch.getType(), type,
-                              staging.scratch, ValueRange{column}),
-          /*alignment=*/4);
+      LLVM::StoreOp::create(b, loc, value, slot(column), /*alignment=*/4);
     };
     // A last round of lanes past a block_n that 32 does not divide reads
     // (in bounds) but does not store.
@@ -306,11 +307,8 @@ SmallVector<Value> ScoreMods::stageColumnRead(Operation *read, Value batch,
   NVVM::SyncWarpOp::create(b, loc, allLanes);
   SmallVector<Value> values;
   for (Value offset : staging.slotOffsets)
-    values.push_back(LLVM::LoadOp::create(
-        b, loc, type,
-        LLVM::GEPOp::create(b, loc, staging.scratch.getType(), type,
-                            staging.scratch, ValueRange{offset}),
-        /*alignment=*/4));
+    values.push_back(
+        LLVM::LoadOp::create(b, loc, type, slot(offset), /*alignment=*/4));
   return values;
 }
 
