@@ -33,7 +33,13 @@ StreamBuffers::forStream(CUstream stream, size_t bytes, bool zeroed) {
     if (capture == CU_STREAM_CAPTURE_STATUS_ACTIVE)
       return capturedBuffer(*drv, stream, bytes, zeroed);
   }
-  auto &slot = ByStream[stream];
+  // By the stream's id, not its handle: a destroyed stream's handle may
+  // come back for a new stream while the old one's last launch still runs
+  // on its buffer; ids are never reused within the process.
+  unsigned long long id = 0;
+  if (auto err = FLASHJIT_CU(*drv, cuStreamGetId, stream, &id))
+    return std::move(err);
+  auto &slot = ById[id];
   if (slot.first && slot.second >= bytes)
     return slot.first;
   // The device's own context, whatever the calling thread has current.
@@ -80,7 +86,7 @@ StreamBuffers::capturedBuffer(const CudaDriver &drv, CUstream stream,
 
 StreamBuffers::~StreamBuffers() {
   bool any = !Captured.empty();
-  for (auto &[stream, buffer] : ByStream)
+  for (auto &[id, buffer] : ById)
     any |= buffer.first != 0;
   if (!any)
     return;
@@ -94,7 +100,7 @@ StreamBuffers::~StreamBuffers() {
     llvm::consumeError(scope.takeError());
     return;
   }
-  for (auto &[stream, buffer] : ByStream)
+  for (auto &[id, buffer] : ById)
     if (buffer.first)
       (void)drv->cuMemFree(buffer.first);
   for (CUdeviceptr buffer : Captured)

@@ -1,5 +1,4 @@
-//===- StreamBuffers.h - device buffers kept per CUDA stream -----*- C++
-//-*-===//
+//===- StreamBuffers.h - device buffers kept per CUDA stream ---*- C++ -*-===//
 // Why: a kernel that needs scratch memory between launches (a persistent
 // kernel's tile counters, the decode kernels' partial results) keeps one
 // buffer per stream: launches on one stream run in turn, each done with the
@@ -56,7 +55,9 @@ private:
                                              bool zeroed);
 
   std::mutex Mutex;
-  std::map<CUstream, std::pair<CUdeviceptr, size_t>> ByStream;
+  /// Buffer and size by stream id (cuStreamGetId). A destroyed stream's
+  /// buffer stays until this object goes.
+  std::map<unsigned long long, std::pair<CUdeviceptr, size_t>> ById;
   std::vector<CUdeviceptr> Captured;
   int DeviceOrdinal;
   bool OwnWhileCapturing;
