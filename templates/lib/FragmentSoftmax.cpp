@@ -53,11 +53,8 @@ struct ModIndices {
 ModReads FragmentSoftmax::readMaskAhead(
     Value n0, Value quadCol, const ScoreRules &rules,
     function_ref<Value(int64_t, int64_t)> rowOf) {
-  ModReads reads;
   if (!rules.mods || !rules.mods->hasMaskMod())
-    return reads;
-  OpBuilder &b = ir.b;
-  Location loc = ir.loc;
+    return {};
   auto readAll = [&] {
     ModIndices at(ir, rules, n0, quadCol, rowOf);
     SmallVector<ModIndex> rows, columns;
@@ -70,7 +67,7 @@ ModReads FragmentSoftmax::readMaskAhead(
     if (!staging)
       return rules.mods->readMaskAhead(rules.batch, rules.head, rows,
                                        columns);
-    ColumnStaging stage = *staging;
+    IndexStaging stage = *staging;
     for (int64_t nt = 0; nt < nTiles; ++nt)
       for (int64_t e = 0; e < 2; ++e)
         stage.slotOffsets.push_back(
@@ -78,41 +75,8 @@ ModReads FragmentSoftmax::readMaskAhead(
     return rules.mods->readMaskAhead(rules.batch, rules.head, rows, columns,
                                      &stage, n0, at.lastColumn);
   };
-  if (!rules.maskModOn)
-    return readAll();
-  // A block mask's full tiles skip the mask_mod: they read nothing (zeros
-  // stand in for the values, never used).
-  // Built without results first (the reads' types are known once they are
-  // issued), then moved into an if that yields them.
-  auto op = scf::IfOp::create(b, loc, TypeRange{}, rules.maskModOn,
-                              /*withElseRegion=*/true);
-  {
-    OpBuilder::InsertionGuard g(b);
-    Operation *thenEnd = op.thenBlock()->getTerminator();
-    b.setInsertionPoint(thenEnd);
-    reads = readAll();
-    scf::YieldOp::create(b, loc, reads.values);
-    thenEnd->erase();
-    Operation *elseEnd = op.elseBlock()->getTerminator();
-    b.setInsertionPoint(elseEnd);
-    SmallVector<Value> zeros = llvm::map_to_vector(reads.values, [&](Value v) {
-      return arith::ConstantOp::create(b, loc, b.getZeroAttr(v.getType()))
-          .getResult();
-    });
-    scf::YieldOp::create(b, loc, zeros);
-    elseEnd->erase();
-  }
-  // The if was built before its types were known: rebuild it with them.
-  SmallVector<Type> types = llvm::map_to_vector(
-      reads.values, [](Value v) { return v.getType(); });
-  auto typed = scf::IfOp::create(b, loc, types, rules.maskModOn,
-                                 /*withElseRegion=*/true);
-  typed.getThenRegion().takeBody(op.getThenRegion());
-  typed.getElseRegion().takeBody(op.getElseRegion());
-  op.erase();
-  for (auto [value, result] : llvm::zip(reads.values, typed.getResults()))
-    value = result;
-  return reads;
+  // A block mask's full tiles skip the mask_mod: they read nothing.
+  return rules.mods->readWhere(rules.maskModOn, readAll);
 }
 
 void FragmentSoftmax::mask(MutableArrayRef<Value> s, Value n0, int64_t blockN,

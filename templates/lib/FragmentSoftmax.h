@@ -45,11 +45,11 @@ public:
       : ir(ir), mTiles(mTiles), nTiles(nTiles) {}
 
   /// Stage the mask_mod's key-column reads through this warp's shared
-  /// `scratch` (4 bytes per column of a `blockN`-wide tile; ColumnStaging)
+  /// `scratch` (4 bytes per column of a `blockN`-wide tile; IndexStaging)
   /// in readMaskAhead, one mTiles = 1 fragment per warp.
   void stageColumnReads(mlir::Value scratch, mlir::Value lane,
                         int64_t blockN) {
-    staging = ColumnStaging{scratch, lane, blockN, {}};
+    staging = IndexStaging{scratch, lane, blockN, {}};
   }
 
   int64_t rowStates() const { return mTiles * 2; }
@@ -131,7 +131,7 @@ public:
 
 private:
   KernelIR &ir;
-  std::optional<ColumnStaging> staging;
+  std::optional<IndexStaging> staging;
   const int64_t mTiles, nTiles;
   /// P = 2^(s c - m c) for the scores of row state `row` (mt * 2 + h) into
   /// `probs`, with c = `scaleLog2` and `negShift` = -m c; returns the P

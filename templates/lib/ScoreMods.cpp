@@ -7,6 +7,7 @@
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/Matchers.h"
@@ -155,21 +156,27 @@ Value ScoreMods::score(Value s, Value batch, Value head, ModIndex row,
     allowContraction(sum);
     return sum;
   }
-  Value modded = inlineRegion(*mods.scoreMod, fixed).front();
-  auto back = arith::MulFOp::create(b, ir.loc, modded, fromNatural);
+  // The score in natural units is s * toNatural, formed where the region
+  // needs it; a factor still pending on the result joins fromNatural.
+  fixed.front() = ModIndex(s);
+  Value resultScale;
+  Value modded = inlineRegion(*mods.scoreMod, fixed, {}, nullptr, -1, -1,
+                              toNatural, &resultScale)
+                     .front();
+  Value factor = fromNatural;
+  if (resultScale)
+    factor = arith::MulFOp::create(b, ir.loc, resultScale, fromNatural);
+  auto back = arith::MulFOp::create(b, ir.loc, modded, factor);
   allowContraction(back);
   return back;
 }
 
 Value ScoreMods::scoreGradient(Value s, Value batch, Value head,
                                ModIndex row, ModIndex column) {
-  OpBuilder &b = ir.b;
-  auto natural = arith::MulFOp::create(b, ir.loc, s, toNatural);
-  allowContraction(natural);
   Region &region = *mods.scoreGrad;
   auto yield = cast<attn::YieldOp>(region.front().getTerminator());
-  return inlineRegion(region, {natural.getResult(), batch, head, row, column},
-                      {yield.getValues()[1]})
+  return inlineRegion(region, {s, batch, head, row, column},
+                      {yield.getValues()[1]}, nullptr, -1, -1, toNatural)
       .front();
 }
 
@@ -224,8 +231,8 @@ ScoreMods::ReadDependence ScoreMods::dependenceOf(Operation *read) const {
 ModReads ScoreMods::readMaskAhead(Value batch, Value head,
                                   ArrayRef<ModIndex> rows,
                                   ArrayRef<ModIndex> columns,
-                                  const ColumnStaging *staging, Value n0,
-                                  Value lastColumn) {
+                                  const IndexStaging *staging, Value first,
+                                  Value last) {
   ModReads reads;
   if (!hasMaskMod())
     return reads;
@@ -235,16 +242,22 @@ ModReads ScoreMods::readMaskAhead(Value batch, Value head,
     if (!isa<tensor::ExtractOp>(op))
       continue;
     ReadDependence d = dependenceOf(&op);
-    if (staging && d.column && !d.row &&
-        op.getResult(0).getType().getIntOrFloatBitWidth() == 32 &&
-        staging->slotOffsets.size() == columns.size()) {
-      SmallVector<Value> staged = stageColumnRead(
-          &op, batch, head, rows.front(), *staging, n0, lastColumn);
-      for (int64_t c = 0; c < static_cast<int64_t>(staged.size()); ++c) {
-        reads.keys.push_back({&op, -1, c});
-        reads.values.push_back(staged[c]);
+    if (staging) {
+      const bool onQuery = staging->queries;
+      const bool alone = onQuery ? d.row && !d.column : d.column && !d.row;
+      const size_t slots = onQuery ? rows.size() : columns.size();
+      if (alone && op.getResult(0).getType().getIntOrFloatBitWidth() == 32 &&
+          staging->slotOffsets.size() == slots) {
+        SmallVector<Value> staged =
+            stageRead(&op, batch, head, onQuery ? columns.front() : rows.front(),
+                      *staging, first, last);
+        for (int64_t c = 0; c < static_cast<int64_t>(staged.size()); ++c) {
+          reads.keys.push_back({&op, onQuery ? c : int64_t(-1),
+                                onQuery ? int64_t(-1) : c});
+          reads.values.push_back(staged[c]);
+        }
+        continue;
       }
-      continue;
     }
     const int64_t rowSlots = d.row ? rows.size() : 1;
     const int64_t columnSlots = d.column ? columns.size() : 1;
@@ -261,10 +274,50 @@ ModReads ScoreMods::readMaskAhead(Value batch, Value head,
   return reads;
 }
 
-SmallVector<Value> ScoreMods::stageColumnRead(Operation *read, Value batch,
-                                             Value head, ModIndex row,
-                                             const ColumnStaging &staging,
-                                             Value n0, Value lastColumn) {
+ModReads ScoreMods::readWhere(Value appliesHere,
+                              function_ref<ModReads()> read) {
+  if (!appliesHere)
+    return read();
+  OpBuilder &b = ir.b;
+  Location loc = ir.loc;
+  // Built without results first (the reads' types are known once they are
+  // issued), then moved into an if that yields them.
+  ModReads reads;
+  auto op = scf::IfOp::create(b, loc, TypeRange{}, appliesHere,
+                              /*withElseRegion=*/true);
+  {
+    OpBuilder::InsertionGuard g(b);
+    Operation *thenEnd = op.thenBlock()->getTerminator();
+    b.setInsertionPoint(thenEnd);
+    reads = read();
+    scf::YieldOp::create(b, loc, reads.values);
+    thenEnd->erase();
+    Operation *elseEnd = op.elseBlock()->getTerminator();
+    b.setInsertionPoint(elseEnd);
+    SmallVector<Value> zeros = llvm::map_to_vector(reads.values, [&](Value v) {
+      return arith::ConstantOp::create(b, loc, b.getZeroAttr(v.getType()))
+          .getResult();
+    });
+    scf::YieldOp::create(b, loc, zeros);
+    elseEnd->erase();
+  }
+  // The if was built before its types were known: rebuild it with them.
+  SmallVector<Type> types = llvm::map_to_vector(
+      reads.values, [](Value v) { return v.getType(); });
+  auto typed = scf::IfOp::create(b, loc, types, appliesHere,
+                                 /*withElseRegion=*/true);
+  typed.getThenRegion().takeBody(op.getThenRegion());
+  typed.getElseRegion().takeBody(op.getElseRegion());
+  op.erase();
+  for (auto [value, result] : llvm::zip(reads.values, typed.getResults()))
+    value = result;
+  return reads;
+}
+
+SmallVector<Value> ScoreMods::stageRead(Operation *read, Value batch,
+                                       Value head, ModIndex other,
+                                       const IndexStaging &staging,
+                                       Value first, Value last) {
   OpBuilder &b = ir.b;
   Location loc = ir.loc;
   Type type = read->getResult(0).getType();
@@ -277,30 +330,32 @@ SmallVector<Value> ScoreMods::stageColumnRead(Operation *read, Value batch,
   // The warp's lanes are done with the last tile's values.
   NVVM::SyncWarpOp::create(b, loc, allLanes);
   // Every read issued before the first store waits for one.
-  Value first = ir.toI32(n0);
-  SmallVector<std::pair<Value, Value>> staged; // (column, value)
-  for (int64_t k = 0; k * 32 < staging.blockN; ++k) {
-    Value column = ir.add(staging.lane, ir.c32(32 * k));
-    // Clamped into the sequence, as the per-slot reads are: a column past
-    // it is masked, its id unused.
-    Value key = ir.minS(ir.add(first, column), lastColumn);
-    staged.push_back({column, inlineRegion(*mods.maskMod,
-                                           {batch, head, row, ModIndex(key)},
-                                           {read->getResult(0)})
-                                  .front()});
+  Value first32 = ir.toI32(first);
+  SmallVector<std::pair<Value, Value>> staged; // (offset, value)
+  for (int64_t k = 0; k * 32 < staging.extent; ++k) {
+    Value offset = ir.add(staging.lane, ir.c32(32 * k));
+    // Clamped into the sequence, as the per-slot reads are: an index past
+    // it is masked, its value unused.
+    ModIndex index(ir.minS(ir.add(first32, offset), last));
+    SmallVector<ModIndex> fixed{batch, head, other, index};
+    if (staging.queries)
+      std::swap(fixed[2], fixed[3]);
+    staged.push_back(
+        {offset, inlineRegion(*mods.maskMod, fixed, {read->getResult(0)})
+                     .front()});
   }
   for (int64_t k = 0; k < static_cast<int64_t>(staged.size()); ++k) {
-    auto [column, value] = staged[k];
-    auto store = [&, column = column, value = value] {
-      LLVM::StoreOp::create(b, loc, value, slot(column), /*alignment=*/4);
+    auto [offset, value] = staged[k];
+    auto store = [&, offset = offset, value = value] {
+      LLVM::StoreOp::create(b, loc, value, slot(offset), /*alignment=*/4);
     };
-    // A last round of lanes past a block_n that 32 does not divide reads
+    // A last round of lanes past an extent that 32 does not divide reads
     // (in bounds) but does not store.
-    if ((k + 1) * 32 <= staging.blockN)
+    if ((k + 1) * 32 <= staging.extent)
       store();
     else
-      ir.ifThen(ir.cmp(arith::CmpIPredicate::slt, column,
-                       ir.c32(staging.blockN)),
+      ir.ifThen(ir.cmp(arith::CmpIPredicate::slt, offset,
+                       ir.c32(staging.extent)),
                 store);
   }
   // The stores are seen by the warp's other lanes.
@@ -317,7 +372,8 @@ SmallVector<Value> ScoreMods::inlineRegion(Region &region,
                                           ArrayRef<Value> want,
                                           const ModReads *reads,
                                           int64_t rowSlot,
-                                          int64_t columnSlot) {
+                                          int64_t columnSlot, Value argScale,
+                                          Value *resultScale) {
   OpBuilder &b = ir.b;
   Location loc = ir.loc;
   Block &block = region.front();
@@ -443,12 +499,70 @@ SmallVector<Value> ScoreMods::inlineRegion(Region &region,
   auto f32Unary = [&](Operation &op, function_ref<Value(Value)> f) {
     map.map(op.getResult(0), f(map.lookup(op.getOperand(0))));
   };
+  // Region values held as map.lookup(v) * pending[v] (argScale): a
+  // multiply or division by a constant only updates the factor (once per
+  // tile, not per score); any other use forms the product first.
+  llvm::DenseMap<Value, Value> pending;
+  if (argScale)
+    pending[block.getArgument(0)] = argScale;
+  auto formProduct = [&](Value v) {
+    auto it = pending.find(v);
+    if (it == pending.end())
+      return;
+    map.map(v, contracted(arith::MulFOp::create(b, loc, map.lookup(v),
+                                                it->second)));
+    pending.erase(it);
+  };
+  // The constant factor c of `op` = x * c or x / c (f32; c finite and,
+  // dividing, nonzero): the operand x and the factor, else null.
+  auto constantFactor = [&](Operation &op) -> std::pair<Value, float> {
+    auto byConstant = [&](Value v, double &c) {
+      FloatAttr attr;
+      if (!matchPattern(v, m_Constant(&attr)))
+        return false;
+      c = attr.getValueAsDouble();
+      return true;
+    };
+    double c;
+    if (auto mul = dyn_cast<arith::MulFOp>(op); mul && mul.getType().isF32()) {
+      if (byConstant(mul.getRhs(), c) && std::isfinite(c))
+        return {mul.getLhs(), static_cast<float>(c)};
+      if (byConstant(mul.getLhs(), c) && std::isfinite(c))
+        return {mul.getRhs(), static_cast<float>(c)};
+    }
+    if (auto div = dyn_cast<arith::DivFOp>(op); div && div.getType().isF32())
+      if (byConstant(div.getRhs(), c) && c != 0.0 && std::isfinite(1.0 / c))
+        return {div.getLhs(), static_cast<float>(1.0 / c)};
+    return {Value(), 0.0f};
+  };
   for (Operation &op : block) {
     if (auto yield = dyn_cast<attn::YieldOp>(op)) {
+      Value first = want.empty() ? yield.getValues()[0] : want.front();
+      if (resultScale && want.size() <= 1 && pending.count(first)) {
+        *resultScale = pending[first];
+        return {map.lookup(first)};
+      }
+      for (Value v : want.empty() ? ArrayRef<Value>(first) : want)
+        formProduct(v);
       if (want.empty())
-        return {map.lookup(yield.getValues()[0])};
+        return {map.lookup(first)};
       return llvm::map_to_vector(want, [&](Value v) { return map.lookup(v); });
     }
+    // (An int-to-float conversion's value times a constant keeps the
+    // form below that makes it one fma.)
+    if (auto [x, c] = constantFactor(op);
+        x && (pending.count(x) || !floatSums.count(x))) {
+      map.map(op.getResult(0), map.lookup(x));
+      auto it = pending.find(x);
+      Value factor = it == pending.end()
+                         ? ir.cF32(c)
+                         : contracted(arith::MulFOp::create(
+                               b, loc, it->second, ir.cF32(c)));
+      pending[op.getResult(0)] = factor;
+      continue;
+    }
+    for (Value operand : op.getOperands())
+      formProduct(operand);
     trackSum(op);
     if (auto toFloat = dyn_cast<arith::SIToFPOp>(op);
         toFloat && toFloat.getType().isF32() && sums.count(toFloat.getIn()) &&

@@ -9,7 +9,8 @@
 // tensor.extract of a captured tensor becomes a global load through the
 // pointer and strides the launch passes (KernelABI.h); in the wgmma kernels
 // a mask_mod's reads of the key column alone are loaded once per column
-// and warp and shared through shared memory (ColumnStaging).
+// and warp and shared through shared memory (IndexStaging), as the
+// backward's reads of the query alone.
 #ifndef FLASHJIT_TEMPLATES_SCOREMODS_H
 #define FLASHJIT_TEMPLATES_SCOREMODS_H
 
@@ -57,21 +58,26 @@ struct ModReads {
                      int64_t columnSlot) const;
 };
 
-/// Where a warp stages the mask_mod's reads that depend on the key column
-/// alone (a document mask's id per key), ScoreMods::readMaskAhead: each
-/// lane reads columns lane, lane + 32, ... of the tile once into the
-/// warp's `scratch` (shared memory, 4 bytes per column of the tile), and
-/// each thread takes its column slots from there, where it would
-/// otherwise issue one global read, with its address arithmetic, per slot
-/// (the 8 lanes of a column read the same id).
-struct ColumnStaging {
+/// Where a warp stages the mask_mod's reads that depend on one index
+/// alone, the one that varies along the thread's slots (the forward's key
+/// column: a document mask's id per key; the backward's query, its S^T
+/// having queries for columns), ScoreMods::readMaskAhead: each lane reads
+/// indices lane, lane + 32, ... of the tile once into the warp's
+/// `scratch` (shared memory, 4 bytes per index of the tile), and each
+/// thread takes its slots from there, where it would otherwise issue one
+/// global read, with its address arithmetic, per slot (the 8 lanes of a
+/// column read the same id).
+struct IndexStaging {
   /// This warp's scratch (a shared-memory pointer) and the lane (i32).
   mlir::Value scratch, lane;
-  /// The tile's columns, and the offset of each column slot of the
-  /// thread from the tile's first column (i32; 2 (lane % 4) + its n8
-  /// tile's and element's).
-  int64_t blockN = 0;
+  /// The tile's extent along the staged index, and the offset of each slot
+  /// of the thread from the tile's first index (i32; 2 (lane % 4) + its
+  /// n8 tile's and element's).
+  int64_t extent = 0;
   llvm::SmallVector<mlir::Value> slotOffsets;
+  /// Stage reads of the query index (row slots) instead of the key's
+  /// (column slots).
+  bool queries = false;
 };
 
 /// What masks and modifies one tile's scores beyond their values: the
@@ -130,33 +136,47 @@ public:
   /// rows (one ModIndex per row slot) and columns (per column slot): each
   /// read once per slot combination it depends on. The values of reads
   /// that depend on neither are kept at slots -1.
-  /// With `staging`, a read that depends on the key column alone is
-  /// staged through the warp's shared scratch (ColumnStaging): `n0` (i64)
-  /// is then the tile's first column and `lastColumn` (i32) the sequence's
+  /// With `staging`, a read that depends on the staged index alone goes
+  /// through the warp's shared scratch (IndexStaging): `first` (i64) is
+  /// then the tile's first index along it and `last` (i32) the sequence's
   /// last.
   ModReads readMaskAhead(mlir::Value batch, mlir::Value head,
                          llvm::ArrayRef<ModIndex> rows,
                          llvm::ArrayRef<ModIndex> columns,
-                         const ColumnStaging *staging = nullptr,
-                         mlir::Value n0 = {}, mlir::Value lastColumn = {});
+                         const IndexStaging *staging = nullptr,
+                         mlir::Value first = {}, mlir::Value last = {});
+  /// `read()`'s reads where `appliesHere` (i1; a block mask's partial
+  /// tile) holds, zeros in their place elsewhere: a full tile reads
+  /// nothing. Null `appliesHere`: read().
+  ModReads readWhere(mlir::Value appliesHere,
+                     llvm::function_ref<ModReads()> read);
 
 private:
-  /// The values of `read` (a column-only read) at the thread's column
-  /// slots, through the warp's scratch (ColumnStaging).
+  /// The values of `read` (one that depends on the staged index alone) at
+  /// the thread's slots, through the warp's scratch (IndexStaging); `other`
+  /// is the index the read does not depend on.
   llvm::SmallVector<mlir::Value>
-  stageColumnRead(mlir::Operation *read, mlir::Value batch, mlir::Value head,
-                  ModIndex row, const ColumnStaging &staging, mlir::Value n0,
-                  mlir::Value lastColumn);
+  stageRead(mlir::Operation *read, mlir::Value batch, mlir::Value head,
+            ModIndex other, const IndexStaging &staging, mlir::Value first,
+            mlir::Value last);
   /// Clones `region`'s ops with its leading block arguments bound to
   /// `fixed` (index arguments given as i32 or i64) and returns the clones
   /// of `want` (values of the region; none: the yielded one).
   /// `reads`: values of the region's captured-tensor reads issued ahead,
   /// at `rowSlot` and `columnSlot`.
+  /// With `argScale`, the first argument is `fixed[0]` times `argScale`
+  /// (f32, the same for every score: the unit conversion): multiplies of
+  /// it by constants gather into that factor and the product is formed
+  /// where an op needs it (soft-cap's score * scale / cap is one multiply,
+  /// not two). With `resultScale`, the yielded value may come back as a
+  /// product still to form: the value returned times *resultScale (null:
+  /// formed).
   llvm::SmallVector<mlir::Value>
   inlineRegion(mlir::Region &region, llvm::ArrayRef<ModIndex> fixed,
                llvm::ArrayRef<mlir::Value> want = {},
                const ModReads *reads = nullptr, int64_t rowSlot = -1,
-               int64_t columnSlot = -1);
+               int64_t columnSlot = -1, mlir::Value argScale = {},
+               mlir::Value *resultScale = nullptr);
   /// Which of the query and key indices a captured-tensor read of the
   /// mask_mod depends on.
   struct ReadDependence {

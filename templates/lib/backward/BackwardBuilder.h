@@ -146,9 +146,20 @@ public:
   /// partial blocks (`maskModOn`, BackwardSteps::maskModApplies; null:
   /// every tile).
   Value orMaskModNeeded(Value needMask, Value maskModOn);
+  /// Issues the mask_mod's captured-tensor reads for the tile's
+  /// `accumulators` ahead of its scores (ScoreMods::readMaskAhead), only
+  /// where `appliesHere` (null: everywhere). With `staging` (its scratch,
+  /// lane and extent; slots and axis filled in here), a read of the query
+  /// alone goes through the warp's shared scratch; `firstQuery` (i64) is
+  /// then the tile's first query.
+  ModReads readAhead(const Tile &tile, int64_t accumulators, Value appliesHere,
+                     const IndexStaging *staging = nullptr,
+                     Value firstQuery = {});
   /// The mask_mod of accumulator i (i1): true where the score is kept
-  /// (and where `appliesHere`, if given, is false).
-  Value keep(const Tile &tile, int64_t i, Value appliesHere = {});
+  /// (and where `appliesHere`, if given, is false); with `reads`, the
+  /// captured tensors' values come from readAhead().
+  Value keep(const Tile &tile, int64_t i, Value appliesHere = {},
+             const ModReads *reads = nullptr);
 
 private:
   ModIndex query(const Tile &tile, int64_t i);

@@ -52,9 +52,48 @@ Value BackwardMods::orMaskModNeeded(Value needMask, Value maskModOn) {
   return arith::ConstantOp::create(ir.b, ir.loc, ir.b.getBoolAttr(true));
 }
 
-Value BackwardMods::keep(const Tile &tile, int64_t i, Value appliesHere) {
+namespace {
+/// Accumulator i's query slot (its query column, 8 (i / 4) + i % 2 from
+/// the tile's first) and key slot (keys[(i / 2) % 2]).
+int64_t querySlot(int64_t i) { return (i / 4) * 2 + i % 2; }
+int64_t keySlot(int64_t i) { return (i / 2) % 2; }
+} // namespace
+
+ModReads BackwardMods::readAhead(const Tile &tile, int64_t accumulators,
+                                 Value appliesHere,
+                                 const IndexStaging *staging,
+                                 Value firstQuery) {
+  if (!hasMaskMod())
+    return {};
+  return mods.readWhere(appliesHere, [&] {
+    SmallVector<ModIndex> queries, keys;
+    for (int64_t i = 0; i < accumulators; ++i) {
+      if (i % 4 < 2)
+        queries.push_back(query(tile, i));
+      if (i < 4 && i % 2 == 0)
+        keys.push_back(key(tile, i));
+    }
+    if (!staging)
+      return mods.readMaskAhead(tile.batch, tile.head, queries, keys);
+    // The thread's query columns, as offsets from the tile's first query.
+    IndexStaging stage = *staging;
+    stage.queries = true;
+    Value thread = ir.toI32(ir.sub(tile.firstQuery, firstQuery));
+    for (int64_t i = 0; i < accumulators; ++i)
+      if (i % 4 < 2)
+        stage.slotOffsets.push_back(
+            ir.add(thread, ir.c32((i / 4) * 8 + i % 2)));
+    return mods.readMaskAhead(tile.batch, tile.head, queries, keys, &stage,
+                              firstQuery,
+                              ir.toI32(ir.sub(p.seqlenQ, ir.c64(1))));
+  });
+}
+
+Value BackwardMods::keep(const Tile &tile, int64_t i, Value appliesHere,
+                         const ModReads *reads) {
   return mods.keep(tile.batch, tile.head, query(tile, i), key(tile, i),
-                   appliesHere);
+                   appliesHere, reads, reads ? querySlot(i) : -1,
+                   reads ? keySlot(i) : -1);
 }
 
 } // namespace flashjit::backward

@@ -79,13 +79,17 @@ TemplateResources WgmmaBackward::resources(const AttentionSpec &spec,
   const int64_t tileRow = spec.headDim * dtypeBytes(spec.dtype);
   // 1024 bytes of alignment slack; K and V; per stage Q and dO, then dS^T
   // [block_n][block_m]; per stage the query rows' LSE and D (f32); the dQ
-  // staging rows (f32 [block_m][d], padded); an mbarrier per stage.
-  const int64_t bytes = 1024 + 2 * config.blockN * tileRow +
-                        config.stages * 2 * config.blockM * tileRow +
-                        config.blockN * config.blockM * 2 +
-                        config.stages * 2 * config.blockM * 4 +
-                        config.blockM * (spec.headDim * 4 + kDqRowPadding) +
-                        config.stages * 8;
+  // staging rows (f32 [block_m][d], padded); an mbarrier per stage; with
+  // a mask_mod, 16-byte aligned, 4 bytes per query of a step per warp
+  // (the mask_mod's staged reads).
+  int64_t bytes = 1024 + 2 * config.blockN * tileRow +
+                  config.stages * 2 * config.blockM * tileRow +
+                  config.blockN * config.blockM * 2 +
+                  config.stages * 2 * config.blockM * 4 +
+                  config.blockM * (spec.headDim * 4 + kDqRowPadding) +
+                  config.stages * 8;
+  if (!spec.maskMod.empty())
+    bytes = (bytes + 15) / 16 * 16 + config.warps * config.blockM * 4;
   r.sharedMemoryBytes = static_cast<unsigned>(bytes);
   // dK and dV (d / 2 f32 each), S^T and dP^T (block_m / 2 each).
   r.registersPerThread =

@@ -77,6 +77,8 @@ public:
     dqOff = lseOff + stages * smallStageBytes;
     dqRowBytes = d * 4 + kDqRowPadding;
     barOff = dqOff + bM * dqRowBytes;
+    // Per warp, the mask_mod's reads of a step's queries (IndexStaging).
+    maskOff = (barOff + stages * 8 + 15) / 16 * 16;
   }
 
   void build(StringRef name, const ModRegions &mods);
@@ -93,7 +95,7 @@ private:
   const TileConfig &cfg;
   const int64_t d, bM, bN, stages, threads;
   int64_t kOff, vOff, qOff, doOff, dsOff, lseOff, dOff, stageBytes,
-      smallStageBytes, dqOff, dqRowBytes, barOff;
+      smallStageBytes, dqOff, dqRowBytes, barOff, maskOff;
 };
 
 void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
@@ -396,7 +398,6 @@ void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
                                   shared(add(dAt, columnByte(j, e))), 4);
     };
 
-    s = waitGroups(1, s);
     auto keyOf = [&](int64_t h) {
       return add(add(n0, toI64(mul(warpgroup, c32(kKeysPerWarpgroup)))),
                  toI64(add(warpRow, c32(8 * h))));
@@ -404,6 +405,15 @@ void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
     BackwardMods::Tile modTile{batch, headOf(t),
                                {keyOf(0), keyOf(1)},
                                add(m0, toI64(quadCol))};
+    // The mask_mod's reads (a document mask's ids of the step's queries)
+    // are issued while the products run, each query's once per warp.
+    Value maskModOn = plan.maskModApplies(*this, t);
+    IndexStaging staging{
+        shared(add(c32(maskOff), mul(divU(tid, 32), c32(bM * 4)))),
+        lane, bM, {}};
+    ModReads reads = tileMods.readAhead(modTile, s.size(), maskModOn,
+                                        &staging, m0);
+    s = waitGroups(1, s);
     SmallVector<Value> factors = tileMods.applyScoreMod(s, modTile);
     SmallVector<Value> prob(s.size());
     for (int64_t j = 0; j < sTiles; ++j)
@@ -427,7 +437,6 @@ void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
       needMask = arith::OrIOp::create(
           b, loc, needMask, cmp(Pred::sgt, add(m0, c64(bM)), p.seqlenQ));
     // The mask_mod applies everywhere, or on a block mask's partial blocks.
-    Value maskModOn = plan.maskModApplies(*this, t);
     needMask = tileMods.orMaskModNeeded(needMask, maskModOn);
     prob = maskWhere(*this, needMask, prob, [&] {
       SmallVector<Value> out(prob.size());
@@ -457,7 +466,8 @@ void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
                   b, loc, valid, cmp(Pred::slt, c32(j * 8 + e), queryColumns));
             if (tileMods.hasMaskMod())
               valid = arith::AndIOp::create(
-                  b, loc, valid, tileMods.keep(modTile, i, maskModOn));
+                  b, loc, valid,
+                  tileMods.keep(modTile, i, maskModOn, &reads));
             out[i] = arith::SelectOp::create(b, loc, valid, prob[i],
                                              cF32(0.0f));
           }

@@ -6,18 +6,24 @@
 // in the sm_90a backward: the main kernel takes the captured tensor's
 // pointer and two strides after the TMA maps of Q and dO, recomputes the
 // soft-capped scores, masks every tile by the documents, and scales dS by
-// the soft-cap's derivative 1 - tanh^2.
+// the soft-cap's derivative 1 - tanh^2. The ids are read while the
+// products run: each warp stages its step's query ids in shared memory
+// (lane l reads queries l and l + 32), and each thread reads its key rows'.
 // CHECK-LABEL: gpu.func @softcap_documents_bwd(
 // CHECK-SAME: %{{.+}}: !llvm.ptr, %{{.+}}: !llvm.ptr, %{{.+}}: !llvm.ptr<1>, %{{.+}}: i64, %{{.+}}: i64) kernel
 // CHECK: wgmma.mma_async.sync.aligned
+// CHECK: nvvm.bar.warp.sync
+// CHECK: %[[QID:.+]] = llvm.load {{.+}} invariant {{.+}} : !llvm.ptr<1> -> i32
+// CHECK: llvm.store %[[QID]], %{{.+}} : i32, !llvm.ptr<3>
+// CHECK: nvvm.bar.warp.sync
+// CHECK: %[[STAGED:.+]] = llvm.load {{.+}} : !llvm.ptr<3> -> i32
+// CHECK: llvm.load {{.+}} invariant {{.+}} : !llvm.ptr<1> -> i32
 // CHECK: "tanh.approx.f32 $0, $1;"
-// CHECK: %[[ID:.+]] = llvm.load {{.+}} invariant {{.+}} : !llvm.ptr<1> -> i32
-// CHECK: %[[ID2:.+]] = llvm.load {{.+}} invariant {{.+}} : !llvm.ptr<1> -> i32
-// CHECK-NEXT: arith.cmpi eq, %[[ID]], %[[ID2]] : i32
+// CHECK: arith.cmpi eq, %[[STAGED]], %{{.+}} : i32
 // CHECK: gpu.func @softcap_documents_bwd_dq(
 // PTX: .entry softcap_documents_bwd(
-// PTX: tanh.approx.f32
 // PTX: ld.global.nc.b32
+// PTX: tanh.approx.f32
 // PTX: wgmma.mma_async
 // NOGRAD: error: 'attn.attention' op has a score_mod but no score_grad region: the backward kernels need its derivative (run attn-differentiate-score-mod first)
 func.func @softcap_documents(%q: tensor<?x4x?x64xbf16>,

@@ -401,6 +401,16 @@ TEST_CASE("backward: the wgmma dQ accumulator holds whole tiles, and the "
       llvm::consumeError(std::move(err));
       CHECK(WgmmaBackward::resources(spec, c).sharedMemoryBytes <=
             WgmmaBackward::kMaxSharedBytes);
+      // A mask_mod adds each warp's staged query reads (4 bytes a query
+      // row of the step), and still fits.
+      AttentionSpec masked = spec;
+      masked.maskMod = "mask_mod";
+      const int64_t plain = WgmmaBackward::resources(spec, c).sharedMemoryBytes;
+      const int64_t withMod =
+          WgmmaBackward::resources(masked, c).sharedMemoryBytes;
+      CHECK(withMod >= plain + 8 * blockM * 4);
+      CHECK(withMod < plain + 8 * blockM * 4 + 16);
+      CHECK(withMod <= WgmmaBackward::kMaxSharedBytes);
     }
     llvm::Error four =
         WgmmaBackward::checkConfig(spec, {"wgmma_bwd", blockM, 128, 4, 8});
