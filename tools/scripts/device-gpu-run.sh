@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (device tool): the GPU test suite, the `flashjit
-# run` checks and timings, with logs into $OUT. Expects the stripped build
+# run` checks and timings, with logs into $OUT. Where the whole suite does
+# not fit one call, device-gpu-suite.sh runs it in parts. Expects the stripped build
 # in .device-bundle and the LLVM runtime libraries in .device-carry.
 set -uo pipefail
 source "$(dirname "$0")/device-setup.sh"
