@@ -36,9 +36,8 @@ llvm::Error WgmmaBackward::supports(const AttentionSpec &spec,
 llvm::Error WgmmaBackward::checkConfig(const AttentionSpec &spec,
                                        const TileConfig &config) {
   if (!owns(config))
-    return configError(llvm::formatv("config family '{0}' given to it",
-                                     config.family)
-                           .str());
+    return configError(
+        llvm::formatv("config family '{0}' given to it", config.family).str());
   if (config.blockN != kBlockN || config.warps != kWarps)
     return configError(
         llvm::formatv("two warpgroups own 64 key rows each: block_n must be "
@@ -72,24 +71,36 @@ llvm::Error WgmmaBackward::checkConfig(const AttentionSpec &spec,
   return llvm::Error::success();
 }
 
+WgmmaBackward::SharedLayout
+WgmmaBackward::SharedLayout::of(const AttentionSpec &spec,
+                                const TileConfig &config) {
+  const int64_t row = spec.headDim * dtypeBytes(spec.dtype);
+  const int64_t bM = config.blockM, bN = config.blockN;
+  SharedLayout l;
+  l.kOff = 0;
+  l.vOff = bN * row;
+  l.stageBytes = 2 * bM * row;
+  l.qOff = 2 * bN * row;
+  l.doOff = l.qOff + bM * row;
+  l.dsOff = l.qOff + config.stages * l.stageBytes;
+  l.lseOff = l.dsOff + bN * bM * 2;
+  l.dOff = l.lseOff + bM * 4;
+  l.smallStageBytes = 2 * bM * 4;
+  l.dqOff = l.lseOff + config.stages * l.smallStageBytes;
+  l.dqRowBytes = spec.headDim * 4 + kDqRowPadding;
+  l.barOff = l.dqOff + bM * l.dqRowBytes;
+  l.maskOff = (l.barOff + config.stages * 8 + 15) / 16 * 16;
+  // 1024 bytes of alignment slack.
+  l.bytes = 1024 + (spec.maskMod.empty() ? l.barOff + config.stages * 8
+                                         : l.maskOff + config.warps * bM * 4);
+  return l;
+}
+
 TemplateResources WgmmaBackward::resources(const AttentionSpec &spec,
                                            const TileConfig &config) {
   TemplateResources r;
   r.threadsPerBlock = static_cast<unsigned>(config.warps * 32);
-  const int64_t tileRow = spec.headDim * dtypeBytes(spec.dtype);
-  // 1024 bytes of alignment slack; K and V; per stage Q and dO, then dS^T
-  // [block_n][block_m]; per stage the query rows' LSE and D (f32); the dQ
-  // staging rows (f32 [block_m][d], padded); an mbarrier per stage; with
-  // a mask_mod, 16-byte aligned, 4 bytes per query of a step per warp
-  // (the mask_mod's staged reads).
-  int64_t bytes = 1024 + 2 * config.blockN * tileRow +
-                  config.stages * 2 * config.blockM * tileRow +
-                  config.blockN * config.blockM * 2 +
-                  config.stages * 2 * config.blockM * 4 +
-                  config.blockM * (spec.headDim * 4 + kDqRowPadding) +
-                  config.stages * 8;
-  if (!spec.maskMod.empty())
-    bytes = (bytes + 15) / 16 * 16 + config.warps * config.blockM * 4;
+  const int64_t bytes = SharedLayout::of(spec, config).bytes;
   r.sharedMemoryBytes = static_cast<unsigned>(bytes);
   // dK and dV (d / 2 f32 each), S^T and dP^T (block_m / 2 each).
   r.registersPerThread =

@@ -53,33 +53,14 @@ using Pred = arith::CmpIPredicate;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr int64_t kKeysPerWarpgroup = 64;
 constexpr int64_t kPanelCols = 64;
-/// Bytes after each f32 dQ staging row: eight banks, so that the eight
-/// rows of one warp's stores fall on different banks.
-constexpr int64_t kDqRowPadding = WgmmaBackward::kDqRowPadding;
 
 class WgmmaMainBuilder : public HopperIR {
 public:
   WgmmaMainBuilder(OpBuilder &b, Location loc, const AttentionSpec &spec,
                    const TileConfig &config)
-      : HopperIR(b, loc, spec), cfg(config), d(spec.headDim),
-        bM(config.blockM), bN(config.blockN), stages(config.stages),
-        threads(config.warps * 32) {
-    const int64_t row = d * 2;
-    kOff = 0;
-    vOff = bN * row;
-    stageBytes = 2 * bM * row;
-    qOff = 2 * bN * row;
-    doOff = qOff + bM * row;
-    dsOff = qOff + stages * stageBytes;
-    lseOff = dsOff + bN * bM * 2;
-    dOff = lseOff + bM * 4;
-    smallStageBytes = 2 * bM * 4;
-    dqOff = lseOff + stages * smallStageBytes;
-    dqRowBytes = d * 4 + kDqRowPadding;
-    barOff = dqOff + bM * dqRowBytes;
-    // Per warp, the mask_mod's reads of a step's queries (IndexStaging).
-    maskOff = (barOff + stages * 8 + 15) / 16 * 16;
-  }
+      : HopperIR(b, loc, spec), cfg(config), d(spec.headDim), bM(config.blockM),
+        bN(config.blockN), stages(config.stages), threads(config.warps * 32),
+        L(WgmmaBackward::SharedLayout::of(spec, config)) {}
 
   void build(StringRef name, const ModRegions &mods);
 
@@ -94,8 +75,8 @@ private:
 
   const TileConfig &cfg;
   const int64_t d, bM, bN, stages, threads;
-  int64_t kOff, vOff, qOff, doOff, dsOff, lseOff, dOff, stageBytes,
-      smallStageBytes, dqOff, dqRowBytes, barOff, maskOff;
+  /// Where each buffer sits in shared memory.
+  const WgmmaBackward::SharedLayout L;
 };
 
 void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
@@ -116,7 +97,7 @@ void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
   // One mbarrier per stage: the TMA loads of a step's Q and dO complete
   // their bytes on it; use k of stage s (step s + k stages) is phase k.
   auto fullBarrier = [&](Value stage) {
-    return sharedAddress(add(c32(barOff), mul(stage, c32(8))));
+    return sharedAddress(add(c32(L.barOff), mul(stage, c32(8))));
   };
   ifThen(isIssuer, [&] {
     for (int64_t s = 0; s < stages; ++s)
@@ -136,9 +117,8 @@ void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
   // comes first; BackwardDqTurns.cpp).
   Value keyBlocks = divU(add(p.seqlenK, c64(bN - 1)), bN);
   Value keyBlock =
-      deterministic
-          ? dqTurnKeyBlock(*this, keyBlocks)
-          : toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::x));
+      deterministic ? dqTurnKeyBlock(*this, keyBlocks)
+                    : toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::x));
   Value kvHead = toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::y));
   Value batch = toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::z));
   Value n0 = mul(keyBlock, c64(bN));
@@ -166,9 +146,9 @@ void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
 
   // ---- K and V of the block, once ----------------------------------------
   copySwizzledRows(p.k, p.kStrides, batch, kvHead, n0, p.seqlenK, bN,
-                   c32(kOff), threads);
+                   c32(L.kOff), threads);
   copySwizzledRows(p.v, p.vStrides, batch, kvHead, n0, p.seqlenK, bN,
-                   c32(vOff), threads);
+                   c32(L.vOff), threads);
 
   // ---- the steps: (query head of the group, visible query block) ---------
   BackwardSteps plan =
@@ -188,11 +168,11 @@ void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
       Value bar = fullBarrier(stage);
       barrierExpect(bar, 2 * bM * d * 2);
       auto [row, boxBatch] = tmaRowAndBatch(m0);
-      for (auto [map, offset] : {std::pair{p.tensorMaps[0], qOff},
-                                 std::pair{p.tensorMaps[1], doOff}})
+      for (auto [map, offset] : {std::pair{p.tensorMaps[0], L.qOff},
+                                 std::pair{p.tensorMaps[1], L.doOff}})
         for (int64_t panel = 0; panel < d / kPanelCols; ++panel)
           tmaLoadBox(map,
-                     sharedAddress(add(inStage(offset, stage, stageBytes),
+                     sharedAddress(add(inStage(offset, stage, L.stageBytes),
                                        c32(panel * bM * kRowBytes))),
                      bar,
                      {c32(panel * kPanelCols), row, toI32(head), boxBatch});
@@ -200,10 +180,10 @@ void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
     ifThen(cmp(Pred::slt, tid, c32(bM)), [&] {
       auto rowAt = [&](int64_t to) {
         return shared(
-            add(inStage(to, stage, smallStageBytes), mul(tid, c32(4))));
+            add(inStage(to, stage, L.smallStageBytes), mul(tid, c32(4))));
       };
-      copyRowStats(*this, p, batch, head, m0, toI64(tid), rowAt(lseOff),
-                   rowAt(dOff));
+      copyRowStats(*this, p, batch, head, m0, toI64(tid), rowAt(L.lseOff),
+                   rowAt(L.dOff));
     });
   };
 
@@ -243,20 +223,20 @@ void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
   dqProduct.bStepBytes = rowStep;
 
   Value groupRows = mul(warpgroup, c32(kKeysPerWarpgroup * kRowBytes));
-  Value kA = descriptorAt(add(c32(kOff), groupRows), Major::K, 0);
-  Value vA = descriptorAt(add(c32(vOff), groupRows), Major::K, 0);
+  Value kA = descriptorAt(add(c32(L.kOff), groupRows), Major::K, 0);
+  Value vA = descriptorAt(add(c32(L.vOff), groupRows), Major::K, 0);
   Value dsA, kB;
   if (splitColumns) {
-    dsA = descriptorAt(c32(dsOff), Major::MN, bN * kRowBytes);
+    dsA = descriptorAt(c32(L.dsOff), Major::MN, bN * kRowBytes);
     // Column dqCols * g of K: panel g (d 128), or 64 bytes into the rows
     // (d 64).
     Value column = d == 128 ? mul(warpgroup, c32(bN * kRowBytes))
                             : mul(warpgroup, c32(dqCols * 2));
-    kB = descriptorAt(add(c32(kOff), column), Major::MN, bN * kRowBytes);
+    kB = descriptorAt(add(c32(L.kOff), column), Major::MN, bN * kRowBytes);
   } else {
-    dsA = descriptorAt(add(c32(dsOff), mul(warpgroup, c32(bN * kRowBytes))),
+    dsA = descriptorAt(add(c32(L.dsOff), mul(warpgroup, c32(bN * kRowBytes))),
                        Major::MN, bN * kRowBytes);
-    kB = descriptorAt(c32(kOff), Major::MN, bN * kRowBytes);
+    kB = descriptorAt(c32(L.kOff), Major::MN, bN * kRowBytes);
   }
 
   const float log2e = static_cast<float>(M_LOG2E);
@@ -272,18 +252,17 @@ void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
     Value m0 = firstRowOf(t), head = headOf(t);
     auto issue = [&] {
       Value dst = globalAddress(
-          p.dqAccum, f32,
-          dqAccumRow(*this, dqLayout, p, batch, head, m0));
+          p.dqAccum, f32, dqAccumRow(*this, dqLayout, p, batch, head, m0));
       asmVoid("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 "
               "[$0], [$1], $2;\n\tcp.async.bulk.commit_group;",
-              "l,r,r", {dst, sharedAddress(c32(dqOff)), c32(bM * dqRowBytes)});
+              "l,r,r",
+              {dst, sharedAddress(c32(L.dqOff)), c32(bM * L.dqRowBytes)});
     };
     // A block mask's step past seqlen_q (an index out of range, or a mask
     // block's tiles past the end) has no rows of this head to add to.
     Value adds = isIssuer;
     if (spec.isBlockSparse())
-      adds = arith::AndIOp::create(b, loc, adds,
-                                   cmp(Pred::slt, m0, p.seqlenQ));
+      adds = arith::AndIOp::create(b, loc, adds, cmp(Pred::slt, m0, p.seqlenQ));
     ifThen(adds, [&] {
       if (!deterministic) {
         issue();
@@ -293,9 +272,9 @@ void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
       // reduction has completed, and passes the turn; the cross-proxy
       // fences order the async-proxy reduction after the acquire and
       // before the release.
-      DqTurn turn = dqTurn(*this, p, batch, head, divU(m0, bM),
-                           plan.queryBlocks, keyBlock, keyBlocks, diagonal, bM,
-                           bN);
+      DqTurn turn =
+          dqTurn(*this, p, batch, head, divU(m0, bM), plan.queryBlocks,
+                 keyBlock, keyBlocks, diagonal, bM, bN);
       auto alone = [] {};
       waitForDqTurn(*this, turn, tid, alone);
       asmVoid("fence.proxy.async.global;", "", {});
@@ -316,14 +295,14 @@ void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
   // columns are split) + 8 j + quadCol. flushDq adds them into the
   // workspace.
   auto stageDq = [&](ArrayRef<Value> dq) {
-    Value rowBase = splitColumns ? warpRow
-                                 : add(mul(warpgroup, c32(64)), warpRow);
+    Value rowBase =
+        splitColumns ? warpRow : add(mul(warpgroup, c32(64)), warpRow);
     Value column0 =
         splitColumns ? add(mul(warpgroup, c32(dqCols)), quadCol) : quadCol;
     auto pairType = VectorType::get({2}, f32);
     for (int64_t h = 0; h < 2; ++h) {
-      Value rowAt = add(c32(dqOff), mul(add(rowBase, c32(8 * h)),
-                                        c32(dqRowBytes)));
+      Value rowAt =
+          add(c32(L.dqOff), mul(add(rowBase, c32(8 * h)), c32(L.dqRowBytes)));
       for (int64_t j = 0; j < dqCols / 8; ++j) {
         Value pair = vector::FromElementsOp::create(
             b, loc, pairType,
@@ -369,24 +348,24 @@ void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
     // The previous step's dQ rows, staged and fenced before the barrier.
     ifThen(cmp(Pred::sgt, t, c64(0)), [&] { flushDq(sub(t, c64(1))); });
 
-    Value qAt = inStage(qOff, stage, stageBytes);
-    Value doAt = inStage(doOff, stage, stageBytes);
-    SmallVector<Value> s = issueProduct(
-        scores, {}, kA, {}, descriptorAt(qAt, Major::K, 0));
-    SmallVector<Value> dp = issueProduct(
-        scores, {}, vA, {}, descriptorAt(doAt, Major::K, 0));
+    Value qAt = inStage(L.qOff, stage, L.stageBytes);
+    Value doAt = inStage(L.doOff, stage, L.stageBytes);
+    SmallVector<Value> s =
+        issueProduct(scores, {}, kA, {}, descriptorAt(qAt, Major::K, 0));
+    SmallVector<Value> dp =
+        issueProduct(scores, {}, vA, {}, descriptorAt(doAt, Major::K, 0));
 
     // LSE (as -log2e LSE, +inf for a row that saw no key) and D of this
     // thread's query columns 8 j + quadCol + e, each read where it is used
     // (fewer live registers while the products run).
-    Value lseAt = inStage(lseOff, stage, smallStageBytes);
-    Value dAt = inStage(dOff, stage, smallStageBytes);
+    Value lseAt = inStage(L.lseOff, stage, L.smallStageBytes);
+    Value dAt = inStage(L.dOff, stage, L.smallStageBytes);
     auto columnByte = [&](int64_t j, int64_t e) {
       return mul(add(quadCol, c32(j * 8 + e)), c32(4));
     };
     auto negLseOf = [&](int64_t j, int64_t e) {
-      Value lse = LLVM::LoadOp::create(
-          b, loc, f32, shared(add(lseAt, columnByte(j, e))), 4);
+      Value lse = LLVM::LoadOp::create(b, loc, f32,
+                                       shared(add(lseAt, columnByte(j, e))), 4);
       Value empty = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ,
                                           lse, cF32(-kInf));
       return arith::MulFOp::create(
@@ -402,17 +381,18 @@ void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
       return add(add(n0, toI64(mul(warpgroup, c32(kKeysPerWarpgroup)))),
                  toI64(add(warpRow, c32(8 * h))));
     };
-    BackwardMods::Tile modTile{batch, headOf(t),
-                               {keyOf(0), keyOf(1)},
-                               add(m0, toI64(quadCol))};
+    BackwardMods::Tile modTile{
+        batch, headOf(t), {keyOf(0), keyOf(1)}, add(m0, toI64(quadCol))};
     // The mask_mod's reads (a document mask's ids of the step's queries)
     // are issued while the products run, each query's once per warp.
     Value maskModOn = plan.maskModApplies(*this, t);
     IndexStaging staging{
-        shared(add(c32(maskOff), mul(divU(tid, 32), c32(bM * 4)))),
-        lane, bM, {}};
-    ModReads reads = tileMods.readAhead(modTile, s.size(), maskModOn,
-                                        &staging, m0);
+        shared(add(c32(L.maskOff), mul(divU(tid, 32), c32(bM * 4)))),
+        lane,
+        bM,
+        {}};
+    ModReads reads =
+        tileMods.readAhead(modTile, s.size(), maskModOn, &staging, m0);
     s = waitGroups(1, s);
     SmallVector<Value> factors = tileMods.applyScoreMod(s, modTile);
     SmallVector<Value> prob(s.size());
@@ -449,8 +429,8 @@ void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
         Value keyOk = cmp(Pred::slt, key, p.seqlenK);
         // Column c (query m0 + quadCol + c) sees the key iff need <= c <=
         // limit (WindowDiagonals::columns).
-        auto [need, limit] = window.columns(
-            *this, sub(key, add(m0, toI64(quadCol))), bM);
+        auto [need, limit] =
+            window.columns(*this, sub(key, add(m0, toI64(quadCol))), bM);
         for (int64_t j = 0; j < sTiles; ++j)
           for (int64_t e = 0; e < 2; ++e) {
             int64_t i = j * 4 + 2 * h + e;
@@ -466,10 +446,9 @@ void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
                   b, loc, valid, cmp(Pred::slt, c32(j * 8 + e), queryColumns));
             if (tileMods.hasMaskMod())
               valid = arith::AndIOp::create(
-                  b, loc, valid,
-                  tileMods.keep(modTile, i, maskModOn, &reads));
-            out[i] = arith::SelectOp::create(b, loc, valid, prob[i],
-                                             cF32(0.0f));
+                  b, loc, valid, tileMods.keep(modTile, i, maskModOn, &reads));
+            out[i] =
+                arith::SelectOp::create(b, loc, valid, prob[i], cF32(0.0f));
           }
       }
       return out;
@@ -511,10 +490,9 @@ void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
       for (int64_t h = 0; h < 2; ++h) {
         Value row = add(keyRow, c32(8 * h));
         Value chunk = arith::XOrIOp::create(b, loc, c32(j % 8), quadRow);
-        Value offset = add(
-            add(c32(dsOff + (j / 8) * bN * kRowBytes),
-                mul(row, c32(kRowBytes))),
-            add(mul(chunk, c32(16)), mul(quadCol, c32(2))));
+        Value offset = add(add(c32(L.dsOff + (j / 8) * bN * kRowBytes),
+                               mul(row, c32(kRowBytes))),
+                           add(mul(chunk, c32(16)), mul(quadCol, c32(2))));
         LLVM::StoreOp::create(b, loc, dsPacked[j * 2 + h], shared(offset),
                               /*alignment=*/4);
       }
@@ -547,8 +525,7 @@ void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
     if (stages == 1)
       NVVM::CpAsyncCommitGroupOp::create(b, loc);
     for (int64_t i = 0; i < stages - 1; ++i) {
-      ifThen(cmp(Pred::sgt, steps, c64(i)),
-             [&] { loadStep(c64(i), c32(i)); });
+      ifThen(cmp(Pred::sgt, steps, c64(i)), [&] { loadStep(c64(i), c32(i)); });
       NVVM::CpAsyncCommitGroupOp::create(b, loc);
     }
     SmallVector<Value> init(d, cF32(0.0f));
@@ -565,8 +542,7 @@ void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
     gpu::BarrierOp::create(b, loc);
     ifThen(cmp(Pred::sgt, steps, c64(0)), [&] {
       flushDq(sub(steps, c64(1)));
-      ifThen(isIssuer,
-             [&] { asmVoid("cp.async.bulk.wait_group 0;", "", {}); });
+      ifThen(isIssuer, [&] { asmVoid("cp.async.bulk.wait_group 0;", "", {}); });
     });
   }
 
@@ -589,8 +565,8 @@ namespace flashjit {
 
 void WgmmaBackward::buildMain(mlir::OpBuilder &builder, mlir::Location loc,
                               const AttentionSpec &spec,
-                              const TileConfig &config,
-                              llvm::StringRef name, const ModRegions &mods) {
+                              const TileConfig &config, llvm::StringRef name,
+                              const ModRegions &mods) {
   backward::WgmmaMainBuilder(builder, loc, spec, config).build(name, mods);
 }
 

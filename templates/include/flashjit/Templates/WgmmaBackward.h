@@ -72,6 +72,20 @@ public:
   static constexpr int64_t kDqRowPadding = 32;
   static std::vector<int64_t> headDims() { return {64, 128}; }
 
+  /// The main kernel's shared memory, byte offsets from its 1024-aligned
+  /// base: K and V; per stage Q and dO (stageBytes apart), then dS^T
+  /// [block_n][block_m]; per stage the query rows' LSE and D (f32,
+  /// smallStageBytes apart); the dQ staging rows (f32 [block_m][d],
+  /// dqRowBytes apart); an mbarrier per stage; with a mask_mod, each
+  /// warp's staged query reads (4 bytes per query row of a step). `bytes`
+  /// is what a block asks for, the alignment slack included.
+  struct SharedLayout {
+    int64_t kOff, vOff, qOff, doOff, stageBytes, dsOff, lseOff, dOff,
+        smallStageBytes, dqOff, dqRowBytes, barOff, maskOff, bytes;
+    static SharedLayout of(const AttentionSpec &spec,
+                           const TileConfig &config);
+  };
+
   /// Whether the template builds the spec for the target: sm_90a, head
   /// dim 64 or 128, f16/bf16; of those, every spec the backward supports
   /// (MmaSyncBackward::supports), varlen ones too: a block narrows to its
