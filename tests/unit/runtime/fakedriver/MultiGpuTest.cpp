@@ -10,6 +10,7 @@
 #include "flashjit/Runtime/CudaDriver.h"
 #include "flashjit/Runtime/Launch.h"
 #include "flashjit/Runtime/ScopedContext.h"
+#include "flashjit/Runtime/StreamBuffers.h"
 
 #include "../RuntimeTestUtil.h"
 
@@ -337,4 +338,48 @@ TEST_CASE("a persistent kernel on device 1: its tile counters live on "
     (void)drv().cuStreamDestroy(s);
   (void)drv().cuStreamDestroy(s1);
   (void)drv().cuStreamDestroy(s2);
+}
+
+TEST_CASE("StreamBuffers: one buffer per stream on its device, grown on "
+          "demand; a new stream on a destroyed stream's handle gets its own") {
+  setCurrent(primary(0));
+  CUstream s1 = nullptr, s2 = nullptr, s3 = nullptr;
+  auto create = [&](CUstream &s) {
+    auto scope = llvm::cantFail(ScopedContext::enter(drv(), primary(1)));
+    REQUIRE_FALSE(bool(FLASHJIT_CU(drv(), cuStreamCreate, &s, 0)));
+  };
+  create(s1);
+  create(s2);
+  StreamBuffers buffers(/*deviceOrdinal=*/1, /*ownWhileCapturing=*/true);
+  auto bufferOf = [&](CUstream s, size_t bytes) {
+    auto buffer = buffers.forStream(s, bytes, /*zeroed=*/true);
+    REQUIRE_MESSAGE(bool(buffer), llvm::toString(buffer.takeError()));
+    return *buffer;
+  };
+  CUdeviceptr a = bufferOf(s1, 256);
+  CHECK(bufferOf(s1, 256) == a);
+  CHECK(fake().pointerDevice(a) == 1);
+  CHECK(currentContext() == primary(0));
+  // A launch that needs more gets a larger buffer, kept for smaller ones.
+  CUdeviceptr big = bufferOf(s1, 4096);
+  CHECK(bufferOf(s1, 100) == big);
+  CHECK(bufferOf(s2, 256) != big);
+  // A captured launch gets a buffer of its own, never the stream's.
+  fake().setCapturing(s2, 1);
+  CUdeviceptr s2Buffer = bufferOf(s2, 256);
+  fake().setCapturing(s2, 0);
+  CHECK(bufferOf(s2, 256) != s2Buffer);
+
+  // The driver may hand a destroyed stream's handle to the next stream
+  // (the fake does, through its allocator, unless a sanitizer holds freed
+  // memory back); the buffers go by stream id, so the new stream never
+  // shares the old one's buffer, which its last launch may still use.
+  const CUstream old = s1;
+  (void)drv().cuStreamDestroy(s1);
+  create(s3);
+  const std::string reuse = s3 == old ? "reuses" : "does not reuse";
+  MESSAGE("the new stream " << reuse << " the destroyed stream's handle");
+  CHECK(bufferOf(s3, 256) != big);
+  (void)drv().cuStreamDestroy(s2);
+  (void)drv().cuStreamDestroy(s3);
 }
