@@ -348,16 +348,25 @@ Context::resolveAndBuild(const AttentionSpec &spec,
   return kernel;
 }
 
+llvm::Expected<LoadedEntry> Context::loadOrCompile(
+    const std::string &key, const TileConfig &config,
+    llvm::function_ref<llvm::Expected<CompiledKernel>(CompileOptions)>
+        compile) {
+  return loadOrBuild(*Cache, TargetChip, Device.has_value(), Options.device,
+                     key, config, [&] {
+                       CompileOptions options;
+                       options.target = TargetChip;
+                       return compile(options);
+                     });
+}
+
 llvm::Expected<std::shared_ptr<const Kernel>>
 Context::build(const AttentionSpec &spec, const ResolvedConfig &resolved,
                std::shared_ptr<Kernel::LengthChoice> choice,
                const LengthClass &range) {
   const TileConfig &config = resolved.config;
-  auto loaded = loadOrBuild(
-      *Cache, TargetChip, Device.has_value(), Options.device, spec.canonical(), config,
-      [&]() -> llvm::Expected<CompiledKernel> {
-        CompileOptions options;
-        options.target = TargetChip;
+  auto loaded =
+      loadOrCompile(spec.canonical(), config, [&](CompileOptions options) {
         options.config = config;
         return compileAttention(spec, options);
       });
@@ -386,14 +395,11 @@ Context::blockMaskBuilder(const AttentionSpec &spec) {
   return Kernels->memoized<BlockMaskBuilder>(
       Kernels->builders, spec.canonical(),
       [&]() -> llvm::Expected<std::shared_ptr<const BlockMaskBuilder>> {
-        auto loaded =
-            loadOrBuild(*Cache, TargetChip, Device.has_value(), Options.device,
-                        spec.canonical(), blockMaskConfig(spec),
-                        [&]() -> llvm::Expected<CompiledKernel> {
-                          CompileOptions options;
-                          options.target = TargetChip;
-                          return compileBlockMaskKernel(spec, options);
-                        });
+        auto loaded = loadOrCompile(
+            spec.canonical(), blockMaskConfig(spec),
+            [&](CompileOptions options) {
+              return compileBlockMaskKernel(spec, options);
+            });
         if (!loaded)
           return loaded.takeError();
         return std::make_shared<const BlockMaskBuilder>(

@@ -69,15 +69,11 @@ Context::compileBackward(const AttentionSpec &spec,
   return Kernels->memoized<BackwardKernel>(
       Kernels->backwards, spec.canonical() + "|" + config.canonical(),
       [&]() -> llvm::Expected<std::shared_ptr<const BackwardKernel>> {
-        auto loaded =
-            loadOrBuild(*Cache, TargetChip, Device.has_value(), Options.device,
-                        spec.canonical(), config,
-                        [&]() -> llvm::Expected<CompiledKernel> {
-                          CompileOptions compile;
-                          compile.target = TargetChip;
-                          compile.config = config;
-                          return flashjit::compileBackward(spec, compile);
-                        });
+        auto loaded = loadOrCompile(
+            spec.canonical(), config, [&](CompileOptions options) {
+              options.config = config;
+              return flashjit::compileBackward(spec, options);
+            });
         if (!loaded)
           return loaded.takeError();
         return std::make_shared<const BackwardKernel>(
@@ -123,14 +119,10 @@ Context::makeDecodeKernel(const DecodeSpec &spec, const DecodeSpec &fitted,
                           const std::string &key) {
   // The key's spec text starts with "decode;", the config's family is
   // decode or decode_paged: never a forward kernel's key.
-  auto loaded = loadOrBuild(*Cache, TargetChip, Device.has_value(),
-                            Options.device, key,
-                            decodeTiling(fitted).config(fitted),
-                            [&]() -> llvm::Expected<CompiledKernel> {
-                              CompileOptions options;
-                              options.target = TargetChip;
-                              return compileDecodeKernel(fitted, options);
-                            });
+  auto loaded = loadOrCompile(key, decodeTiling(fitted).config(fitted),
+                              [&](CompileOptions options) {
+                                return compileDecodeKernel(fitted, options);
+                              });
   if (!loaded)
     return loaded.takeError();
   auto decoder = std::make_shared<DecodeKernel>(

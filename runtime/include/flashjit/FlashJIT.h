@@ -25,6 +25,7 @@
 #include "flashjit/Templates/KernelABI.h"
 #include "flashjit/Templates/Target.h"
 
+#include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/Support/Error.h"
 #include <array>
 #include <cstdint>
@@ -45,6 +46,9 @@ class BackwardKernel;     // flashjit/Backward.h
 struct BackwardOptions;   // flashjit/Backward.h
 class DecodeKernel;       // flashjit/Decode.h
 struct DecodeSpec;        // flashjit/Decode.h
+struct CompileOptions;    // flashjit/Compiler/Compiler.h
+struct CompiledKernel;    // flashjit/Compiler/Compiler.h
+struct LoadedEntry;       // runtime/lib/LoadOrBuild.h
 
 /// A device tensor [batch, heads, seqlen, head_dim] (O, Q, K, V) with
 /// strides in elements; head_dim must be contiguous (stride 1). Row-major
@@ -485,6 +489,13 @@ private:
   llvm::Expected<std::shared_ptr<const Kernel>>
   build(const AttentionSpec &spec, const ResolvedConfig &resolved,
         std::shared_ptr<Kernel::LengthChoice> choice, const LengthClass &range);
+  /// The cache entry of `key` and `config` (LoadOrBuild.h), or on a miss
+  /// the one `compile` builds from options that carry this context's
+  /// target; loaded on the device when there is one.
+  llvm::Expected<LoadedEntry> loadOrCompile(
+      const std::string &key, const TileConfig &config,
+      llvm::function_ref<llvm::Expected<CompiledKernel>(CompileOptions)>
+          compile);
   /// decodeKernel's kernel of `fitted` (`spec` with the stages and tile
   /// this GPU holds; `key` its canonical text), from the cache or built,
   /// with the tuning database's variants of `spec`.
