@@ -67,11 +67,11 @@ ModReads FragmentSoftmax::readMaskAhead(
     if (!staging)
       return rules.mods->readMaskAhead(rules.batch, rules.head, rows,
                                        columns);
+    // Each column slot's offset from the tile's first column.
     IndexStaging stage = *staging;
-    for (int64_t nt = 0; nt < nTiles; ++nt)
-      for (int64_t e = 0; e < 2; ++e)
-        stage.slotOffsets.push_back(
-            ir.add(ir.toI32(quadCol), ir.c32(nt * 8 + e)));
+    for (const ModIndex &column : columns)
+      stage.slotOffsets.push_back(
+          ir.add(ir.toI32(quadCol), ir.c32(column.offset)));
     return rules.mods->readMaskAhead(rules.batch, rules.head, rows, columns,
                                      &stage, n0, at.lastColumn);
   };

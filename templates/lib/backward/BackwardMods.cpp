@@ -79,10 +79,8 @@ ModReads BackwardMods::readAhead(const Tile &tile, int64_t accumulators,
     IndexStaging stage = *staging;
     stage.queries = true;
     Value thread = ir.toI32(ir.sub(tile.firstQuery, firstQuery));
-    for (int64_t i = 0; i < accumulators; ++i)
-      if (i % 4 < 2)
-        stage.slotOffsets.push_back(
-            ir.add(thread, ir.c32((i / 4) * 8 + i % 2)));
+    for (const ModIndex &q : queries)
+      stage.slotOffsets.push_back(ir.add(thread, ir.c32(q.offset)));
     return mods.readMaskAhead(tile.batch, tile.head, queries, keys, &stage,
                               firstQuery,
                               ir.toI32(ir.sub(p.seqlenQ, ir.c64(1))));

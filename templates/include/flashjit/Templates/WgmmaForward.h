@@ -79,7 +79,7 @@ public:
   struct SharedLayout {
     int64_t k = 0, v = 0, o = 0, barriers = 0, records = 0;
     /// With a mask_mod: each consumer warp's scratch for the mask_mod's
-    /// key-column reads (4 bytes per column of a K/V tile; ColumnStaging in
+    /// key-column reads (4 bytes per column of a K/V tile; IndexStaging in
     /// templates/lib/ScoreMods.h); 0 bytes without one.
     int64_t maskColumns = 0;
     /// The whole block's bytes, the alignment slack included.
