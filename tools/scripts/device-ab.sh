@@ -4,13 +4,17 @@
 # Every round runs each shape once per build, in turn, so drifting clocks
 # hit both alike; the table has each build's median TFLOP/s and its ratio
 # to the first build. Builds are `flashjit` binaries (a stripped install's
-# bin/flashjit, each with its own kernel cache); the LLVM runtime libraries
+# bin/flashjit, each with its own kernel cache; the binary holds the
+# library itself, so LD_LIBRARY_PATH does not switch builds); the LLVM
+# runtime libraries
 # come from .device-carry as for tools/scripts/device-gpu-run.sh.
 #
 #   tools/scripts/device-ab.sh ROUNDS LABEL=BINARY [LABEL=BINARY ...]
 #   env: HEAD_DIMS (default "64 128 256"), SEQLENS ("2048 8192"), MASKS
 #   ("none causal"), RUN_FLAGS (more `flashjit run` flags, e.g. "--softcap
-#   30"), ITERS
+#   30", or "--backward" to time the backward pass), CHECK_FLAGS (the
+#   check's extent, default "--check-rows 8"; the backward's is e.g.
+#   "--check-kv-groups 1"), ITERS
 #   (timed launches per run, default 40: short bursts run at higher clocks
 #   than the benchmark's 50 ms windows); batch x seqlen = 16k and heads x
 #   head dim = 2048, as the benchmark.
@@ -31,7 +35,7 @@ for r in $(seq "$rounds"); do
           label=${build%%=*} bin=${build#*=}
           line=$(FLASHJIT_CACHE_DIR="/tmp/ab-cache-$label" timeout 60 "$bin" run \
             --json --head-dim "$d" --heads $((2048 / d)) --batch $((16384 / seqlen)) \
-            --seqlen "$seqlen" $causal ${RUN_FLAGS:-} --check-rows 8 --warmup 10 --iters "${ITERS:-40}" \
+            --seqlen "$seqlen" $causal ${RUN_FLAGS:-} ${CHECK_FLAGS:---check-rows 8} --warmup 10 --iters "${ITERS:-40}" \
             2>>"$OUT/ab.err" | tr -d '\n')
           echo "$label|$d|$seqlen|${causal:+causal}|$line" >> "$raw"
         done
