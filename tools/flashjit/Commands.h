@@ -102,6 +102,11 @@ int runVarlen(const AttentionSpec &spec, const VarlenRunSettings &settings);
 /// kv_heads, head_dim, dtype, causal, causal_align.
 nlohmann::json specFields(const AttentionSpec &spec);
 
+/// The build that produced a --json report: "flashjit" (the version) and
+/// "generator" (generatorId(): it differs between builds whose kernels
+/// may differ), so an A/B of two builds can tell whether both ran.
+nlohmann::json buildFields();
+
 /// A Context on the local GPU for `run`; an error ("no GPU: ...") where
 /// there is none.
 llvm::Expected<std::unique_ptr<Context>> gpuContext();

@@ -184,6 +184,7 @@ writeCompiled(llvm::Expected<CompiledKernel> &kernel, const Target &target,
         {"bytes", kernel->text.size()},
         {"compile_seconds", seconds},
         {"output", toStdout ? nlohmann::json() : nlohmann::json(output)}};
+    j.update(buildFields());
     llvm::outs() << j.dump(2) << "\n";
   } else if (!toStdout) {
     llvm::errs() << "wrote " << stageName(stage) << " of " << info.name

@@ -263,6 +263,7 @@ int runDecode(const DecodeRunSettings &settings) {
         {"median_ms", report->medianMs},
         {"kv_bytes", report->kvBytes},
         {"gb_per_s", report->gbPerSecond}};
+    j.update(buildFields());
     llvm::outs() << j.dump(2) << "\n";
   } else {
     llvm::outs() << (*kernel)->info().name << " ("

@@ -90,6 +90,7 @@ int runBackwardCheck(Context &ctx, const AttentionSpec &spec,
                         {"median_ms", report->medianMs},
                         {"tflops", report->tflops}};
     j.update(specFields(spec));
+    j.update(buildFields());
     llvm::outs() << j.dump(2) << "\n";
   } else {
     llvm::outs() << info.name << " on " << ctx.device()->name << " ("

@@ -334,6 +334,7 @@ int runRun() {
     if (!maskJson.is_null())
       j["block_mask"] = maskJson;
     j.update(specFields(*spec));
+    j.update(buildFields());
     llvm::outs() << j.dump(2) << "\n";
   } else {
     llvm::outs() << info.name << " on " << (*ctx)->device()->name << " ("

@@ -239,6 +239,11 @@ nlohmann::json specFields(const AttentionSpec &spec) {
           {"causal_align", causalAlignName(spec.causalAlign)}};
 }
 
+nlohmann::json buildFields() {
+  ToolchainVersions v = toolchainVersions();
+  return {{"flashjit", v.flashjit}, {"generator", v.generator}};
+}
+
 llvm::Expected<std::unique_ptr<Context>> gpuContext() {
   auto ctx = Context::create();
   if (!ctx)

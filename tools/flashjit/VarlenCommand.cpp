@@ -98,6 +98,7 @@ static int runVarlenBackward(Context &ctx, const AttentionSpec &spec,
                         {"median_ms", r.medianMs},
                         {"tflops", r.tflops}};
     j.update(specFields(spec));
+    j.update(buildFields());
     llvm::outs() << j.dump(2) << "\n";
   } else {
     llvm::outs() << info.name << " on " << ctx.device()->name << " ("
@@ -203,6 +204,7 @@ int runVarlen(const AttentionSpec &spec, const VarlenRunSettings &settings) {
         {"median_ms", r.medianMs},
         {"tflops", r.tflops}};
     j.update(specFields(spec));
+    j.update(buildFields());
     llvm::outs() << j.dump(2) << "\n";
   } else {
     llvm::outs() << info.name << " on " << (*ctx)->device()->name << " ("

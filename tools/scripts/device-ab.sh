@@ -45,11 +45,12 @@ for r in $(seq "$rounds"); do
 done
 python3 - "$raw" <<'PY'
 import collections, json, statistics, sys
-runs, labels = collections.OrderedDict(), []
+runs, labels, generators = collections.OrderedDict(), [], {}
 for line in open(sys.argv[1]):
     label, d, seqlen, causal, text = line.rstrip("\n").split("|", 4)
     try:
         j = json.loads(text)
+        generators.setdefault(label, set()).add(j.get("generator"))
         value = j["tflops"] if j["passed"] else float("nan")
     except (ValueError, KeyError):
         value = float("nan")  # a failed run or a wrong result never counts
@@ -64,4 +65,13 @@ for (d, seqlen, causal), by in runs.items():
         m = statistics.median(by.get(l, [float("nan")]))
         cells.append(f"{m:.1f} ({m / first:.3f})")
     print(f"d{d} s{seqlen} {causal or 'non-causal'} | " + " | ".join(cells))
+# Two builds of one generator run the same kernels: say so, the ratios
+# then measure noise only.
+seen = {}
+for label, ids in generators.items():
+    for g in ids - {None}:
+        if g in seen and seen[g] != label:
+            print(f"warning: {seen[g]} and {label} report the same generator {g}: "
+                  "the same kernel code ran on both sides")
+        seen.setdefault(g, label)
 PY
