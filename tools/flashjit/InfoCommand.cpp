@@ -19,10 +19,8 @@ static cl::opt<bool> json("json", cl::desc("Print JSON"), cl::sub(infoCommand),
 
 int runInfo() {
   ToolchainVersions versions = toolchainVersions();
-  nlohmann::json j;
-  j["flashjit"] = versions.flashjit;
+  nlohmann::json j = buildFields();
   j["llvm"] = versions.llvm;
-  j["generator"] = versions.generator;
   nlohmann::json chips = nlohmann::json::array();
   for (const std::string &chip : Target::supportedChips()) {
     Target t = llvm::cantFail(Target::parse(chip));

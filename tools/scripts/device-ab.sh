@@ -6,8 +6,8 @@
 # to the first build. Builds are `flashjit` binaries (a stripped install's
 # bin/flashjit, each with its own kernel cache; the binary holds the
 # library itself, so LD_LIBRARY_PATH does not switch builds); the LLVM
-# runtime libraries
-# come from .device-carry as for tools/scripts/device-gpu-run.sh.
+# runtime libraries come from .device-carry as for
+# tools/scripts/device-gpu-run.sh.
 #
 #   tools/scripts/device-ab.sh ROUNDS LABEL=BINARY [LABEL=BINARY ...]
 #   env: HEAD_DIMS (default "64 128 256"), SEQLENS ("2048 8192"), MASKS
