@@ -33,15 +33,36 @@ using mlir::VectorType;
 /// Accumulator registers of one m16n8 tile per thread.
 constexpr int64_t kAccPerTile = 4;
 
+/// One lane's ldmatrix address of a shared tile (its rows' layout:
+/// Builder::swizzledRows): `base` (i64 bytes) is where the lane's row
+/// starts, plus its column for padded rows; for swizzled rows `chunkXor`
+/// (i64, 0-7) is what the lane's 16-byte chunk index is XORed with (its
+/// own chunk within an ldmatrix row pair and its row's index mod 8). A
+/// bare Value is a padded tile's lane.
+struct LaneTile {
+  LaneTile(Value base) : base(base) {}
+  LaneTile(Value base, Value chunkXor) : base(base), chunkXor(chunkXor) {}
+  /// The same lane `bytes` (i64) further on (another stage's buffer).
+  LaneTile plus(KernelIR &ir, Value bytes) const {
+    return LaneTile(ir.add(base, bytes), chunkXor);
+  }
+  Value base, chunkXor;
+};
+
 /// Emits one mma_sync kernel: MmaSyncForward.cpp has its structure (the
 /// loop over K/V tiles), MmaSyncFragments.cpp the pieces it is made of.
 class Builder : public KernelIR {
 public:
+  /// `swizzledRows`: the shared tiles' rows unpadded with swizzled chunks
+  /// (see the member), where head_dim x element bytes is a multiple of 128.
   Builder(OpBuilder &b, Location loc, const AttentionSpec &spec,
-          const TileConfig &config, bool withSoftmax)
+          const TileConfig &config, bool withSoftmax,
+          bool swizzledRows = false)
       : KernelIR(b, loc, spec), cfg(config), withSoftmax(withSoftmax),
-        d(spec.headDim), threads(config.warps * 32),
-        rowElems(spec.headDim + MmaSyncForward::kRowPadding),
+        swizzledRows(swizzledRows), d(spec.headDim),
+        threads(config.warps * 32),
+        rowElems(spec.headDim +
+                 (swizzledRows ? 0 : MmaSyncForward::kRowPadding)),
         eltBytes(dtypeBytes(spec.dtype)) {
     MLIRContext *ctx = b.getContext();
     sharedPtr = LLVM::LLVMPointerType::get(ctx, /*addressSpace=*/3);
@@ -96,15 +117,32 @@ protected:
   /// lane's ldmatrix byte offset of the tile's first key.
   SmallVector<Value>
   scoreTile(llvm::function_ref<SmallVector<Value, 4>(int64_t, int64_t)> qFrag,
-            Value kLane, int64_t mTiles, int64_t nTiles);
+            const LaneTile &kLane, int64_t mTiles, int64_t nTiles);
   /// acc += P V for one V tile: P packed in pairs (FragmentSoftmax::pack
   /// of mTiles x nTiles score tiles; tiles 2kk and 2kk + 1 are the A
   /// fragment of k step kk), acc in [m tile][head_dim / 8][4]; `vLane` as
   /// kLane, read with ldmatrix.trans.
-  void accumulatePV(ArrayRef<Value> packed, Value vLane, int64_t mTiles,
-                    int64_t nTiles, MutableArrayRef<Value> acc);
+  void accumulatePV(ArrayRef<Value> packed, const LaneTile &vLane,
+                    int64_t mTiles, int64_t nTiles,
+                    MutableArrayRef<Value> acc);
   /// `laneOffset` (i64 bytes) + `bytes`, as the i32 an ldmatrix takes.
   Value laneAt(Value laneOffset, int64_t bytes);
+  /// The i32 an ldmatrix takes for `lane`'s row `rows` rows further on
+  /// and its chunk `chunk` 16-byte chunks further on (chunk even: a lane
+  /// reads its own chunk of a pair).
+  Value laneAt(const LaneTile &lane, int64_t rows, int64_t chunk);
+  /// Byte offset (i64) in a tile of the 16-byte chunk at (`row`,
+  /// `column`), column in elements (a multiple of 8), in the tiles' row
+  /// layout.
+  Value chunkOffset(Value row, Value column);
+  /// Where (i32) a copy round puts the thread's chunk `rowsAhead` rows
+  /// past its first row `row0` (i64), whose place in the tile at
+  /// `tileOffset` is `dst0` (tileOffset + chunkOffset(row0, column)).
+  Value roundDestination(Value tileOffset, Value dst0, Value row0,
+                         Value column, int64_t rowsAhead);
+  /// The lane of an ldmatrix of a tile at `tileOffset` (i64 bytes): row
+  /// `row` (i64), first column `column` (i64 elements, a multiple of 8).
+  LaneTile laneTile(Value tileOffset, Value row, Value column);
 
   /// One 16-byte cp.async.cg of `src` into shared memory at `dst` (i32
   /// byte offset); `bytes` (i32, null: 16) of them are read, the rest
@@ -121,6 +159,14 @@ protected:
 
   const TileConfig &cfg;
   const bool withSoftmax;
+  /// The shared tiles' rows: padded by kRowPadding elements (an ldmatrix's
+  /// 8 rows fall on distinct banks), or unpadded with 16-byte chunk c of
+  /// row r stored at chunk (c & ~7) | ((c ^ r) & 7). Swizzled rows keep
+  /// every 128 bytes of a global row on one 128-byte line of shared
+  /// memory, which a streaming kernel needs: into padded rows the cp.async
+  /// copies made the SMs take 1.5x the bytes from the L2
+  /// (docs/inference.md).
+  const bool swizzledRows;
   const int64_t d, threads, rowElems, eltBytes;
   Value smemBase, tid;
   Type sharedPtr;

@@ -34,8 +34,7 @@ void Builder::copyTile(Value base, ValueRange strides, Value batch,
   Value myRow = add(firstRow, row0);
   Value src = globalAddress(
       base, elt, add(rowOffset(strides, batch, head, myRow), column));
-  Value dst0 = add(tileOffset,
-                   mul(add(mul(row0, c64(rowElems)), column), c64(eltBytes)));
+  Value dst0 = add(tileOffset, chunkOffset(row0, column));
   for (int64_t round = 0; round * rowsPerRound < rows; ++round) {
     OpBuilder::InsertionGuard guard(b);
     if ((round + 1) * rowsPerRound > rows) {
@@ -48,8 +47,8 @@ void Builder::copyTile(Value base, ValueRange strides, Value batch,
         cmp(Pred::slt, add(myRow, c64(round * rowsPerRound)), end);
     Value from = arith::SelectOp::create(b, loc, valid, src, safe);
     Value bytes = arith::SelectOp::create(b, loc, valid, c32(16), c32(0));
-    Value dst =
-        toI32(add(dst0, c64(round * rowsPerRound * rowElems * eltBytes)));
+    Value dst = roundDestination(tileOffset, dst0, row0, column,
+                                 round * rowsPerRound);
     cpAsync16(dst, from, bytes);
     b.setInsertionPointAfterValue(src);
     src = globalAddress(src, elt, step);
@@ -64,9 +63,7 @@ void Builder::copyTileClamped(Value base, ValueRange strides, Value batch,
     Value seqRow = minS(add(firstRow, row), lastRow);
     Value src = globalAddress(
         base, elt, add(rowOffset(strides, batch, head, seqRow), column));
-    Value dstOffset = toI32(add(
-        tileOffset, mul(add(mul(row, c64(rowElems)), column),
-                             c64(eltBytes))));
+    Value dstOffset = toI32(add(tileOffset, chunkOffset(row, column)));
     cpAsync16(dstOffset, src, Value());
   });
 }
@@ -197,17 +194,57 @@ Value Builder::laneAt(Value laneOffset, int64_t bytes) {
   return toI32(add(laneOffset, c64(bytes)));
 }
 
+Value Builder::laneAt(const LaneTile &lane, int64_t rows, int64_t chunk) {
+  if (!lane.chunkXor)
+    return laneAt(lane.base, (rows * rowElems + chunk * 8) * eltBytes);
+  // The lane's chunk is chunk + (0 or 1, in chunkXor with its row's bits),
+  // so its place is (chunk & ~7) | ((chunk & 7) ^ chunkXor).
+  Value place = arith::XOrIOp::create(b, loc, lane.chunkXor, c64(chunk & 7));
+  return toI32(add(add(lane.base, mul(place, c64(16))),
+                   c64(rows * rowElems * eltBytes + (chunk & ~7) * 16)));
+}
+
+Value Builder::chunkOffset(Value row, Value column) {
+  if (!swizzledRows)
+    return mul(add(mul(row, c64(rowElems)), column), c64(eltBytes));
+  Value chunk = divU(column, 8);
+  Value place = arith::OrIOp::create(
+      b, loc, arith::AndIOp::create(b, loc, chunk, c64(~int64_t(7))),
+      arith::AndIOp::create(b, loc,
+                            arith::XOrIOp::create(b, loc, chunk, row),
+                            c64(7)));
+  return add(mul(row, c64(rowElems * eltBytes)), mul(place, c64(16)));
+}
+
+Value Builder::roundDestination(Value tileOffset, Value dst0, Value row0,
+                                Value column, int64_t rowsAhead) {
+  // Swizzled rows whose index mod 8 the round changes take their chunk's
+  // place again.
+  if (swizzledRows && rowsAhead % 8 != 0)
+    return toI32(
+        add(tileOffset, chunkOffset(add(row0, c64(rowsAhead)), column)));
+  return toI32(add(dst0, c64(rowsAhead * rowElems * eltBytes)));
+}
+
+LaneTile Builder::laneTile(Value tileOffset, Value row, Value column) {
+  Value rowStart = add(tileOffset, mul(row, c64(rowElems * eltBytes)));
+  if (!swizzledRows)
+    return LaneTile(add(rowStart, mul(column, c64(eltBytes))));
+  Value chunkXor = arith::AndIOp::create(
+      b, loc, arith::XOrIOp::create(b, loc, divU(column, 8), row), c64(7));
+  return LaneTile(rowStart, chunkXor);
+}
+
 SmallVector<Value> Builder::scoreTile(
     llvm::function_ref<SmallVector<Value, 4>(int64_t, int64_t)> qFrag,
-    Value kLane, int64_t mTiles, int64_t nTiles) {
+    const LaneTile &kLane, int64_t mTiles, int64_t nTiles) {
   SmallVector<Value> s(mTiles * nTiles * kAccPerTile, cF32(0.0f));
   for (int64_t ks = 0; ks < d / 16; ++ks) {
     SmallVector<SmallVector<Value, 4>> q;
     for (int64_t mt = 0; mt < mTiles; ++mt)
       q.push_back(qFrag(mt, ks));
     for (int64_t np = 0; np < nTiles / 2; ++np) {
-      auto kFrag = ldmatrix(
-          laneAt(kLane, (np * 16 * rowElems + ks * 16) * eltBytes), false);
+      auto kFrag = ldmatrix(laneAt(kLane, np * 16, ks * 2), false);
       mmaTwoTiles(q, kFrag, s, [&](int64_t mt, int64_t half) {
         return (mt * nTiles + 2 * np + half) * kAccPerTile;
       });
@@ -216,7 +253,7 @@ SmallVector<Value> Builder::scoreTile(
   return s;
 }
 
-void Builder::accumulatePV(ArrayRef<Value> packed, Value vLane,
+void Builder::accumulatePV(ArrayRef<Value> packed, const LaneTile &vLane,
                            int64_t mTiles, int64_t nTiles,
                            MutableArrayRef<Value> acc) {
   const int64_t dTiles = d / 8;
@@ -228,8 +265,7 @@ void Builder::accumulatePV(ArrayRef<Value> packed, Value vLane,
       aFrag.push_back({t0[0], t0[1], t1[0], t1[1]});
     }
     for (int64_t dp = 0; dp < dTiles / 2; ++dp) {
-      auto vFrag = ldmatrix(
-          laneAt(vLane, (kk * 16 * rowElems + dp * 16) * eltBytes), true);
+      auto vFrag = ldmatrix(laneAt(vLane, kk * 16, dp * 2), true);
       mmaTwoTiles(aFrag, vFrag, acc, [&](int64_t mt, int64_t half) {
         return (mt * dTiles + 2 * dp + half) * kAccPerTile;
       });

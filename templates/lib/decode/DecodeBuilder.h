@@ -24,6 +24,7 @@ using mlir::Value;
 using mlir::ValueRange;
 using mlir::VectorType;
 using mma_sync::kAccPerTile;
+using mma_sync::LaneTile;
 using mma_sync::Pred;
 
 /// The split kernel's parameters (DecodeKernelArgs) as IR values; the i32
@@ -65,7 +66,8 @@ public:
   Builder(OpBuilder &b, mlir::Location loc, const DecodeSpec &spec,
           const AttentionSpec &attention, const TileConfig &config,
           const DecodeTiling &tiling)
-      : mma_sync::Builder(b, loc, attention, config, /*withSoftmax=*/true),
+      : mma_sync::Builder(b, loc, attention, config, /*withSoftmax=*/true,
+                          tiling.swizzledRows),
         dspec(spec), tiling(tiling) {
     l2PrefetchBytes = spec.l2Prefetch == 0  ? kDecodeL2Prefetch
                       : spec.l2Prefetch < 0 ? 0

@@ -160,6 +160,10 @@ llvm::Error buildDecodeKernels(mlir::OpBuilder &builder, mlir::Location loc,
     kernels.l2PrefetchBytes = 0;
   kernels.bulk = decodeUsesBulkCopy(spec, computeCapability) &&
                  computeCapability >= 90 && ptxVersion >= 80;
+  if (kernels.bulk && tiling.swizzledRows)
+    return llvm::createStringError(
+        "internal error: bulk K/V copies need the padded shared rows "
+        "(DecodeTiling::swizzledRows)");
   kernels.evictFirst =
       decodeUsesEvictFirst(spec, computeCapability) && ptxVersion >= 74;
   kernels.emitSplitKernel(spec.kernelName());

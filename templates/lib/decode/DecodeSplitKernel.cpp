@@ -90,7 +90,7 @@ void Builder::copyQueries(const DecodeParams &p, Value batch, Value headBase) {
     Value from = arith::SelectOp::create(b, loc, valid,
                                          globalAddress(p.q, elt, offset), safe);
     Value bytes = arith::SelectOp::create(b, loc, valid, c32(16), c32(0));
-    Value dst = toI32(mul(add(mul(row, c64(rowElems)), column), c64(eltBytes)));
+    Value dst = toI32(chunkOffset(row, column));
     cpAsync16(dst, from, bytes);
   });
 }
@@ -156,8 +156,7 @@ void Builder::copyPagedKeys(const DecodeParams &p, Value base,
   Value table =
       globalAddress(p.blockTable, i32, mul(batch, p.blockTableStride));
   Value lastKey = sub(kvLen, c64(1));
-  Value dst0 = add(tileOffset,
-                   mul(add(mul(row0, c64(rowElems)), column), c64(eltBytes)));
+  Value dst0 = add(tileOffset, chunkOffset(row0, column));
   for (int64_t round = 0; round * rowsPerRound < tiling.blockN; ++round) {
     Value key = add(firstKey, add(row0, c64(round * rowsPerRound)));
     Value inSequence = cmp(Pred::slt, key, kvLen);
@@ -182,8 +181,8 @@ void Builder::copyPagedKeys(const DecodeParams &p, Value base,
         add(mul(safePage, strides[0]), mul(inPage, strides[2])), headColumn);
     Value from = globalAddress(base, elt, offset);
     Value bytes = arith::SelectOp::create(b, loc, valid, c32(16), c32(0));
-    Value dst =
-        toI32(add(dst0, c64(round * rowsPerRound * rowElems * eltBytes)));
+    Value dst = roundDestination(tileOffset, dst0, row0, column,
+                                 round * rowsPerRound);
     cpAsync16(dst, from, bytes);
   }
 }
@@ -289,23 +288,19 @@ void Builder::emitSplitKernel(StringRef name) {
   // ldmatrix lane addresses, as the mma_sync forward kernel's; the warp's
   // keys start kw rows into each K/V tile.
   Value matrix = divU(lane, 8), matrixRow = remU(lane, 8);
-  Value qLane = mul(add(mul(add(warpRow0, remU(lane, 16)), c64(rowElems)),
-                        mul(divU(lane, 16), c64(8))),
-                    c64(eltBytes));
+  LaneTile qLane = laneTile(c64(0), add(warpRow0, remU(lane, 16)),
+                            mul(divU(lane, 16), c64(8)));
   Value warpKeys = mul(wn, c64(kw * rowBytes));
-  Value kLane = add(
-      add(c64(kTileOffset), warpKeys),
-      mul(add(mul(add(matrixRow, mul(divU(matrix, 2), c64(8))), c64(rowElems)),
-              mul(remU(matrix, 2), c64(8))),
-          c64(eltBytes)));
-  Value vLane = add(
-      add(c64(vTileOffset), warpKeys),
-      mul(add(mul(add(matrixRow, mul(remU(matrix, 2), c64(8))), c64(rowElems)),
-              mul(divU(matrix, 2), c64(8))),
-          c64(eltBytes)));
+  LaneTile kLane =
+      laneTile(add(c64(kTileOffset), warpKeys),
+               add(matrixRow, mul(divU(matrix, 2), c64(8))),
+               mul(remU(matrix, 2), c64(8)));
+  LaneTile vLane =
+      laneTile(add(c64(vTileOffset), warpKeys),
+               add(matrixRow, mul(remU(matrix, 2), c64(8))),
+               mul(divU(matrix, 2), c64(8)));
   auto loadQ = [&](int64_t mt, int64_t ks) {
-    return ldmatrix(laneAt(qLane, (mt * 16 * rowElems + ks * 16) * eltBytes),
-                    false);
+    return ldmatrix(laneAt(qLane, mt * 16, ks * 2), false);
   };
   // One m tile keeps its Q fragments in registers up to head dim 128; at
   // 256 (64 registers of Q) they are read from shared memory each tile.
@@ -349,7 +344,8 @@ void Builder::emitSplitKernel(StringRef name) {
           NVVM::CpAsyncCommitGroupOp::create(b, loc);
         }
         Value slot = mul(remU(j, t.stages), c64(stageBytes));
-        Value kTile = add(kLane, slot), vTile = add(vLane, slot);
+        LaneTile kTile = kLane.plus(*this, slot);
+        LaneTile vTile = vLane.plus(*this, slot);
 
         // S = Q K^T over this warp's kw keys.
         SmallVector<Value> s = scoreTile(

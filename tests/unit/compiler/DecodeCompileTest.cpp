@@ -159,10 +159,19 @@ TEST_CASE("decode: paged caches with pages shorter than the tile keep "
     DecodeSpec spec = decodeSpec(128, DType::BF16, 32, 8, 1, page);
     DecodeTiling t = decodeTiling(spec);
     INFO(spec.canonical());
-    CHECK(t.blockN == 128);
+    // Pages of 16: 64-key tiles, two blocks of three buffers per SM.
+    CHECK(t.blockN == (page == 16 ? 64 : 128));
     CHECK(t.stages == 3);
-    CHECK(t.sharedBytes(spec) <= 227u * 1024);
+    CHECK(t.sharedBytes(spec) <= (page == 16 ? 113u : 227u) * 1024);
   }
+  // Swizzled rows (unpadded) for cp.async copies, padded ones where the
+  // tiles may be bulk copies.
+  CHECK(contiguous.swizzledRows);
+  CHECK(contiguous.rowElems(128) == 128);
+  DecodeSpec bulk = decodeSpec(128, DType::BF16, 32, 8, 1);
+  bulk.copyMode = 2;
+  CHECK_FALSE(decodeTiling(bulk).swizzledRows);
+  CHECK(decodeTiling(bulk).rowElems(128) == 136);
   // Pages of a whole tile or more, and an explicit stage count: as asked.
   CHECK(decodeTiling(decodeSpec(128, DType::BF16, 32, 8, 1, 128)).stages == 2);
   CHECK(decodeTiling(decodeSpec(128, DType::BF16, 32, 8, 1, 256)).stages == 2);

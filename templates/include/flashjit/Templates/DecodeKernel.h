@@ -104,9 +104,16 @@ struct DecodeTiling {
   int64_t stages = 3;
   int64_t warps = 4;
 
+  /// The shared rows' layout (mma_sync::Builder::swizzledRows): unpadded
+  /// rows with swizzled 16-byte chunks for cp.async copies, padded rows
+  /// (head dim + 8, as mma_sync's) where the K/V tiles may be bulk copies.
+  bool swizzledRows = true;
+
   int64_t threads() const { return warps * 32; }
-  /// Elements per shared row (head dim + 8 of padding, as mma_sync).
-  int64_t rowElems(int64_t headDim) const { return headDim + 8; }
+  /// Elements per shared row.
+  int64_t rowElems(int64_t headDim) const {
+    return swizzledRows ? headDim : headDim + 8;
+  }
   /// Bytes of dynamic shared memory: the Q tile, then `stages` buffers of
   /// a K tile and a V tile (the warps' merge reuses the buffers), then one
   /// 8-byte mbarrier per stage (used by bulk copies).
