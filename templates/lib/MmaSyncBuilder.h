@@ -163,9 +163,9 @@ protected:
   /// 8 rows fall on distinct banks), or unpadded with 16-byte chunk c of
   /// row r stored at chunk (c & ~7) | ((c ^ r) & 7). Swizzled rows keep
   /// every 128 bytes of a global row on one 128-byte line of shared
-  /// memory, which a streaming kernel needs: into padded rows the cp.async
-  /// copies made the SMs take 1.5x the bytes from the L2
-  /// (docs/inference.md).
+  /// memory, which a streaming kernel needs: a warp's cp.async copies into
+  /// padded rows span two lines, and the SMs then take more bytes from the
+  /// L2 than they keep (docs/inference.md).
   const bool swizzledRows;
   const int64_t d, threads, rowElems, eltBytes;
   Value smemBase, tid;

@@ -177,7 +177,7 @@ DecodeTiling decodeTiling(const DecodeSpec &spec) {
   // (docs/inference.md); a GPU with less shared memory per block gets the
   // 64-key tiles (Context::decodeKernel).
   // Pages of 16 tokens take 64-key tiles in three buffers instead (two
-  // blocks per SM), which read them 1-8% faster on an H200
+  // blocks per SM), which read them faster on an H200
   // (docs/inference.md).
   const bool wideTiles = spec.headDim == 128 && t.warpsN == 4;
   const bool shortPages = spec.pageSize > 0 && spec.pageSize <= 16;
