@@ -132,19 +132,12 @@ double DecodeSpec::defaultScale() const {
   return 1.0 / std::sqrt(static_cast<double>(headDim));
 }
 
-namespace {
-/// Bulk K/V copies by default on sm_90 and newer.
-constexpr bool kBulkCopyOnHopper = false;
-/// The L2 evict_first hint by default (sm_80 and newer).
-constexpr bool kEvictFirst = false;
-} // namespace
-
 DecodeTiling decodeTiling(const DecodeSpec &spec) {
   DecodeTiling t;
   // Swizzled rows wherever the kernel copies by cp.async on every target
-  // (bulk copies write whole rows, which need the padded layout).
-  t.swizzledRows =
-      !(spec.copyMode == 2 || (spec.copyMode == 0 && kBulkCopyOnHopper));
+  // (bulk copies, which only sm_90 and newer make, write whole rows and
+  // need the padded layout).
+  t.swizzledRows = !decodeUsesBulkCopy(spec, /*computeCapability=*/90);
   const int64_t group = std::max<int64_t>(spec.groupSize(), 1);
   const int64_t qLen = std::max<int64_t>(spec.qLen, 1);
   // The most heads of the group whose rows fit one block (128 rows: two
@@ -214,6 +207,13 @@ int64_t DecodeTiling::barrierOffset(const DecodeSpec &spec) const {
 unsigned DecodeTiling::sharedBytes(const DecodeSpec &spec) const {
   return static_cast<unsigned>(barrierOffset(spec) + 8 * stages);
 }
+
+namespace {
+/// Bulk K/V copies by default on sm_90 and newer.
+constexpr bool kBulkCopyOnHopper = false;
+/// The L2 evict_first hint by default (sm_80 and newer).
+constexpr bool kEvictFirst = false;
+} // namespace
 
 bool decodeBulkCopyDefault(int computeCapability) {
   return computeCapability >= 90 && kBulkCopyOnHopper;
