@@ -187,6 +187,21 @@ SmallVector<Value> maskWhere(KernelIR &ir, Value needMask,
 void storeKeyRows(KernelIR &ir, const MainParams &p, Value batch,
                   Value kvHead, llvm::function_ref<Value(int64_t)> keyOf,
                   Value column, ArrayRef<Value> dk, ArrayRef<Value> dv);
+/// storeKeyRows through shared memory, for a block of `rows` key rows
+/// from key n0 (i64): each thread's pairs (block rows keyRow and keyRow + 8,
+/// i32; layout as storeKeyRows) go to [rows][head_dim] tiles at byte
+/// offsets dkTile and dvTile of shared memory (`sharedAt` makes the
+/// pointer; the 16-byte chunk c of row r at chunk c ^ (r % 8), so the
+/// pairs a warp writes at once fall in distinct banks); after `barrier`,
+/// thread `tid` (i32) of `threads` copies 16-byte chunks of the rows below
+/// seqlen_k out, a warp's 32 chunks contiguous in the tiles. Rows of dK and
+/// dV must be 16-byte aligned (the runtime's tensor checks require it).
+void storeKeyRowsStaged(KernelIR &ir, const MainParams &p, Value batch,
+                        Value kvHead, Value n0, int64_t rows, Value keyRow,
+                        Value column, ArrayRef<Value> dk, ArrayRef<Value> dv,
+                        llvm::function_ref<Value(Value)> sharedAt,
+                        int64_t dkTile, int64_t dvTile, Value tid,
+                        int64_t threads, llvm::function_ref<void()> barrier);
 
 // The deterministic variants' turns (BackwardDqTurns.cpp).
 /// Key block of this block: highest first along blockIdx.x.

@@ -7,6 +7,7 @@
 
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 
 using namespace mlir;
 
@@ -319,6 +320,69 @@ void storeKeyRows(KernelIR &ir, const MainParams &p, Value batch,
           ir.globalAddress(p.dv, ir.elt, ir.add(dvRow, ir.c64(t * 8))),
           /*alignment=*/4);
     }
+  }
+}
+
+void storeKeyRowsStaged(KernelIR &ir, const MainParams &p, Value batch,
+                        Value kvHead, Value n0, int64_t rows, Value keyRow,
+                        Value column, ArrayRef<Value> dk, ArrayRef<Value> dv,
+                        function_ref<Value(Value)> sharedAt, int64_t dkTile,
+                        int64_t dvTile, Value tid, int64_t threads,
+                        function_ref<void()> barrier) {
+  OpBuilder &b = ir.b;
+  const int64_t tiles = static_cast<int64_t>(dk.size()) / 4;
+  const int64_t chunksPerRow = tiles; // 8 elements, 16 bytes, per n8 tile
+  const int64_t rowBytes = chunksPerRow * 16;
+  // Byte offset of 16-byte chunk `chunk` of block row `row` (i32 values).
+  auto chunkAt = [&](int64_t tile, Value row, Value chunk) {
+    Value swizzled = arith::XOrIOp::create(b, ir.loc, chunk, ir.remU(row, 8));
+    return ir.add(ir.c32(tile),
+                  ir.add(ir.mul(row, ir.c32(rowBytes)),
+                         ir.mul(swizzled, ir.c32(16))));
+  };
+  Value pairBytes = ir.mul(column, ir.c32(2));
+  for (int64_t h = 0; h < 2; ++h) {
+    Value row = ir.add(keyRow, ir.c32(8 * h));
+    for (int64_t t = 0; t < tiles; ++t) {
+      int64_t i = t * 4 + 2 * h;
+      Value dkPair =
+          ir.packPair(arith::MulFOp::create(b, ir.loc, dk[i], p.scale),
+                      arith::MulFOp::create(b, ir.loc, dk[i + 1], p.scale));
+      Value dvPair = ir.packPair(dv[i], dv[i + 1]);
+      for (auto [pair, tile] :
+           {std::pair{dkPair, dkTile}, std::pair{dvPair, dvTile}})
+        LLVM::StoreOp::create(
+            b, ir.loc, pair,
+            sharedAt(ir.add(chunkAt(tile, row, ir.c32(t)), pairBytes)),
+            /*alignment=*/4);
+    }
+  }
+  barrier();
+  auto quad = VectorType::get({4}, ir.i32);
+  const int64_t chunks = rows * chunksPerRow;
+  for (int64_t first = 0; first < chunks; first += threads) {
+    Value index = ir.add(tid, ir.c32(first));
+    Value row = ir.divU(index, chunksPerRow);
+    Value chunk = ir.remU(index, chunksPerRow);
+    Value key = ir.add(n0, ir.toI64(row));
+    Value inRange = ir.cmp(Pred::slt, key, p.seqlenK);
+    if (chunks - first < threads)
+      inRange = arith::AndIOp::create(b, ir.loc, inRange,
+                                      ir.cmp(Pred::slt, index, ir.c32(chunks)));
+    ir.ifThen(inRange, [&] {
+      Value column8 = ir.toI64(ir.mul(chunk, ir.c32(8)));
+      for (auto [base, strides, tile] :
+           {std::tuple{p.dk, ArrayRef<Value>(p.dkStrides), dkTile},
+            std::tuple{p.dv, ArrayRef<Value>(p.dvStrides), dvTile}}) {
+        Value data = LLVM::LoadOp::create(b, ir.loc, quad,
+                                          sharedAt(chunkAt(tile, row, chunk)),
+                                          /*alignment=*/16);
+        Value at = ir.add(ir.rowOffset(strides, batch, kvHead, key), column8);
+        LLVM::StoreOp::create(b, ir.loc, data,
+                              ir.globalAddress(base, ir.elt, at),
+                              /*alignment=*/16);
+      }
+    });
   }
 }
 

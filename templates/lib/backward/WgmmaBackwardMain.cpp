@@ -537,22 +537,27 @@ void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
     result.assign(loop.getResults().begin(), loop.getResults().end());
     // No copy is left in flight at the end (K and V when there was no step).
     NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
-    // The last step's dQ rows; their reductions complete before the exit.
+    // The last step's dQ rows; their reduction runs during the epilogue
+    // (it reads only the staging rows) and completes before the exit.
     fenceProxyAsync();
     gpu::BarrierOp::create(b, loc);
-    ifThen(cmp(Pred::sgt, steps, c64(0)), [&] {
-      flushDq(sub(steps, c64(1)));
-      ifThen(isIssuer, [&] { asmVoid("cp.async.bulk.wait_group 0;", "", {}); });
-    });
+    ifThen(cmp(Pred::sgt, steps, c64(0)), [&] { flushDq(sub(steps, c64(1))); });
   }
 
   // ---- epilogue: dK = scale * acc, dV, rows below seqlen_k ---------------
+  // Staged in K's and V's tiles (every product has read them) and copied
+  // out in 16-byte chunks (the runtime's checks make every row of dK and
+  // dV 16-byte aligned): the accumulators' 4-byte pairs stored directly
+  // were 8 times the store instructions, and with one block per SM the
+  // tensor cores idle while they drain.
   Value keyRow = add(mul(warpgroup, c32(kKeysPerWarpgroup)), warpRow);
-  storeKeyRows(
-      *this, p, batch, kvHead,
-      [&](int64_t h) { return add(n0, toI64(add(keyRow, c32(8 * h)))); },
-      toI64(quadCol), ArrayRef<Value>(result).take_front(d / 2),
-      ArrayRef<Value>(result).drop_front(d / 2));
+  storeKeyRowsStaged(
+      *this, p, batch, kvHead, n0, bN, keyRow, quadCol,
+      ArrayRef<Value>(result).take_front(d / 2),
+      ArrayRef<Value>(result).drop_front(d / 2),
+      [&](Value offset) { return shared(offset); }, L.kOff, L.vOff, tid,
+      threads, [&] { gpu::BarrierOp::create(b, loc); });
+  ifThen(isIssuer, [&] { asmVoid("cp.async.bulk.wait_group 0;", "", {}); });
   if (inSequence)
     b.setInsertionPointAfter(*inSequence);
   gpu::ReturnOp::create(b, loc);
