@@ -181,27 +181,26 @@ Value queryColumnsBelow(KernelIR &ir, Value seqlenQ, Value firstRow,
 SmallVector<Value> maskWhere(KernelIR &ir, Value needMask,
                              ArrayRef<Value> values,
                              llvm::function_ref<SmallVector<Value>()> masked);
-/// Writes dK = scale * dk and dV = dv of this thread's two key rows
-/// keyOf(0) and keyOf(1) (i64), below seqlen_k: accumulators of n8 tiles
-/// of four (rows h, columns column + 8 t + {0, 1} at t * 4 + 2 h + {0, 1}).
-void storeKeyRows(KernelIR &ir, const MainParams &p, Value batch,
-                  Value kvHead, llvm::function_ref<Value(int64_t)> keyOf,
-                  Value column, ArrayRef<Value> dk, ArrayRef<Value> dv);
-/// storeKeyRows through shared memory, for a block of `rows` key rows
-/// from key n0 (i64): each thread's pairs (block rows keyRow and keyRow + 8,
-/// i32; layout as storeKeyRows) go to [rows][head_dim] tiles at byte
+/// Writes dK = scale * dk and dV = dv of a block of `rows` key rows from
+/// key n0 (i64), rows below seqlen_k, through shared memory. The thread's
+/// accumulators are n8 tiles of four (rows keyRow + 8 h of the block,
+/// columns `column` + {0, 1} of the row's 16-byte chunk firstChunk + t, at
+/// t * 4 + 2 h + {0, 1}); they go to [rows][head_dim] tiles at byte
 /// offsets dkTile and dvTile of shared memory (`sharedAt` makes the
-/// pointer; the 16-byte chunk c of row r at chunk c ^ (r % 8), so the
-/// pairs a warp writes at once fall in distinct banks); after `barrier`,
-/// thread `tid` (i32) of `threads` copies 16-byte chunks of the rows below
-/// seqlen_k out, a warp's 32 chunks contiguous in the tiles. Rows of dK and
-/// dV must be 16-byte aligned (the runtime's tensor checks require it).
-void storeKeyRowsStaged(KernelIR &ir, const MainParams &p, Value batch,
-                        Value kvHead, Value n0, int64_t rows, Value keyRow,
-                        Value column, ArrayRef<Value> dk, ArrayRef<Value> dv,
-                        llvm::function_ref<Value(Value)> sharedAt,
-                        int64_t dkTile, int64_t dvTile, Value tid,
-                        int64_t threads, llvm::function_ref<void()> barrier);
+/// pointer; chunk c of row r at chunk c ^ (r % 8) where rows hold a
+/// multiple of 8 chunks, so the pairs a warp writes at once fall in
+/// distinct banks); after `barrier`, thread `tid` of
+/// `threads` copies 16-byte chunks out, a warp's 32 chunks contiguous in
+/// the tiles (the runtime's tensor checks make every row of dK and dV
+/// 16-byte aligned). The caller makes sure no thread still reads the
+/// tiles' bytes. Stored directly, the 4-byte pairs were 8 times the store
+/// instructions, and with one block per SM the products wait for them.
+void storeKeyRows(KernelIR &ir, const MainParams &p, Value batch,
+                  Value kvHead, Value n0, int64_t rows, Value keyRow,
+                  Value firstChunk, Value column, ArrayRef<Value> dk,
+                  ArrayRef<Value> dv, llvm::function_ref<Value(Value)> sharedAt,
+                  int64_t dkTile, int64_t dvTile, Value tid, int64_t threads,
+                  llvm::function_ref<void()> barrier);
 
 // The deterministic variants' turns (BackwardDqTurns.cpp).
 /// Key block of this block: highest first along blockIdx.x.

@@ -294,53 +294,31 @@ SmallVector<Value> maskWhere(KernelIR &ir, Value needMask,
 }
 
 void storeKeyRows(KernelIR &ir, const MainParams &p, Value batch,
-                  Value kvHead, llvm::function_ref<Value(int64_t)> keyOf,
-                  Value column, ArrayRef<Value> dk, ArrayRef<Value> dv) {
+                  Value kvHead, Value n0, int64_t rows, Value keyRow,
+                  Value firstChunk, Value column, ArrayRef<Value> dk,
+                  ArrayRef<Value> dv, function_ref<Value(Value)> sharedAt,
+                  int64_t dkTile, int64_t dvTile, Value tid, int64_t threads,
+                  function_ref<void()> barrier) {
   OpBuilder &b = ir.b;
   const int64_t tiles = static_cast<int64_t>(dk.size()) / 4;
-  for (int64_t h = 0; h < 2; ++h) {
-    Value key = keyOf(h);
-    OpBuilder::InsertionGuard g(b);
-    auto inRange = scf::IfOp::create(
-        b, ir.loc, ir.cmp(Pred::slt, key, p.seqlenK), /*withElse=*/false);
-    b.setInsertionPoint(inRange.thenBlock()->getTerminator());
-    Value dkRow = ir.add(ir.rowOffset(p.dkStrides, batch, kvHead, key), column);
-    Value dvRow = ir.add(ir.rowOffset(p.dvStrides, batch, kvHead, key), column);
-    for (int64_t t = 0; t < tiles; ++t) {
-      int64_t i = t * 4 + 2 * h;
-      Value dkPair =
-          ir.packPair(arith::MulFOp::create(b, ir.loc, dk[i], p.scale),
-                      arith::MulFOp::create(b, ir.loc, dk[i + 1], p.scale));
-      LLVM::StoreOp::create(
-          b, ir.loc, dkPair,
-          ir.globalAddress(p.dk, ir.elt, ir.add(dkRow, ir.c64(t * 8))),
-          /*alignment=*/4);
-      LLVM::StoreOp::create(
-          b, ir.loc, ir.packPair(dv[i], dv[i + 1]),
-          ir.globalAddress(p.dv, ir.elt, ir.add(dvRow, ir.c64(t * 8))),
-          /*alignment=*/4);
-    }
-  }
-}
-
-void storeKeyRowsStaged(KernelIR &ir, const MainParams &p, Value batch,
-                        Value kvHead, Value n0, int64_t rows, Value keyRow,
-                        Value column, ArrayRef<Value> dk, ArrayRef<Value> dv,
-                        function_ref<Value(Value)> sharedAt, int64_t dkTile,
-                        int64_t dvTile, Value tid, int64_t threads,
-                        function_ref<void()> barrier) {
-  OpBuilder &b = ir.b;
-  const int64_t tiles = static_cast<int64_t>(dk.size()) / 4;
-  const int64_t chunksPerRow = tiles; // 8 elements, 16 bytes, per n8 tile
+  // 16-byte chunks of 8 elements: an n8 tile's columns.
+  const int64_t chunksPerRow = ir.spec.headDim / 8;
   const int64_t rowBytes = chunksPerRow * 16;
-  // Byte offset of 16-byte chunk `chunk` of block row `row` (i32 values).
+  keyRow = ir.toI32(keyRow);
+  firstChunk = ir.toI32(firstChunk);
+  tid = ir.toI32(tid);
+  // Byte offset of 16-byte chunk `chunk` of block row `row` (i32 values);
+  // rows of a multiple of 8 chunks swizzle them (head dim 96 does not).
   auto chunkAt = [&](int64_t tile, Value row, Value chunk) {
-    Value swizzled = arith::XOrIOp::create(b, ir.loc, chunk, ir.remU(row, 8));
+    Value swizzled =
+        chunksPerRow % 8 == 0
+            ? arith::XOrIOp::create(b, ir.loc, chunk, ir.remU(row, 8))
+            : chunk;
     return ir.add(ir.c32(tile),
                   ir.add(ir.mul(row, ir.c32(rowBytes)),
                          ir.mul(swizzled, ir.c32(16))));
   };
-  Value pairBytes = ir.mul(column, ir.c32(2));
+  Value pairBytes = ir.mul(ir.toI32(column), ir.c32(2));
   for (int64_t h = 0; h < 2; ++h) {
     Value row = ir.add(keyRow, ir.c32(8 * h));
     for (int64_t t = 0; t < tiles; ++t) {
@@ -353,7 +331,8 @@ void storeKeyRowsStaged(KernelIR &ir, const MainParams &p, Value batch,
            {std::pair{dkPair, dkTile}, std::pair{dvPair, dvTile}})
         LLVM::StoreOp::create(
             b, ir.loc, pair,
-            sharedAt(ir.add(chunkAt(tile, row, ir.c32(t)), pairBytes)),
+            sharedAt(ir.add(chunkAt(tile, row, ir.add(firstChunk, ir.c32(t))),
+                            pairBytes)),
             /*alignment=*/4);
     }
   }

@@ -498,12 +498,17 @@ void MainKernelBuilder::buildMain(StringRef name, const ModRegions &mods) {
   }
 
   // ---- epilogue: dK = scale * acc, dV, rows below seqlen_k ---------------
+  // Staged in K's and V's tiles once every warp is done with them (the dQ
+  // products read all of K), then copied out in 16-byte chunks
+  // (storeKeyRows).
+  gpu::BarrierOp::create(b, loc);
   storeKeyRows(
-      *this, p, batch, kvHead,
-      [&](int64_t h) { return add(add(n0, warpKey0), add(quadRow, c64(8 * h))); },
-      kvParts > 1 ? add(quadCol, kvColumn0) : quadCol,
+      *this, p, batch, kvHead, n0, bN, add(warpKey0, quadRow),
+      divU(kvColumn0, 8), quadCol,
       ArrayRef<Value>(result).take_front(dTiles * kAcc),
-      ArrayRef<Value>(result).drop_front(dTiles * kAcc));
+      ArrayRef<Value>(result).drop_front(dTiles * kAcc),
+      [&](Value offset) { return sharedAddress(offset); }, kOff, vOff, tid,
+      cfg.warps * 32, [&] { gpu::BarrierOp::create(b, loc); });
   gpu::ReturnOp::create(b, loc);
 }
 

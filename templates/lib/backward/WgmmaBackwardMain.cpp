@@ -551,8 +551,8 @@ void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
   // were 8 times the store instructions, and with one block per SM the
   // tensor cores idle while they drain.
   Value keyRow = add(mul(warpgroup, c32(kKeysPerWarpgroup)), warpRow);
-  storeKeyRowsStaged(
-      *this, p, batch, kvHead, n0, bN, keyRow, quadCol,
+  storeKeyRows(
+      *this, p, batch, kvHead, n0, bN, keyRow, c32(0), quadCol,
       ArrayRef<Value>(result).take_front(d / 2),
       ArrayRef<Value>(result).drop_front(d / 2),
       [&](Value offset) { return shared(offset); }, L.kOff, L.vOff, tid,

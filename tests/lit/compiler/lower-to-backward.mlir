@@ -36,8 +36,11 @@
 // dS^T goes to shared memory, then dQ = dS K is added with f32 atomics.
 // CHECK: gpu.barrier
 // CHECK: llvm.atomicrmw fadd {{.+}} monotonic : !llvm.ptr<1>, f32
-// The epilogue writes dK (scaled) and dV.
-// CHECK: llvm.store {{.+}} : i32, !llvm.ptr<1>
+// The epilogue stages dK (scaled) and dV in shared memory, then stores
+// 16-byte chunks.
+// CHECK: llvm.store {{.+}} : i32, !llvm.ptr<3>
+// CHECK: gpu.barrier
+// CHECK: llvm.store {{.+}} : vector<4xi32>, !llvm.ptr<1>
 // Convert: dQ = scale * accumulator, rounded, 16-byte stores.
 // CHECK-LABEL: gpu.func @gqa_bwd_dq(%{{.+}}: !llvm.ptr<1>, %{{.+}}: !llvm.ptr<1>, {{(%[^:]+: i64, )+}}%{{.+}}: i32, %{{.+}}: f32) kernel attributes {known_block_size = array<i32: 128, 1, 1>}
 // CHECK: arith.truncf {{.+}} : vector<8xf32> to vector<8xbf16>
