@@ -189,9 +189,8 @@ SmallVector<Value> maskWhere(KernelIR &ir, Value needMask,
 /// offsets dkTile and dvTile of shared memory (`sharedAt` makes the
 /// pointer; chunk c of row r at chunk c ^ (r % 8) where rows hold a
 /// multiple of 8 chunks, so the pairs a warp writes at once fall in
-/// distinct banks); after `barrier`, thread `tid` of
-/// `threads` copies 16-byte chunks out, a warp's 32 chunks contiguous in
-/// the tiles (the runtime's tensor checks make every row of dK and dV
+/// distinct banks); after a block barrier, thread `tid` of `threads` copies
+/// 16-byte chunks out, a warp's 32 chunks contiguous in the tiles (the runtime's tensor checks make every row of dK and dV
 /// 16-byte aligned). The caller makes sure no thread still reads the
 /// tiles' bytes. Stored directly, the 4-byte pairs were 8 times the store
 /// instructions, and with one block per SM the products wait for them.
@@ -199,8 +198,7 @@ void storeKeyRows(KernelIR &ir, const MainParams &p, Value batch,
                   Value kvHead, Value n0, int64_t rows, Value keyRow,
                   Value firstChunk, Value column, ArrayRef<Value> dk,
                   ArrayRef<Value> dv, llvm::function_ref<Value(Value)> sharedAt,
-                  int64_t dkTile, int64_t dvTile, Value tid, int64_t threads,
-                  llvm::function_ref<void()> barrier);
+                  int64_t dkTile, int64_t dvTile, Value tid, int64_t threads);
 
 // The deterministic variants' turns (BackwardDqTurns.cpp).
 /// Key block of this block: highest first along blockIdx.x.

@@ -297,8 +297,7 @@ void storeKeyRows(KernelIR &ir, const MainParams &p, Value batch,
                   Value kvHead, Value n0, int64_t rows, Value keyRow,
                   Value firstChunk, Value column, ArrayRef<Value> dk,
                   ArrayRef<Value> dv, function_ref<Value(Value)> sharedAt,
-                  int64_t dkTile, int64_t dvTile, Value tid, int64_t threads,
-                  function_ref<void()> barrier) {
+                  int64_t dkTile, int64_t dvTile, Value tid, int64_t threads) {
   OpBuilder &b = ir.b;
   const int64_t tiles = static_cast<int64_t>(dk.size()) / 4;
   // 16-byte chunks of 8 elements: an n8 tile's columns.
@@ -336,7 +335,7 @@ void storeKeyRows(KernelIR &ir, const MainParams &p, Value batch,
             /*alignment=*/4);
     }
   }
-  barrier();
+  gpu::BarrierOp::create(b, ir.loc);
   auto quad = VectorType::get({4}, ir.i32);
   const int64_t chunks = rows * chunksPerRow;
   for (int64_t first = 0; first < chunks; first += threads) {

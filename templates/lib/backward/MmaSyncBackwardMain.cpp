@@ -508,7 +508,7 @@ void MainKernelBuilder::buildMain(StringRef name, const ModRegions &mods) {
       ArrayRef<Value>(result).take_front(dTiles * kAcc),
       ArrayRef<Value>(result).drop_front(dTiles * kAcc),
       [&](Value offset) { return sharedAddress(offset); }, kOff, vOff, tid,
-      cfg.warps * 32, [&] { gpu::BarrierOp::create(b, loc); });
+      cfg.warps * 32);
   gpu::ReturnOp::create(b, loc);
 }
 

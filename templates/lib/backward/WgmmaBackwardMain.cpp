@@ -545,18 +545,15 @@ void WgmmaMainBuilder::build(StringRef name, const ModRegions &mods) {
   }
 
   // ---- epilogue: dK = scale * acc, dV, rows below seqlen_k ---------------
-  // Staged in K's and V's tiles (every product has read them) and copied
-  // out in 16-byte chunks (the runtime's checks make every row of dK and
-  // dV 16-byte aligned): the accumulators' 4-byte pairs stored directly
-  // were 8 times the store instructions, and with one block per SM the
-  // tensor cores idle while they drain.
+  // Staged in K's and V's tiles: past the barrier above, every product has
+  // read them (storeKeyRows).
   Value keyRow = add(mul(warpgroup, c32(kKeysPerWarpgroup)), warpRow);
   storeKeyRows(
       *this, p, batch, kvHead, n0, bN, keyRow, c32(0), quadCol,
       ArrayRef<Value>(result).take_front(d / 2),
       ArrayRef<Value>(result).drop_front(d / 2),
       [&](Value offset) { return shared(offset); }, L.kOff, L.vOff, tid,
-      threads, [&] { gpu::BarrierOp::create(b, loc); });
+      threads);
   ifThen(isIssuer, [&] { asmVoid("cp.async.bulk.wait_group 0;", "", {}); });
   if (inSequence)
     b.setInsertionPointAfter(*inSequence);
