@@ -150,6 +150,38 @@ def time_cuda(torch, fn, warmup, repeats, target_ms):
             "iters": iters, "repeats": repeats}
 
 
+def time_cuda_rounds(torch, fns, warmup, repeats, target_ms):
+    """time_cuda for several functions at once: every round times one window
+    of each, in turn, so that drifting clocks weigh on all of them alike.
+    fns: name -> callable. Returns name -> time_cuda's dict, or
+    {"error": why} for a function that raised (it leaves the rounds)."""
+    iters, out = {}, {}
+    for name, fn in fns.items():
+        try:
+            iters[name] = calls_per_window(torch, fn, warmup, target_ms, most=1000)
+        except Exception as e:
+            out[name] = {"error": reason(e)}
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    samples = {name: [] for name in iters}
+    for _ in range(repeats):
+        for name in list(samples):
+            try:
+                start.record()
+                for _ in range(iters[name]):
+                    fns[name]()
+                end.record()
+                end.synchronize()
+            except Exception as e:
+                out[name] = {"error": reason(e)}
+                del samples[name]
+                continue
+            samples[name].append(start.elapsed_time(end) / iters[name])
+    for name, xs in samples.items():
+        out[name] = {"ms": statistics.median(xs), "ms_min": min(xs), "ms_max": max(xs),
+                     "iters": iters[name], "repeats": repeats}
+    return out
+
+
 def environment(torch, args, fj_version, chip):
     """What the results page says about where and how it ran."""
     idx = torch.cuda.current_device()
@@ -242,11 +274,9 @@ def run_point(torch, args, fj, flex, meta, d, causal, s, b, h):
     q, k, v, o = make_inputs(torch, b, h, s, d, args.layout)
     lse = torch.empty(b, h, s, dtype=torch.float32, device="cuda")
 
-    def record(name, fn):
-        t = time_cuda(torch, fn, **timing)
-        t["tflops"] = bench_report.tflops(flops, t["ms"])
-        point["results"][name] = t
-
+    # Each backend's call, run once (and checked) here, timed below in
+    # interleaved rounds.
+    calls = {}
     fj_out = fj_lse = None
     try:
         if fj.error:
@@ -260,7 +290,7 @@ def run_point(torch, args, fj, flex, meta, d, causal, s, b, h):
         launch()
         torch.cuda.synchronize()
         fj_out, fj_lse = o.clone(), lse.clone()
-        record("flashjit", launch)
+        calls["flashjit"] = launch
     except Exception as e:
         point["results"]["flashjit"] = {"error": reason(e)}
 
@@ -268,18 +298,19 @@ def run_point(torch, args, fj, flex, meta, d, causal, s, b, h):
                 "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION}
     reference = None
     for name in [p for p in args.peers if p in backends]:
+        def call(backend=backends[name]):
+            with sdpa_kernel([backend]):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
         try:
-            with sdpa_kernel([backends[name]]):
-                def call():
-                    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                out = call()
-                torch.cuda.synchronize()
-                if reference is None:
-                    reference = (name, out)
-                record(name, call)
+            out = call()
+            torch.cuda.synchronize()
+            if reference is None:
+                reference = (name, out)
+            calls[name] = call
         except Exception as e:
             point["results"][name] = {"error": reason(e)}
 
+    flex_first_call_s = None
     if "flex" in args.peers:
         try:
             compiled, create_block_mask = flex()
@@ -290,11 +321,17 @@ def run_point(torch, args, fj, flex, meta, d, causal, s, b, h):
             t0 = time.perf_counter()
             compiled(q, k, v, block_mask=mask)
             torch.cuda.synchronize()
-            compile_s = time.perf_counter() - t0
-            record("flex", lambda: compiled(q, k, v, block_mask=mask))
-            point["results"]["flex"]["first_call_s"] = compile_s
+            flex_first_call_s = time.perf_counter() - t0
+            calls["flex"] = lambda: compiled(q, k, v, block_mask=mask)
         except Exception as e:
             point["results"]["flex"] = {"error": reason(e)}
+
+    for name, t in time_cuda_rounds(torch, calls, **timing).items():
+        if "error" not in t:
+            t["tflops"] = bench_report.tflops(flops, t["ms"])
+        point["results"][name] = t
+    if "flex" in calls and flex_first_call_s is not None:
+        point["results"]["flex"]["first_call_s"] = flex_first_call_s
 
     point["check"] = check_output(torch, q, k, v, causal, fj_out, fj_lse, reference)
     return point

@@ -120,7 +120,8 @@ def markdown(meta, points, peers=PEERS):
         f"Forward pass, {meta.get('dtype', 'bf16')}, layout {meta.get('layout', 'bhsd')}, "
         f"batch x seqlen = {meta.get('total_tokens')}, hidden = {meta.get('hidden')} "
         "(heads = hidden / head dim). TFLOP/s = 4·b·h·s²·d (half when causal) over the "
-        "median time of back-to-back launches between CUDA events. A ratio is flashjit's "
+        "median time of back-to-back launches between CUDA events, every backend timed "
+        "in turn in each round. A ratio is flashjit's "
         "TFLOP/s over the peer's. The error columns compare flashjit's output with "
         f"SDPA's ({meta.get('tolerance', '')}).",
         "",

@@ -12,7 +12,10 @@ flashjit::attention_backward op). FLOPs by the FlashAttention convention:
 forward 4 b h s^2 d (half when causal), backward 2.5x the forward.
 
 Times: CUDA events around back-to-back calls after warm-up, median of
---repeats windows (bench/attention_bench.py's time_cuda). Before timing,
+--repeats windows; each round times one window of every backend's
+forward+backward and backward in turn, so that the GPU's drifting clocks
+weigh on all of them alike (bench/attention_bench.py's time_cuda_rounds).
+Before timing,
 each point checks flashjit's dQ, dK, dV against the first SDPA backend
 that ran (relative error of the norm).
 
@@ -26,7 +29,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from attention_bench import flex_factory, int_list, reason, time_cuda  # noqa: E402
+from attention_bench import flex_factory, int_list, reason, time_cuda_rounds  # noqa: E402
 
 TOL_REL = 2e-2  # dQ/dK/dV against a peer's, norm-relative (both bf16)
 
@@ -87,10 +90,9 @@ def attention_fns(torch, peers):
     return fns
 
 
-def time_training(torch, fn, inputs, grad_o, fwd_flops, timing):
-    """The gradients of fn(*inputs) for grad_o, and the median times and
-    rates of forward+backward and of the backward alone (FLOPs: 3.5x and
-    2.5x the forward's)."""
+def training_calls(torch, fn, inputs, grad_o):
+    """The gradients of fn(*inputs) for grad_o, and two calls to time: the
+    forward+backward, and the backward alone (of a retained graph)."""
     out = fn(*inputs)
     grads = torch.autograd.grad(out, inputs, grad_o, retain_graph=True)
     torch.cuda.synchronize()
@@ -100,10 +102,14 @@ def time_training(torch, fn, inputs, grad_o, fwd_flops, timing):
 
     def bwd():
         torch.autograd.grad(out, inputs, grad_o, retain_graph=True)
-    both, back = time_cuda(torch, fwd_bwd, **timing), time_cuda(torch, bwd, **timing)
-    return grads, {"fwd_bwd_ms": both["ms"], "bwd_ms": back["ms"],
-                   "fwd_bwd_tflops": 3.5 * fwd_flops / both["ms"] / 1e9,
-                   "bwd_tflops": 2.5 * fwd_flops / back["ms"] / 1e9}
+    return grads, fwd_bwd, bwd
+
+
+def rates(both, back, fwd_flops):
+    """Medians and rates (FLOPs: 3.5x and 2.5x the forward's) of one backend."""
+    return {"fwd_bwd_ms": both["ms"], "bwd_ms": back["ms"],
+            "fwd_bwd_tflops": 3.5 * fwd_flops / both["ms"] / 1e9,
+            "bwd_tflops": 2.5 * fwd_flops / back["ms"] / 1e9}
 
 
 def run_point(torch, args, fns, d, causal, s):
@@ -118,17 +124,23 @@ def run_point(torch, args, fns, d, causal, s):
     q, k, v = (make().requires_grad_() for _ in range(3))
     grad_o = make()
     timing = dict(warmup=args.warmup, repeats=args.repeats, target_ms=args.target_ms)
-    reference = None
+    reference, calls, grads, failed = None, {}, {}, {}
     for name, fn in fns.items():
         try:
-            grads, point["results"][name] = time_training(
-                torch, lambda q, k, v: fn(q, k, v, causal), (q, k, v), grad_o, fwd_flops, timing)
-            if name == "flashjit":
-                mine = grads
-            elif reference is None:
-                reference = (name, grads)
+            grads[name], calls[(name, "fwd_bwd")], calls[(name, "bwd")] = training_calls(
+                torch, lambda q, k, v, fn=fn: fn(q, k, v, causal), (q, k, v), grad_o)
+            if name != "flashjit" and reference is None:
+                reference = (name, grads[name])
         except Exception as e:
-            point["results"][name] = {"error": reason(e)}
+            failed[name] = reason(e)
+    times = time_cuda_rounds(torch, calls, **timing)
+    for name in fns:
+        if name not in failed:
+            both, back = times[(name, "fwd_bwd")], times[(name, "bwd")]
+            failed[name] = both.get("error") or back.get("error")
+        point["results"][name] = ({"error": failed[name]} if failed[name]
+                                  else rates(both, back, fwd_flops))
+    mine = grads.get("flashjit")
     if "flashjit" in point["results"] and "error" not in point["results"]["flashjit"] \
             and reference is not None:
         errs = [float((a.float() - r.float()).norm() / r.float().norm().clamp_min(1e-30))
