@@ -99,8 +99,13 @@ class TensorArg:
             raise ValueError(f"no DLPack mapping here for {tensor.dtype}")
         if tensor.device.type != "cuda":
             raise ValueError(f"tensor is on {tensor.device}, not a CUDA device")
-        return cls(tensor.data_ptr(), list(tensor.shape), list(tensor.stride()),
-                   names[tensor.dtype], device_id=tensor.device.index or 0)
+        arg = cls(tensor.data_ptr(), list(tensor.shape), list(tensor.stride()),
+                  names[tensor.dtype], device_id=tensor.device.index or 0)
+        # The memory must outlive every launch bound to it: a freed tensor's
+        # memory goes back to torch's allocator, and the next tensor there
+        # would take the launch's writes.
+        arg.owner = tensor
+        return arg
 
 
 class BlockMaskArgs:

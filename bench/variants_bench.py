@@ -5,7 +5,8 @@ Why: a variant (sliding window, ALiBi, soft-cap, document or block-sparse
 masking) is only worth generating if it keeps most of flashjit's dense
 speed and holds up against FlexAttention (torch.compile), the usual way to
 write one in PyTorch. This times both on the same inputs with
-attention_bench.py's clock (CUDA events, warm-up, medians), times flashjit's
+attention_bench.py's clock (CUDA events, warm-up, medians; each round times
+flashjit, its dense kernel of the shape and Flex in turn), times flashjit's
 dense kernel of each shape too (time/dense: the variant's time over it), and
 checks flashjit's output against Flex's. The document and block-sparse rows
 run flashjit block-sparse (C API 3, sparse block 128 x 128) on the very
@@ -38,7 +39,7 @@ import types
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_report  # noqa: E402
 import flashjit_capi  # noqa: E402
-from attention_bench import environment, flex_factory, reason, time_cuda  # noqa: E402
+from attention_bench import environment, flex_factory, reason, time_cuda_rounds  # noqa: E402
 from self_check import Checks  # noqa: E402
 from variants_sweep import (  # noqa: E402
     BLOCK, FAMILIES, HEAD_DIM, HEADS, TOKENS, TOL_REL, BlockLists, alibi_variant,
@@ -73,7 +74,7 @@ class Runner:
     key on the plain fields only), Flex, and the clock."""
 
     def __init__(self, torch, args):
-        self.torch, self.lib, self.kernels, self.dense = torch, None, {}, {}
+        self.torch, self.lib, self.kernels = torch, None, {}
         self.timing = dict(warmup=args.warmup, repeats=args.repeats, target_ms=args.target_ms)
         self.flex, self.error, self.version, self.chip = flex_factory(torch), None, None, None
         self.block_mask_lists = flex_lists  # where a block-sparse flashjit's lists come from
@@ -85,11 +86,6 @@ class Runner:
             self.error = None if has else f"flashjit sees no GPU: {why}"
         except (OSError, flashjit_capi.FlashjitError) as e:
             self.error = f"cannot use {args.lib or flashjit_capi.default_library_path()}: {e}"
-
-    def time(self, fn, flops):
-        t = time_cuda(self.torch, fn, **self.timing)
-        t["tflops"] = bench_report.tflops(flops, t["ms"])
-        return t
 
     def kernel(self, v, dense, partial=None):
         """(Kernel or None, info) of the variant (partial: whether its block
@@ -115,9 +111,9 @@ class Runner:
         return self.kernels[key]
 
     def run_flashjit(self, v, q, k, val, caps, block_mask=None, dense=False):
-        """(timing, output); dense: FLOPs of the plain kernel's own pairs.
-        block_mask(): Flex's BlockMask of the row (a block-sparse variant
-        runs on its lists)."""
+        """(info, output, launch, FLOPs), launched once; dense: FLOPs of the
+        plain kernel's own pairs. block_mask(): Flex's BlockMask of the row
+        (a block-sparse variant runs on its lists)."""
         torch, to, s = self.torch, flashjit_capi.TensorArg.from_torch, v.seqlen
         lists = partial = None
         if v.sparse_block is not None and not dense:
@@ -125,7 +121,7 @@ class Runner:
             partial = bool(lists[0].any())  # kv_num_blocks: the partial blocks' counts
         kernel, info = self.kernel(v, dense, partial)
         if kernel is None:
-            return dict(info), None
+            return dict(info), None, None, None
         o = torch.full_like(q, float("nan"))  # poisoned: a row the kernel skips shows up
         lse = torch.empty(q.shape[:3], dtype=torch.float32, device="cuda")
         tensors, stream = [to(x) for x in (q, k, val, o, lse)], torch.cuda.current_stream().cuda_stream
@@ -142,13 +138,11 @@ class Runner:
         torch.cuda.synchronize()
         out = o.clone()
         pairs = (s * (s + 1) // 2 if v.causal else s * s) if dense else v.pairs
-        return dict(info, **self.time(launch, v.flops(pairs))), out
+        return dict(info), out, launch, v.flops(pairs)
 
-    def run_dense(self, v, q, k, val):  # timed once per shape
-        key = (v.batch, v.seqlen, v.causal)
-        if key not in self.dense:
-            self.dense[key] = self.run_flashjit(v, q, k, val, None, dense=True)[0]
-        return self.dense[key], None
+    def run_dense(self, v, q, k, val):
+        info, _, launch, flops = self.run_flashjit(v, q, k, val, None, dense=True)
+        return info, None, launch, flops
 
     def block_mask(self, v, caps):
         """Flex's BlockMask of the variant's mask (block-sparse: with its
@@ -166,7 +160,7 @@ class Runner:
         t0 = time.perf_counter()
         out = call()
         torch.cuda.synchronize()
-        return dict(self.time(call, v.flops()), first_call_s=time.perf_counter() - t0), out
+        return {"first_call_s": time.perf_counter() - t0}, out, call, v.flops()
 
     def run_row(self, v):
         torch, b, s = self.torch, v.batch, v.seqlen
@@ -183,15 +177,27 @@ class Runner:
             if "mask" not in masks:
                 masks["mask"] = self.block_mask(v, caps)
             return masks["mask"]
+        # Each side runs once here (outputs compared below), then all are
+        # timed in interleaved rounds.
+        calls = {}
         for name, run in (("flashjit", lambda: self.run_flashjit(v, q, k, val, caps, block_mask)),
                           ("flashjit-dense", lambda: self.run_dense(v, q, k, val)),
                           ("flex", lambda: self.run_flex(v, q, k, val, caps, block_mask))):
             try:
                 if name != "flex" and self.error:
                     raise RuntimeError(self.error)
-                row["results"][name], outs[name] = run()
+                row["results"][name], outs[name], call, flops = run()
+                if call is not None:
+                    calls[name] = (call, flops)
             except Exception as e:  # one side failing leaves the others' numbers
                 row["results"][name] = {"error": reason(e)}
+        times = time_cuda_rounds(torch, {n: c for n, (c, _) in calls.items()}, **self.timing)
+        for name, t in times.items():
+            if "error" in t:
+                row["results"][name] = t
+            else:
+                t["tflops"] = bench_report.tflops(calls[name][1], t["ms"])
+                row["results"][name].update(t)
         row["check"] = check_output(torch, outs.get("flashjit"), outs.get("flex"))
         fj, dn = row["results"].get("flashjit", {}), row["results"].get("flashjit-dense", {})
         if "ms" in fj and "ms" in dn:
