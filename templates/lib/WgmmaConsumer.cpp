@@ -12,7 +12,10 @@
 // bound (2^15 for f16, 2^64 for bf16) somewhere in the warpgroup, and then
 // S_j again with the max (FragmentSoftmax::updateWithinBound). The row max
 // was 84 of the loop's 370 instructions per 80 scores and thread (head dim
-// 128). Two consumers take turns issuing (named barriers, ping-pong), so
+// 128). With a score_mod, once a tile of a query block outgrew the bound,
+// the block's later tiles take the max on the scores they hold (a bias
+// that grows toward the diagonal, as ALiBi's, outgrows it every tile).
+// Two consumers take turns issuing (named barriers, ping-pong), so
 // one warpgroup's softmax and epilogue also run under the other's
 // products. Three consumers (head dim 64) have 160 registers each.
 //
@@ -275,12 +278,13 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
     // the max after all: S_j again (a wgmma, hence the warpgroup's vote),
     // which also waits for the P V in flight. With random scores only the
     // first tile of a row needs the max, and it takes it (softmaxStep).
+    // `outgrew` (i1, with a score_mod): some earlier tile of this query
+    // block outgrew the bound; such a tile takes the max on the scores it
+    // holds, without the second product, and sets it for the tiles after.
     auto boundedStep = [&](SmallVector<Value> &s, const Visit &j, Value slot,
                            ValueRange max, ValueRange sum,
-                           FragmentSoftmax &sm, int64_t keys) {
-      maskTile(s, j, sm, keys);
-      FragmentSoftmax::Update fast =
-          sm.updateWithinBound(s, max, sum, p.scaleLog2);
+                           FragmentSoftmax &sm, int64_t keys,
+                           Value &outgrew) {
       const int64_t rows = sm.rowStates();
       SmallVector<Type> types(s.size() + 3 * rows, f32);
       auto values = [&](const FragmentSoftmax::Update &u) {
@@ -290,14 +294,42 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
         llvm::append_range(values, u.alpha);
         return values;
       };
-      SmallVector<Value> r = ifElse(
-          types, warpgroupAny(fast.outgrown, consumer),
-          [&] {
-            SmallVector<Value> again =
-                waitGroups(0, issueScores(qDesc, kDesc(slot), keys));
-            return values(softmaxStep(again, j, max, sum, sm, keys));
-          },
-          [&] { return values(fast); });
+      // The values of the bounded step, then (with `outgrew`) its vote.
+      auto bounded = [&](SmallVector<Value> scores) {
+        maskTile(scores, j, sm, keys);
+        FragmentSoftmax::Update fast =
+            sm.updateWithinBound(scores, max, sum, p.scaleLog2);
+        Value vote = warpgroupAny(fast.outgrown, consumer);
+        SmallVector<Value> r = ifElse(
+            types, vote,
+            [&] {
+              SmallVector<Value> again =
+                  waitGroups(0, issueScores(qDesc, kDesc(slot), keys));
+              return values(softmaxStep(again, j, max, sum, sm, keys));
+            },
+            [&] { return values(fast); });
+        if (outgrew)
+          r.push_back(arith::ExtUIOp::create(b, loc, i32, vote));
+        return r;
+      };
+      SmallVector<Value> r;
+      if (!outgrew) {
+        r = bounded(s);
+      } else {
+        SmallVector<Type> withVote(types);
+        withVote.push_back(i32);
+        r = ifElse(
+            withVote, outgrew,
+            [&] {
+              SmallVector<Value> held(s);
+              SmallVector<Value> r =
+                  values(softmaxStep(held, j, max, sum, sm, keys));
+              r.push_back(c32(1));
+              return r;
+            },
+            [&] { return bounded(s); });
+        outgrew = cmp(Pred::ne, r.pop_back_val(), c32(0));
+      }
       FragmentSoftmax::Update u;
       u.probs.assign(r.begin(), r.begin() + s.size());
       u.max.assign(r.begin() + s.size(), r.begin() + s.size() + rows);
@@ -313,9 +345,15 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
     // S_j while P V is still on the tensor cores, and rescales O once that
     // lands. Tile 0: S only.
     //
-    // State: max[2], sum[2], O[outs], P of the previous tile (packed).
+    // State: max[2], sum[2], O[outs], P of the previous tile (packed),
+    // and with a score_mod whether a tile outgrew the bound (i32).
     const int64_t oAt = 4, pAt = 4 + outs;
     const int64_t pCount = nTiles * 2;
+    const int64_t outgrewAt = pAt + pCount;
+    // A score_mod can raise a row's scores from tile to tile (ALiBi's bias
+    // grows toward the diagonal by its slope times block_n per tile), and
+    // then every later tile would outgrow the bound and take its S twice.
+    const bool stickyMax = scoreMods.hasScoreMod();
     Value zero = c32(0);
     // Tile 0 from the empty state, `keys` wide; P_0 stays packed in the
     // state (zeros past `keys`).
@@ -337,6 +375,8 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
       state.append(outs, zeroF);
       llvm::append_range(state, sm.pack(first.probs));
       state.resize(4 + outs + pCount, c32(0));
+      if (stickyMax)
+        state.push_back(c32(0));
       return state;
     };
     // Tile j >= 1: S_j (`keys` wide) with P_{j-1} V_{j-1}, the softmax of
@@ -356,9 +396,12 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
       endProducts(Value());
       readAhead(visitJ, sm);
       scores = waitGroups(1, scores);
+      Value outgrew;
+      if (stickyMax)
+        outgrew = cmp(Pred::ne, state[outgrewAt], c32(0));
       FragmentSoftmax::Update u = boundedStep(
           scores, visitJ, slot, state.slice(0, 2), state.slice(2, 2), sm,
-          keys);
+          keys, outgrew);
       release(kEmpty(slot));
       o = waitGroups(0, o);
       release(vEmpty(prevSlot));
@@ -369,6 +412,8 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
       next.append(o.begin(), o.end());
       llvm::append_range(next, sm.pack(u.probs));
       next.resize(4 + outs + pCount, c32(0));
+      if (stickyMax)
+        next.push_back(arith::ExtUIOp::create(b, loc, i32, outgrew));
       return next;
     };
     // Tiles 1 .. end - 1 of the pipeline from `state`.
