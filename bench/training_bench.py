@@ -112,6 +112,28 @@ def rates(both, back, fwd_flops):
             "bwd_tflops": 2.5 * fwd_flops / back["ms"] / 1e9}
 
 
+def time_trainings(torch, fns, inputs, grad_o, fwd_flops, timing):
+    """Each backend's gradients of fn(*inputs) for grad_o, and its timings:
+    every backend's forward+backward and backward in turn in each round
+    (time_cuda_rounds). fns: name -> fn. Returns (name -> gradients of those
+    that ran, name -> rates() or {"error": why}), results in fns' order."""
+    calls, grads, failed = {}, {}, {}
+    for name, fn in fns.items():
+        try:
+            grads[name], calls[(name, "fwd_bwd")], calls[(name, "bwd")] = training_calls(
+                torch, fn, inputs, grad_o)
+        except Exception as e:
+            failed[name] = reason(e)
+    times = time_cuda_rounds(torch, calls, **timing)
+    results = {}
+    for name in fns:
+        if name not in failed:
+            both, back = times[(name, "fwd_bwd")], times[(name, "bwd")]
+            failed[name] = both.get("error") or back.get("error")
+        results[name] = {"error": failed[name]} if failed[name] else rates(both, back, fwd_flops)
+    return grads, results
+
+
 def run_point(torch, args, fns, d, causal, s):
     b, h = args.total_tokens // s, args.hidden // d
     fwd_flops = 4 * b * h * s * s * d // (2 if causal else 1)
@@ -124,22 +146,10 @@ def run_point(torch, args, fns, d, causal, s):
     q, k, v = (make().requires_grad_() for _ in range(3))
     grad_o = make()
     timing = dict(warmup=args.warmup, repeats=args.repeats, target_ms=args.target_ms)
-    reference, calls, grads, failed = None, {}, {}, {}
-    for name, fn in fns.items():
-        try:
-            grads[name], calls[(name, "fwd_bwd")], calls[(name, "bwd")] = training_calls(
-                torch, lambda q, k, v, fn=fn: fn(q, k, v, causal), (q, k, v), grad_o)
-            if name != "flashjit" and reference is None:
-                reference = (name, grads[name])
-        except Exception as e:
-            failed[name] = reason(e)
-    times = time_cuda_rounds(torch, calls, **timing)
-    for name in fns:
-        if name not in failed:
-            both, back = times[(name, "fwd_bwd")], times[(name, "bwd")]
-            failed[name] = both.get("error") or back.get("error")
-        point["results"][name] = ({"error": failed[name]} if failed[name]
-                                  else rates(both, back, fwd_flops))
+    grads, point["results"] = time_trainings(
+        torch, {name: (lambda q, k, v, fn=fn: fn(q, k, v, causal)) for name, fn in fns.items()},
+        (q, k, v), grad_o, fwd_flops, timing)
+    reference = next(((n, g) for n, g in grads.items() if n != "flashjit"), None)
     mine = grads.get("flashjit")
     if "flashjit" in point["results"] and "error" not in point["results"]["flashjit"] \
             and reference is not None:

@@ -16,7 +16,8 @@ Before timing, flashjit's dQ, dK, dV are compared with Flex's.
 FLOPs count computed scores only, as variants_bench.py does: 4 b h d x the
 visible (query, key) pairs for the forward (causal and the document mask
 counted exactly), 2.5x that for the backward. Times: CUDA events around
-back-to-back calls after warm-up, median of --repeats windows.
+back-to-back calls after warm-up, median of --repeats rounds (each timing
+flashjit and Flex in turn).
 
   python3 bench/variants_training_bench.py --json out.json --out-md out.md
 """
@@ -28,7 +29,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from attention_bench import flex_factory, int_list, reason  # noqa: E402
-from training_bench import time_training  # noqa: E402
+from training_bench import time_trainings  # noqa: E402
 
 TOL_REL = 2e-2  # dQ/dK/dV against Flex's, norm-relative (both bf16)
 VARIANTS = ("softcap", "alibi", "documents")
@@ -151,13 +152,8 @@ def run_point(torch, args, variant, seqlen):
     q, k, v = (make().requires_grad_() for _ in range(3))
     grad_o = make()
     timing = dict(warmup=args.warmup, repeats=args.repeats, target_ms=args.target_ms)
-    grads = {}
-    for name, fn in (("flashjit", fj), ("flex", flex)):
-        try:
-            grads[name], point["results"][name] = time_training(
-                torch, fn, (q, k, v), grad_o, fwd_flops, timing)
-        except Exception as e:
-            point["results"][name] = {"error": reason(e)}
+    grads, point["results"] = time_trainings(torch, {"flashjit": fj, "flex": flex}, (q, k, v),
+                                             grad_o, fwd_flops, timing)
     if "flashjit" in grads and "flex" in grads:
         errs = [float((a.float() - r.float()).norm() / r.float().norm().clamp_min(1e-30))
                 for a, r in zip(grads["flashjit"], grads["flex"])]
