@@ -146,8 +146,13 @@ def time_cuda(torch, fn, warmup, repeats, target_ms):
         end.record()
         end.synchronize()
         samples.append(start.elapsed_time(end) / iters)
+    return window_stats(samples, iters)
+
+
+def window_stats(samples, iters):
+    """time_cuda's dict of per-call times, one sample per window."""
     return {"ms": statistics.median(samples), "ms_min": min(samples), "ms_max": max(samples),
-            "iters": iters, "repeats": repeats}
+            "iters": iters, "repeats": len(samples)}
 
 
 def time_cuda_rounds(torch, fns, warmup, repeats, target_ms):
@@ -177,8 +182,7 @@ def time_cuda_rounds(torch, fns, warmup, repeats, target_ms):
                 continue
             samples[name].append(start.elapsed_time(end) / iters[name])
     for name, xs in samples.items():
-        out[name] = {"ms": statistics.median(xs), "ms_min": min(xs), "ms_max": max(xs),
-                     "iters": iters[name], "repeats": repeats}
+        out[name] = window_stats(xs, iters[name])
     return out
 
 
@@ -330,7 +334,7 @@ def run_point(torch, args, fj, flex, meta, d, causal, s, b, h):
         if "error" not in t:
             t["tflops"] = bench_report.tflops(flops, t["ms"])
         point["results"][name] = t
-    if "flex" in calls and flex_first_call_s is not None:
+    if "flex" in calls:
         point["results"]["flex"]["first_call_s"] = flex_first_call_s
 
     point["check"] = check_output(torch, q, k, v, causal, fj_out, fj_lse, reference)

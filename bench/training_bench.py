@@ -116,7 +116,8 @@ def time_trainings(torch, fns, inputs, grad_o, fwd_flops, timing):
     """Each backend's gradients of fn(*inputs) for grad_o, and its timings:
     every backend's forward+backward and backward in turn in each round
     (time_cuda_rounds). fns: name -> fn. Returns (name -> gradients of those
-    that ran, name -> rates() or {"error": why}), results in fns' order."""
+    that ran and were timed, name -> rates() or {"error": why}), results in
+    fns' order."""
     calls, grads, failed = {}, {}, {}
     for name, fn in fns.items():
         try:
@@ -131,7 +132,7 @@ def time_trainings(torch, fns, inputs, grad_o, fwd_flops, timing):
             both, back = times[(name, "fwd_bwd")], times[(name, "bwd")]
             failed[name] = both.get("error") or back.get("error")
         results[name] = {"error": failed[name]} if failed[name] else rates(both, back, fwd_flops)
-    return grads, results
+    return {n: g for n, g in grads.items() if not failed[n]}, results
 
 
 def run_point(torch, args, fns, d, causal, s):

@@ -281,7 +281,7 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
     // `outgrew` (i1, with a score_mod): some earlier tile of this query
     // block outgrew the bound; such a tile takes the max on the scores it
     // holds, without the second product, and sets it for the tiles after.
-    auto boundedStep = [&](SmallVector<Value> &s, const Visit &j, Value slot,
+    auto boundedStep = [&](ArrayRef<Value> s, const Visit &j, Value slot,
                            ValueRange max, ValueRange sum,
                            FragmentSoftmax &sm, int64_t keys,
                            Value &outgrew) {
@@ -314,7 +314,7 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
       };
       SmallVector<Value> r;
       if (!outgrew) {
-        r = bounded(s);
+        r = bounded(SmallVector<Value>(s));
       } else {
         SmallVector<Type> withVote(types);
         withVote.push_back(i32);
@@ -327,7 +327,7 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
               r.push_back(c32(1));
               return r;
             },
-            [&] { return bounded(s); });
+            [&] { return bounded(SmallVector<Value>(s)); });
         outgrew = cmp(Pred::ne, r.pop_back_val(), c32(0));
       }
       FragmentSoftmax::Update u;
