@@ -377,6 +377,14 @@ def flex_factory(torch):
             for knob in ("recompile_limit", "cache_size_limit"):  # one compile per shape
                 if hasattr(cfg, knob):
                     setattr(cfg, knob, max(getattr(cfg, knob), 256))
+            # The backward alone is timed on a retained graph, which a
+            # compiled backward that donates its saved buffers refuses (the
+            # document mask's); donation saves memory, not time.
+            try:
+                import torch._functorch.config as functorch
+                functorch.donated_buffer = False
+            except (ImportError, AttributeError):
+                pass
             cache["fn"] = (torch.compile(flex_attention, dynamic=False), create_block_mask)
         return cache["fn"]
     return get

@@ -26,9 +26,9 @@ import torch
 
 from ._torch_args import _ALIGN, _as_tensor, _block_mask_args, _pair
 from ._torch_cache import clear_cache, context, get_backward, get_kernel
-from ._torch_eager import (_FAST_PATH, _Tensor, _TrainingAttention, _dispatch_modes,
-                           _fast_forward, _function_modes, _functorch_active, _grad_enabled,
-                           _is_compiling)
+from ._torch_eager import (_FAST_PATH, _Tensor, _TrainingAttention, _Variant,
+                           _dispatch_modes, _fast_forward, _function_modes, _functorch_active,
+                           _grad_enabled, _is_compiling)
 from ._torch_ops import attention_backward, attention_forward
 from .errors import InvalidArgumentError, UnsupportedError
 
@@ -78,20 +78,19 @@ def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None,
     # The eager path where the op's dispatcher has nothing to add: no
     # tracing, no dispatch or function mode, no functorch transform here;
     # plain tensors and no autograd graph checked by _fast_forward.
-    if (_FAST_PATH and not captures and block_mask is None and layout == "bhsd"
-            and not _is_compiling() and not _dispatch_modes() and not _function_modes()
-            and not _functorch_active()):
+    eager = (_FAST_PATH and layout == "bhsd" and not _is_compiling() and not _dispatch_modes()
+             and not _function_modes() and not _functorch_active())
+    plain = eager and not captures and block_mask is None
+    if plain:
         out = _fast_forward(q, k, v, causal, scale, window, softcap, causal_align, score_mod,
                             mask_mod, config)
         if out is not None:
             return out if return_lse else out[0]
         # Training, dense or causal: the plans through an autograd.Function.
         if (window is None and softcap is None and score_mod is None and mask_mod is None
-                and causal_align in _ALIGN and type(q) is _Tensor and type(k) is _Tensor
-                and type(v) is _Tensor and _grad_enabled()
-                and (q.requires_grad or k.requires_grad or v.requires_grad)):
+                and causal_align in _ALIGN and _training(q, k, v)):
             o, lse = _TrainingAttention.apply(q, k, v, bool(causal), scale, causal_align,
-                                              config)
+                                              config, None)
             return (o, lse) if return_lse else o
     q, k, v = _as_tensor("q", q), _as_tensor("k", k), _as_tensor("v", v)
     if layout == "bshd":
@@ -111,6 +110,20 @@ def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None,
                 f"capture_dims has {len(capture_dims)} entries for {len(captures)} captures")
         dims = [int(d) for entry in capture_dims for d in entry]
     sparse_m, sparse_n, lists = _block_mask_args(block_mask, sparse_block)
+    if eager and (not plain or _training(q, k, v)):
+        # Windows, mods, captured tensors and block masks: plans too (the
+        # same checks at a plan's making; the op where a call has none).
+        variant = _Variant((window_left, window_right),
+                           None if softcap is None else float(softcap), score_mod, mask_mod,
+                           tuple(captures), tuple(dims), (sparse_m, sparse_n), tuple(lists))
+        if _training(q, k, v):
+            o, lse = _TrainingAttention.apply(q, k, v, bool(causal), scale, causal_align,
+                                              config, variant)
+            return (o, lse) if return_lse else o
+        out = _fast_forward(q, k, v, causal, scale, variant.window, variant.softcap,
+                            causal_align, score_mod, mask_mod, config, variant)
+        if out is not None:
+            return out if return_lse else out[0]
     o, lse = torch.ops.flashjit.attention_forward(
         q, k, v, None if scale is None else float(scale), bool(causal), _ALIGN[causal_align],
         window_left, window_right, None if softcap is None else float(softcap), score_mod,
@@ -118,6 +131,13 @@ def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None,
     if layout == "bshd":
         o = o.transpose(1, 2)
     return (o, lse) if return_lse else o
+
+
+def _training(q, k, v) -> bool:
+    """Plain tensors, grad mode on and one of them requiring grad: an
+    autograd graph to record (_TrainingAttention)."""
+    return (type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor
+            and _grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
 
 
 def sdpa(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,

@@ -9,10 +9,14 @@ DLTensors with their shapes and strides already filled), so each later call
 only allocates O and LSE, writes five data pointers and calls the C API.
 Where flashjit._fastpath is built (csrc/fastpath.cpp), those steps run in
 C++ and anything else is handed back here (bench/python_overhead.py
-measures both against the C API). An eager call with gradients (dense or
-causal) goes through _TrainingAttention, an autograd.Function over the same
-forward plans and backward plans made the same way (nine DLTensors;
-bench/results/training-nvidia-h100-80gb-hbm3.md).
+measures both against the C API). An eager call with gradients goes
+through _TrainingAttention, an autograd.Function over the same forward
+plans and backward plans made the same way (nine DLTensors;
+bench/results/training-nvidia-h100-80gb-hbm3.md). Calls with captured
+tensors or a block mask (a _Variant) have plans too, in Python only: their
+DLTensors (_Extras) get the call's data pointers as q, k and v do; a
+backward whose block mask comes without its transposed lists takes the
+op, which transposes them.
 
 A plan is made after the op's own checks (flashjit._torch_args), so a bad
 call raises the same error either way. What a plan does not cover (empty
@@ -26,14 +30,15 @@ import ctypes
 import math
 import os
 import threading
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 
 from . import _dlpack
 from . import _torch_cache as _cache
 from . import _torch_ops  # noqa: F401  (registers torch.ops.flashjit.*, the fallback)
-from ._torch_args import (_ALIGN, _DTYPES, _check_devices, _check_inputs, _gradient_input,
-                          _kernel_strides, _pair, _spec_of)
+from ._torch_args import (_ALIGN, _CAPTURE_DTYPES, _DTYPES, _check_devices, _check_inputs,
+                          _gradient_input, _kernel_strides, _pair, _spec_of)
 from ._torch_cache import _backwards, _kernels, _primed, _seqlen_bucket, get_backward, get_kernel
 from .errors import InvalidArgumentError
 
@@ -120,35 +125,99 @@ def _bind_plan(plan, owner, entry, dltensors, device):
     return plan
 
 
+class _Variant(NamedTuple):
+    """A call's options beyond causal, scale and alignment, as the op takes
+    them: the window, soft-cap, mods, captured tensors with their declared
+    dims, and the block mask (its block size and lists: the forward's two
+    or four, then, from a FlexAttention BlockMask, the four transposed)."""
+    window: Tuple[int, int] = (-1, -1)
+    softcap: Optional[float] = None
+    score_mod: Optional[str] = None
+    mask_mod: Optional[str] = None
+    captures: tuple = ()
+    capture_dims: tuple = ()
+    sparse_block: Tuple[int, int] = (0, 0)
+    lists: tuple = ()
+
+    def key(self) -> tuple:
+        """What a plan depends on: the options, and the captures' and lists'
+        metadata (their data is the call's)."""
+        return (self.window, self.softcap, self.score_mod, self.mask_mod, self.capture_dims,
+                self.sparse_block,
+                tuple((t.shape, t.stride(), t.dtype, t.get_device()) for t in self.captures),
+                tuple((t.shape, t.stride(), t.dtype, t.get_device()) for t in self.lists))
+
+    def op_args(self) -> tuple:
+        """The op's arguments from window_left to block_mask."""
+        return (self.window[0], self.window[1], self.softcap, self.score_mod, self.mask_mod,
+                list(self.captures), list(self.capture_dims), self.sparse_block[0],
+                self.sparse_block[1], list(self.lists))
+
+
+_DENSE = _Variant()
+
+
+class _Extras:
+    """The captured tensors and block-mask lists a plan passes beside its
+    five or nine tensors: one DLTensor array for the captures (the C API
+    takes them as an array) and one DLTensor per list, of which only the
+    data pointers change from call to call."""
+
+    __slots__ = ("array", "count", "lists", "list_pointers", "_keep")
+
+    def __init__(self, captures, lists, device):
+        built = [_device_dltensor(c.shape, c.stride(), _CAPTURE_DTYPES[c.dtype], device)
+                 for c in captures]
+        self.count = len(built)
+        self.array = (_dlpack.DLTensor * self.count)(*[b.tensor for b in built]) \
+            if built else None
+        listed = [_device_dltensor(t.shape, t.stride(), "i32", device) for t in lists]
+        self.lists = tuple(b.tensor for b in listed)
+        self.list_pointers = tuple(b.pointer for b in listed) + (None,) * (4 - len(listed))
+        self._keep = (built, listed)
+
+    def point_at(self, captures, lists) -> None:
+        for slot, c in zip(self.array or (), captures):
+            slot.data = c.data_ptr()
+        for slot, t in zip(self.lists, lists):
+            slot.data = t.data_ptr()
+
+
 class _Plan:
     """One call's shapes and options, prepared: the kernel's handle and C
-    function, and DLTensors for q, k, v, o and lse of which only the data
-    pointers change from call to call."""
+    function, and DLTensors for q, k, v, o and lse (and a variant's
+    _Extras) of which only the data pointers change from call to call."""
 
     __slots__ = ("fn", "lib", "handle", "pointers", "tensors", "device", "torch_device",
-                 "lse_shape", "scale", "tile_counter", "native", "_keep")
+                 "lse_shape", "scale", "tile_counter", "native", "extras", "_keep")
 
 
 def _make_plan(q, k, v, causal, scale, window, softcap, causal_align, score_mod, mask_mod,
-               config):
+               config, variant=None):
     """The plan of a call, after the checks the op would make (so a bad
     call raises the same error either way), its kernel compiled if need
     be; _NO_PLAN where the op's own path is the one to take (empty
     tensors), or None inside a graph capture when the kernel is not
-    compiled yet (the op says why that cannot be captured)."""
+    compiled yet (the op says why that cannot be captured). With
+    `variant`, its options replace window, softcap and the mods."""
     if causal_align not in _ALIGN:
         raise InvalidArgumentError(
             f"causal_align {causal_align!r}: expected 'top_left' or 'bottom_right'")
-    window_left, window_right = _pair("window", window, (-1, -1))
+    if variant is None:
+        variant = _Variant(_pair("window", window, (-1, -1)),
+                           None if softcap is None else float(softcap), score_mod, mask_mod)
     align = _ALIGN[causal_align]
     scale = None if scale is None else float(scale)
-    softcap = None if softcap is None else float(softcap)
-    _check_inputs(q, k, v, scale, align, softcap, score_mod, [], [], 0, 0, [])
-    device = _check_devices(q, k, v, [], [])
+    forward_lists = list(variant.lists[:4])
+    _check_inputs(q, k, v, scale, align, variant.softcap, variant.score_mod,
+                  list(variant.captures), list(variant.capture_dims), *variant.sparse_block,
+                  list(variant.lists))
+    device = _check_devices(q, k, v, list(variant.captures), list(variant.lists))
     if q.numel() == 0 or k.shape[2] == 0:
         return _NO_PLAN
-    spec = _spec_of(q, k, bool(causal), align, window_left, window_right, softcap, score_mod,
-                    mask_mod, [], [], 0, 0)
+    spec = _spec_of(q, k, bool(causal), align, *variant.window, variant.softcap,
+                    variant.score_mod, variant.mask_mod, list(variant.captures),
+                    list(variant.capture_dims), *variant.sparse_block)
     bucket = _seqlen_bucket(max(q.shape[2], k.shape[2]))
     kernel = _kernels.get((spec, device, config, bucket))
     if kernel is None:
@@ -162,12 +231,16 @@ def _make_plan(q, k, v, causal, scale, window, softcap, causal_align, score_mod,
                for name, t in (("q", q), ("k", k), ("v", v), ("o", o))]
     b, h, sq = lse_shape
     tensors.append(_device_dltensor(lse_shape, (h * sq, sq, 1), "f32", device))
-    plan = _bind_plan(_Plan(), kernel, "flashjit_kernel_forward", tensors, device)
+    plan = _bind_plan(_Plan(), kernel, "flashjit_kernel_forward_block_sparse" if forward_lists
+                      else "flashjit_kernel_forward_captures" if variant.captures
+                      else "flashjit_kernel_forward", tensors, device)
+    plan.extras = (_Extras(variant.captures, forward_lists, device)
+                   if variant.captures or forward_lists else None)
     plan.torch_device = q.device
     plan.lse_shape = lse_shape
     plan.scale = math.nan if scale is None else scale
     plan.tile_counter = kernel.takes_tile_counter
-    plan.native = None if _native is None else _native.Plan(
+    plan.native = None if _native is None or plan.extras is not None else _native.Plan(
         ctypes.cast(plan.fn, ctypes.c_void_p).value, plan.handle.value,
         tuple(ctypes.addressof(t) for t in plan.tensors), plan.scale, lse_shape,
         tuple(o.stride()), device, plan.tile_counter, plan.lib.check)
@@ -184,14 +257,22 @@ def _keep_plan(plans: dict, key, plan) -> None:
 
 
 def _fast_forward(q, k, v, causal, scale, window, softcap, causal_align, score_mod, mask_mod,
-                  config):
-    """O and LSE through a plan, or None where the op must run the call."""
+                  config, variant=None):
+    """O and LSE through a plan, or None where the op must run the call.
+    `variant` (a _Variant): a call with captured tensors or a block mask,
+    whose options replace window, softcap and the mods."""
     plans = getattr(_tls, "plans", None)
     if plans is None or _tls.generation != _cache._generation:
         plans = _tls.plans = {}
         _tls.generation = _cache._generation
     key = None
-    if _native is not None:
+    if variant is not None:
+        if not _plain(q, k, v):
+            return None
+        key = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype,
+               k.dtype, v.dtype, q.get_device(), k.get_device(), v.get_device(), causal,
+               scale, causal_align, config, variant.key())
+    elif _native is not None:
         # The plain case entirely in C++; the rest (no plan yet, another
         # device, misaligned, a stream to prime) below, with the same key.
         options = (causal, scale, window, softcap, causal_align, score_mod, mask_mod, config)
@@ -213,7 +294,7 @@ def _fast_forward(q, k, v, causal, scale, window, softcap, causal_align, score_m
         return None
     if plan is None:
         plan = _make_plan(q, k, v, causal, scale, window, softcap, causal_align, score_mod,
-                          mask_mod, config)
+                          mask_mod, config, variant)
         if plan is None:
             return None
         _keep_plan(plans, key, plan)
@@ -236,7 +317,16 @@ def _fast_forward(q, k, v, causal, scale, window, softcap, causal_align, score_m
     t[0].data, t[1].data, t[2].data = q_ptr, k_ptr, v_ptr
     t[3].data, t[4].data = o.data_ptr(), lse.data_ptr()
     p = plan.pointers
-    status = plan.fn(plan.handle, p[0], p[1], p[2], p[3], p[4], plan.scale, stream)
+    extras = plan.extras
+    if extras is None:
+        status = plan.fn(plan.handle, p[0], p[1], p[2], p[3], p[4], plan.scale, stream)
+    else:
+        extras.point_at(variant.captures, variant.lists)
+        if extras.lists:
+            status = plan.fn(plan.handle, *p, plan.scale, extras.array, extras.count,
+                             *extras.list_pointers, stream)
+        else:
+            status = plan.fn(plan.handle, *p, plan.scale, extras.array, extras.count, stream)
     if status:
         plan.lib.check(status)
     if pair is not None:
@@ -255,18 +345,20 @@ class _BackwardPlan:
     change from call to call."""
 
     __slots__ = ("fn", "lib", "handle", "pointers", "tensors", "device", "workspace_bytes",
-                 "scale", "_keep")
+                 "scale", "extras", "_keep")
 
 
 def _make_backward_plan(q, k, v, o, lse, grad_o, grad_strides, causal, align, scale,
-                        deterministic):
+                        deterministic, variant):
     """The plan of a backward call, its kernels compiled if need be; None
     where the op's own path is the one to take (empty tensors, or a graph
     capture before the kernels exist: the op says why)."""
-    device = _check_devices(q, k, v, [], [])
+    device = _check_devices(q, k, v, list(variant.captures), list(variant.lists))
     if q.numel() == 0 or k.numel() == 0:
         return None
-    spec = _spec_of(q, k, causal, align, -1, -1, None, None, None, [], [], 0, 0)
+    spec = _spec_of(q, k, causal, align, *variant.window, variant.softcap, variant.score_mod,
+                    variant.mask_mod, list(variant.captures), list(variant.capture_dims),
+                    *variant.sparse_block)
     backward = _backwards.get((spec, device, deterministic))
     if backward is None:
         if _stream_capturing():
@@ -284,15 +376,23 @@ def _make_backward_plan(q, k, v, o, lse, grad_o, grad_strides, causal, align, sc
                                   _DTYPES[grad_o.dtype], device))
     built += [_kernel_dltensor(name, t, device)
               for name, t in (("dq", dq), ("dk", dk), ("dv", dv))]
-    plan = _bind_plan(_BackwardPlan(), backward, "flashjit_backward_run", built, device)
+    transposed = list(variant.lists[4:])
+    plan = _bind_plan(_BackwardPlan(), backward, "flashjit_backward_run_block_sparse"
+                      if transposed else "flashjit_backward_run_captures" if variant.captures
+                      else "flashjit_backward_run", built, device)
+    plan.extras = (_Extras(variant.captures, transposed, device)
+                   if variant.captures or transposed else None)
     plan.workspace_bytes = backward.workspace_bytes(q.shape[0], q.shape[2])
     plan.scale = math.nan if scale is None else float(scale)
     plan._keep = (built, backward)
     return plan
 
 
-def _fast_backward(q, k, v, o, lse, grad_o, causal, align, scale):
-    """dQ, dK, dV through a plan, or None where the op must run the call."""
+def _fast_backward(q, k, v, o, lse, grad_o, causal, align, scale, variant=_DENSE):
+    """dQ, dK, dV through a plan, or None where the op must run the call
+    (a block mask without its transposed lists: the op transposes them)."""
+    if variant.lists and len(variant.lists) != 8:
+        return None
     plans = getattr(_tls, "backward_plans", None)
     if plans is None or getattr(_tls, "backward_generation", None) != _cache._generation:
         plans = _tls.backward_plans = {}
@@ -306,11 +406,11 @@ def _fast_backward(q, k, v, o, lse, grad_o, causal, align, scale):
     deterministic = torch.are_deterministic_algorithms_enabled()
     key = (q.shape, k.shape, q.stride(), k.stride(), v.stride(), o.stride(), lse.stride(),
            tuple(grad_strides or grad_o.stride()), q.dtype, q.get_device(), causal, align,
-           scale, deterministic)
+           scale, deterministic, variant.key() if variant is not _DENSE else None)
     plan = plans.get(key)
     if plan is None:
         plan = _make_backward_plan(q, k, v, o, lse, grad_o, grad_strides, causal, align,
-                                   scale, deterministic)
+                                   scale, deterministic, variant)
         if plan is None:
             return None
         _keep_plan(plans, key, plan)
@@ -322,45 +422,60 @@ def _fast_backward(q, k, v, o, lse, grad_o, causal, align, scale):
     for i, x in enumerate((q, k, v, o, lse, grad_o, dq, dk, dv)):
         t[i].data = x.data_ptr()
     p = plan.pointers
-    status = plan.fn(plan.handle, *p, ctypes.c_void_p(workspace.data_ptr()),
-                     plan.workspace_bytes, plan.scale,
-                     ctypes.c_void_p(_raw_stream(plan.device)))
+    space = ctypes.c_void_p(workspace.data_ptr())
+    stream = ctypes.c_void_p(_raw_stream(plan.device))
+    extras = plan.extras
+    if extras is None:
+        status = plan.fn(plan.handle, *p, space, plan.workspace_bytes, plan.scale, stream)
+    else:
+        extras.point_at(variant.captures, variant.lists[4:])
+        if extras.lists:
+            status = plan.fn(plan.handle, *p, space, plan.workspace_bytes, plan.scale,
+                             extras.array, extras.count, *extras.list_pointers, stream)
+        else:
+            status = plan.fn(plan.handle, *p, space, plan.workspace_bytes, plan.scale,
+                             extras.array, extras.count, stream)
     if status:
         plan.lib.check(status)
     return dq, dk, dv
 
 
 class _TrainingAttention(torch.autograd.Function):
-    """Dense or causal attention with gradients, eagerly: the forward's and
-    the backward's plans (no dispatcher, no DLPack per call), the custom ops
-    where a call has no plan. attention() takes it where the op's
-    dispatcher has nothing to add (no tracing, no modes, no functorch)."""
+    """Attention with gradients, eagerly: the forward's and the backward's
+    plans (no dispatcher, no DLPack per call), the custom ops where a call
+    has no plan. `variant` (a _Variant, None for dense or causal) carries
+    windows, mods, captured tensors and block masks; they take no
+    gradient. attention() takes it where the op's dispatcher has nothing
+    to add (no tracing, no modes, no functorch)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal, scale, causal_align, config):
-        out = _fast_forward(q, k, v, causal, scale, None, None, causal_align, None, None,
-                            config)
+    def forward(ctx, q, k, v, causal, scale, causal_align, config, variant=None):
+        variant = variant or _DENSE
+        extras = variant.captures or variant.lists
+        out = _fast_forward(q, k, v, causal, scale,
+                            None if variant.window == (-1, -1) else variant.window,
+                            variant.softcap, causal_align, variant.score_mod, variant.mask_mod,
+                            config, variant if extras else None)
+        scale = None if scale is None else float(scale)
         if out is None:
             out = torch.ops.flashjit.attention_forward(
-                q, k, v, None if scale is None else float(scale), bool(causal),
-                _ALIGN[causal_align], -1, -1, None, None, None, [], [], 0, 0, [], config)
+                q, k, v, scale, bool(causal), _ALIGN[causal_align], *variant.op_args(), config)
         o, lse = out
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.mark_non_differentiable(lse)
-        ctx.options = (bool(causal), None if scale is None else float(scale), causal_align,
-                       config)
+        ctx.options = (bool(causal), scale, causal_align, config, variant)
         return o, lse
 
     @staticmethod
     def backward(ctx, grad_o, grad_lse):
         q, k, v, o, lse = ctx.saved_tensors
-        causal, scale, causal_align, config = ctx.options
+        causal, scale, causal_align, config, variant = ctx.options
         grads = None
         if not torch.is_grad_enabled():  # create_graph asks for the op's path
             grads = _fast_backward(q, k, v, o, lse, grad_o, causal, _ALIGN[causal_align],
-                                   scale)
+                                   scale, variant)
         if grads is None:
             grads = torch.ops.flashjit.attention_backward(
-                grad_o, q, k, v, o, lse, scale, causal, _ALIGN[causal_align], -1, -1, None,
-                None, None, [], [], 0, 0, [], config)
-        return grads + (None, None, None, None)
+                grad_o, q, k, v, o, lse, scale, causal, _ALIGN[causal_align],
+                *variant.op_args(), config)
+        return grads + (None, None, None, None, None)

@@ -263,3 +263,63 @@ def test_backward_of_softcap_and_a_document_mask(cuda, head_dim):
     (p @ vd.repeat_interleave(group, dim=1)).backward(grad_o.double())
     for name, got, ref in zip("qkv", (q.grad, k.grad, v.grad), (qd.grad, kd.grad, vd.grad)):
         assert relative_error(got, ref) < 2e-2, name
+
+
+def test_eager_variant_plans_match_the_ops(cuda, monkeypatch):
+    # A document mask with its ids captured and a FlexAttention BlockMask
+    # runs through plans (flashjit._torch_eager, _Variant), eagerly and
+    # with gradients: the forward gives the op's bits, call after call on
+    # fresh inputs and fresh ids and lists of the same shapes (one plan),
+    # and the gradients match float64 through the same mask.
+    torch = cuda
+    flex = pytest.importorskip("torch.nn.attention.flex_attention")
+    from flashjit import _torch_eager as glue
+    from flashjit._torch_args import _block_mask_args
+    batch, heads, kv_heads, seqlen, head_dim = 2, 4, 2, 640, 64
+    variant_plans = None
+    # The backward runs on autograd's device thread, whose plans this
+    # thread cannot see: the plans made are recorded as they are made.
+    made = []
+    make_backward_plan = glue._make_backward_plan
+    monkeypatch.setattr(glue, "_make_backward_plan",
+                        lambda *args: made.append(make_backward_plan(*args)) or made[-1])
+    for call in range(3):
+        torch.manual_seed(3000 + call)
+        ids = (torch.arange(seqlen, device="cuda") // (150 + 40 * call)).to(torch.int32)
+        ids = torch.stack([ids, ids.flip(0)])
+        mask = flex.create_block_mask(lambda b, h, qi, ki: ids[b, qi] == ids[b, ki], batch,
+                                      None, seqlen, seqlen, device="cuda")
+        sparse_m, sparse_n, lists = _block_mask_args(mask, None)
+        assert len(lists) == 8, "the BlockMask's transposed lists are what the plan takes"
+        q = rand(torch, batch, heads, seqlen, head_dim, dtype=torch.bfloat16).requires_grad_()
+        k = rand(torch, batch, kv_heads, seqlen, head_dim, dtype=torch.bfloat16).requires_grad_()
+        v = rand(torch, batch, kv_heads, seqlen, head_dim, dtype=torch.bfloat16).requires_grad_()
+        grad_o = rand(torch, batch, heads, seqlen, head_dim, dtype=torch.bfloat16)
+        kwargs = dict(mask_mod=DOCUMENT_MASK, captures=[ids], capture_dims=[[-1, -1]],
+                      block_mask=mask)
+        with torch.no_grad():
+            o, lse = flashjit.attention(q, k, v, return_lse=True, **kwargs)
+        o_op, lse_op = torch.ops.flashjit.attention_forward(
+            q.detach(), k.detach(), v.detach(), None, False, 0, -1, -1, None, None,
+            DOCUMENT_MASK, [ids], [-1, -1], sparse_m, sparse_n, lists, None)
+        torch.cuda.synchronize()
+        assert torch.equal(o, o_op) and torch.equal(lse, lse_op)
+        count = sum(p.extras is not None for p in glue._tls.plans.values())
+        assert count >= 1 and (variant_plans is None or count == variant_plans)
+        variant_plans = count
+
+        o = flashjit.attention(q, k, v, **kwargs)
+        assert type(o.grad_fn).__name__ == "_TrainingAttentionBackward"
+        poison_allocator(torch, q, k, v)
+        got = torch.autograd.grad(o, (q, k, v), grad_o)
+        assert len(made) == 1 and made[0].extras is not None, \
+            "one backward plan with the captures and transposed lists, made once"
+        qd, kd, vd = (t.detach().double().requires_grad_() for t in (q, k, v))
+        group = heads // kv_heads
+        s = qd @ kd.repeat_interleave(group, dim=1).transpose(-1, -2) / math.sqrt(head_dim)
+        keep = (ids[:, None, :, None] == ids[:, None, None, :])
+        p = torch.softmax(s.masked_fill(~keep, -math.inf), dim=-1)
+        refs = torch.autograd.grad(p @ vd.repeat_interleave(group, dim=1), (qd, kd, vd),
+                                   grad_o.double())
+        for name, a, ref in zip("qkv", got, refs):
+            assert relative_error(a, ref) < 2e-2, name
