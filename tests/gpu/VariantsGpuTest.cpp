@@ -8,6 +8,9 @@
 
 #include "flashjit/Compiler/Variants.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+
 #include <tuple>
 
 using namespace flashjit;
@@ -130,6 +133,38 @@ TEST_CASE("soft-cap at spread scores, f16, window with a mod") {
   REQUIRE(!presets::softcap(spec, 20.0));
   for (const char *family : kFamilies)
     checkVariant(spec, family, 1, 1000, 1000);
+}
+
+TEST_CASE("score_mods of constant factors and exp") {
+  // A constant factor stays pending through the region's lowering and is
+  // formed at its end: a positive one (3 score), a negative one (-0.75
+  // score: the row max is then taken on flipped scores), and a value with
+  // none pending (exp of a quarter of the score).
+  const double factors[] = {3.0, -0.75, 0.0};
+  for (double factor : factors) {
+    AttentionSpec spec = baseSpec(64, true);
+    auto text = buildScoreMod(
+        spec.captures, [factor](mlir::OpBuilder &b, mlir::Location loc,
+                                const ScoreModArgs &a) -> mlir::Value {
+          if (factor == 0.0)
+            return mlir::math::ExpOp::create(
+                b, loc,
+                mlir::arith::MulFOp::create(
+                    b, loc, a.score,
+                    mlir::arith::ConstantOp::create(b, loc,
+                                                    b.getF32FloatAttr(0.25f))));
+          return mlir::arith::MulFOp::create(
+              b, loc,
+              mlir::arith::ConstantOp::create(
+                  b, loc, b.getF32FloatAttr(static_cast<float>(factor))),
+              a.score);
+        });
+    REQUIRE_MESSAGE(bool(text), llvm::toString(text.takeError()));
+    spec.scoreMod = *text;
+    INFO("factor " << factor);
+    for (const char *family : kFamilies)
+      checkVariant(spec, family, 2, 1000, 1000);
+  }
 }
 
 TEST_CASE("block-sparse: listed key blocks only, the mask_mod on partial ones") {
