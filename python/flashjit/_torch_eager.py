@@ -163,24 +163,29 @@ class _Extras:
     takes them as an array) and one DLTensor per list, of which only the
     data pointers change from call to call."""
 
-    __slots__ = ("array", "count", "lists", "list_pointers", "_keep")
+    __slots__ = ("array", "lists", "trailing", "_keep")
 
     def __init__(self, captures, lists, device):
         built = [_device_dltensor(c.shape, c.stride(), _CAPTURE_DTYPES[c.dtype], device)
                  for c in captures]
-        self.count = len(built)
-        self.array = (_dlpack.DLTensor * self.count)(*[b.tensor for b in built]) \
+        self.array = (_dlpack.DLTensor * len(built))(*[b.tensor for b in built]) \
             if built else None
         listed = [_device_dltensor(t.shape, t.stride(), "i32", device) for t in lists]
         self.lists = tuple(b.tensor for b in listed)
-        self.list_pointers = tuple(b.pointer for b in listed) + (None,) * (4 - len(listed))
+        # The C arguments after the scale: the captures (array, count), then
+        # with a block mask its four lists (NULL for those not given).
+        self.trailing = (self.array, len(built))
+        if listed:
+            self.trailing += tuple(b.pointer for b in listed) + (None,) * (4 - len(listed))
         self._keep = (built, listed)
 
-    def point_at(self, captures, lists) -> None:
+    def arguments(self, captures, lists) -> tuple:
+        """The trailing C arguments, pointed at this call's tensors."""
         for slot, c in zip(self.array or (), captures):
             slot.data = c.data_ptr()
         for slot, t in zip(self.lists, lists):
             slot.data = t.data_ptr()
+        return self.trailing
 
 
 class _Plan:
@@ -266,13 +271,7 @@ def _fast_forward(q, k, v, causal, scale, window, softcap, causal_align, score_m
         plans = _tls.plans = {}
         _tls.generation = _cache._generation
     key = None
-    if variant is not None:
-        if not _plain(q, k, v):
-            return None
-        key = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype,
-               k.dtype, v.dtype, q.get_device(), k.get_device(), v.get_device(), causal,
-               scale, causal_align, config, variant.key())
-    elif _native is not None:
+    if _native is not None and variant is None:
         # The plain case entirely in C++; the rest (no plan yet, another
         # device, misaligned, a stream to prime) below, with the same key.
         options = (causal, scale, window, softcap, causal_align, score_mod, mask_mod, config)
@@ -289,6 +288,8 @@ def _fast_forward(q, k, v, causal, scale, window, softcap, causal_align, score_m
             key = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype,
                    k.dtype, v.dtype, q.get_device(), k.get_device(), v.get_device(), causal,
                    scale, window, softcap, causal_align, score_mod, mask_mod, config)
+            if variant is not None:
+                key += (variant.key(),)
         plan = plans.get(key)
     except TypeError:  # an unhashable option (a list as window): the op takes it
         return None
@@ -317,16 +318,11 @@ def _fast_forward(q, k, v, causal, scale, window, softcap, causal_align, score_m
     t[0].data, t[1].data, t[2].data = q_ptr, k_ptr, v_ptr
     t[3].data, t[4].data = o.data_ptr(), lse.data_ptr()
     p = plan.pointers
-    extras = plan.extras
-    if extras is None:
+    if plan.extras is None:
         status = plan.fn(plan.handle, p[0], p[1], p[2], p[3], p[4], plan.scale, stream)
     else:
-        extras.point_at(variant.captures, variant.lists)
-        if extras.lists:
-            status = plan.fn(plan.handle, *p, plan.scale, extras.array, extras.count,
-                             *extras.list_pointers, stream)
-        else:
-            status = plan.fn(plan.handle, *p, plan.scale, extras.array, extras.count, stream)
+        status = plan.fn(plan.handle, *p, plan.scale,
+                         *plan.extras.arguments(variant.captures, variant.lists), stream)
     if status:
         plan.lib.check(status)
     if pair is not None:
@@ -424,17 +420,10 @@ def _fast_backward(q, k, v, o, lse, grad_o, causal, align, scale, variant=_DENSE
     p = plan.pointers
     space = ctypes.c_void_p(workspace.data_ptr())
     stream = ctypes.c_void_p(_raw_stream(plan.device))
-    extras = plan.extras
-    if extras is None:
-        status = plan.fn(plan.handle, *p, space, plan.workspace_bytes, plan.scale, stream)
-    else:
-        extras.point_at(variant.captures, variant.lists[4:])
-        if extras.lists:
-            status = plan.fn(plan.handle, *p, space, plan.workspace_bytes, plan.scale,
-                             extras.array, extras.count, *extras.list_pointers, stream)
-        else:
-            status = plan.fn(plan.handle, *p, space, plan.workspace_bytes, plan.scale,
-                             extras.array, extras.count, stream)
+    trailing = () if plan.extras is None else plan.extras.arguments(variant.captures,
+                                                                      variant.lists[4:])
+    status = plan.fn(plan.handle, *p, space, plan.workspace_bytes, plan.scale, *trailing,
+                     stream)
     if status:
         plan.lib.check(status)
     return dq, dk, dv
