@@ -287,9 +287,12 @@ def _fast_forward(q, k, v, causal, scale, window, softcap, causal_align, score_m
         if key is None:
             key = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype,
                    k.dtype, v.dtype, q.get_device(), k.get_device(), v.get_device(), causal,
-                   scale, window, softcap, causal_align, score_mod, mask_mod, config)
-            if variant is not None:
-                key += (variant.key(),)
+                   scale)
+            # A variant's own key holds its options in one spelling (the
+            # window a pair, never None), so that the eager call and the
+            # training forward of the same variant share one plan.
+            key += ((window, softcap, causal_align, score_mod, mask_mod, config)
+                    if variant is None else (causal_align, config, variant.key()))
         plan = plans.get(key)
     except TypeError:  # an unhashable option (a list as window): the op takes it
         return None
