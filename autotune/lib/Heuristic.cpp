@@ -27,7 +27,8 @@ namespace flashjit::autotune {
 namespace {
 
 constexpr RankingRule kRules[] = {
-    RankingRule::LengthGrid, RankingRule::TemplateOrder,
+    RankingRule::LengthGrid, RankingRule::SpecialFunctions,
+    RankingRule::TemplateOrder,
     RankingRule::FillsGpu,        RankingRule::ComputedWork,
     RankingRule::RowsPerWarp,   RankingRule::EnoughWarps,
     RankingRule::DiagonalTiles, RankingRule::BlockM,
@@ -59,6 +60,22 @@ int lengthGridRank(const CandidateReport &c, const HeuristicOptions &options) {
   return c.clusterSize == 1 ? 2 : 1;
 }
 
+/// The SpecialFunctions rule's order: with a score_mod that keeps the
+/// special-function unit as busy as the tensor cores, a persistent grid
+/// of three or more softmax warpgroups first (one warpgroup's softmax runs
+/// under the products of two others; soft-cap 30 at head dim 128 measured
+/// 7% faster than two ping-ponging consumers from 1k, docs/performance.md);
+/// below specialFunctionSeqlen, last.
+int specialFunctionRank(const CandidateReport &c,
+                        const HeuristicOptions &options) {
+  if (!c.specialFunctionScores)
+    return 0;
+  bool three = c.persistent && c.resources.softmaxWarpgroups >= 3;
+  if (options.shape.seqlen < options.specialFunctionSeqlen)
+    return three ? -1 : 0;
+  return three ? 1 : 0;
+}
+
 int compareUnder(RankingRule rule, const CandidateReport &a,
                  const CandidateReport &b, const DeviceModel &device,
                  const HeuristicOptions &options) {
@@ -66,6 +83,9 @@ int compareUnder(RankingRule rule, const CandidateReport &a,
   case RankingRule::LengthGrid:
     return higherIsBetter(lengthGridRank(a, options),
                           lengthGridRank(b, options));
+  case RankingRule::SpecialFunctions:
+    return higherIsBetter(specialFunctionRank(a, options),
+                          specialFunctionRank(b, options));
   case RankingRule::TemplateOrder:
     return higherIsBetter(b.templateRank, a.templateRank);
   case RankingRule::FillsGpu:
@@ -183,6 +203,14 @@ std::string describeRule(RankingRule rule, const HeuristicOptions &options) {
         "head dim below 128, a non-persistent one; varlen sequences up to "
         "{1}, a template without TMA box loads",
         options.shortSeqlen, options.shortVarlenSeqlen);
+  case RankingRule::SpecialFunctions:
+    return llvm::formatv(
+        "head dim 128, a score_mod on the special-function unit (tanh, exp, "
+        "log, sqrt) and no right bound: from {0} a persistent grid of three "
+        "softmax warpgroups first (the unit is as busy as the tensor cores, "
+        "and one warpgroup's softmax runs under two others' products), "
+        "below it last",
+        options.specialFunctionSeqlen);
   case RankingRule::TemplateOrder:
     return "template preference (a more capable kernel family)";
   case RankingRule::FillsGpu:

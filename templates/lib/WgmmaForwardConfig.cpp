@@ -264,6 +264,7 @@ TemplateResources WgmmaForward::resources(const AttentionSpec &spec,
       r.threadsPerBlock, blocksPerSM(consumersOf(config))));
   r.queryRowsPerWarp = static_cast<unsigned>(kRowsPerWarpgroup /
                                              kWarpsPerWarpgroup);
+  r.softmaxWarpgroups = static_cast<unsigned>(consumersOf(config));
   return r;
 }
 
@@ -280,14 +281,27 @@ WgmmaForward::candidates(const AttentionSpec &spec) const {
   // persistent kernel's configs): at sustained clocks an H100 runs at its
   // power cap, and the K/V bytes L2 sends to the SMs cost power; halving
   // them gains most at head dim 128 (docs/performance.md).
+  // At head dim 128 the persistent grid offers three consumers (block_n
+  // 64 or 80, all that 160 registers hold) where the score_mod spends the
+  // special-function unit and nothing bounds the keys on the right: its
+  // tanh and the softmax's ex2 keep that unit as busy as the products,
+  // and a third warpgroup's products run under two softmaxes
+  // (ScoreModCost.cpp; a causal kernel's diagonal tiles gained nothing).
   std::vector<TileConfig> out;
   if (Kind == Grid::Cluster &&
       (spec.hasStructuralMask() || spec.headDim < 128))
     return out;
+  const bool unitBound128 = Kind == Grid::Persistent && spec.headDim == 128 &&
+                            scoreModSpecialFunctions(spec) > 0 &&
+                            !spec.hasRightBound();
   for (int64_t consumers : {2, 3}) {
-    if (consumers == 3 && spec.headDim != 64)
+    if (consumers == 3 && spec.headDim != 64 && !unitBound128)
       continue;
-    for (int64_t blockN : {64, 96, 128, 160, 176}) {
+    const std::vector<int64_t> widths =
+        consumers == 3 && spec.headDim == 128
+            ? std::vector<int64_t>{64, 80}
+            : std::vector<int64_t>{64, 96, 128, 160, 176};
+    for (int64_t blockN : widths) {
       TileConfig config{family().str(), consumers * kRowsPerWarpgroup, blockN,
                         /*stages=*/2, (consumers + 1) * kWarpsPerWarpgroup};
       if (auto err = checkConfig(spec, config)) {

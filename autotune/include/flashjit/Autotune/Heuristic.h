@@ -37,12 +37,18 @@ struct HeuristicOptions {
   /// tiles without a right bound, tiles up to the diagonal with one.
   double paddedKeysMargin = 0.05;
   double diagonalWorkMargin = 0.10;
+  /// With a score_mod on the special-function unit at head dim 128
+  /// (CandidateReport::specialFunctionScores), three softmax warpgroups
+  /// rank first from this length on and last below it (soft-cap 30 on an
+  /// H200: 1.01-1.07x two warpgroups at 1k, 0.99x at 512).
+  int64_t specialFunctionSeqlen = 1024;
 };
 
 /// The ranking rules, in the order they are applied to two fitting
 /// candidates; the first that tells them apart decides.
 enum class RankingRule {
   LengthGrid,    ///< persistent or not, by the hint length
+  SpecialFunctions, ///< a score_mod busy on the SFU: three softmax warpgroups
   TemplateOrder, ///< the more capable template (earlier in allTemplates())
   FillsGpu,      ///< at least one full wave of blocks at the hint shape
   ComputedWork,  ///< persistent: fewer computed scores at the hint length

@@ -45,6 +45,9 @@ struct TemplateResources {
   /// memory feeds that many rows, so more rows mean fewer shared reads per
   /// FLOP (0: not stated).
   unsigned queryRowsPerWarp = 0;
+  /// Warpgroups that each run a softmax of their own rows (the Hopper
+  /// templates' consumers; 0: not stated).
+  unsigned softmaxWarpgroups = 0;
 };
 
 class KernelTemplate {
@@ -141,6 +144,11 @@ llvm::Error checkHeadDimAndTarget(const AttentionSpec &spec,
 /// one mask block.
 llvm::Error checkSparseTile(const AttentionSpec &spec,
                             const TileConfig &config);
+/// Operations of the special-function unit (MUFU on NVIDIA GPUs: tanh,
+/// exp, exp2, log, log2, sqrt, rsqrt) in `spec`'s score_mod, as its text
+/// spells them: what each score costs that unit beyond the softmax's own
+/// exponential (ScoreModCost.cpp).
+unsigned scoreModSpecialFunctions(const AttentionSpec &spec);
 
 } // namespace flashjit
 
