@@ -2,6 +2,8 @@
 // PTX for every supported spec and errors (never aborts) for the rest.
 #include "flashjit/Compiler/Compiler.h"
 #include "flashjit/Compiler/ConfigChoice.h"
+#include "flashjit/Compiler/Variants.h"
+#include "flashjit/Templates/KernelTemplate.h"
 #include "flashjit/FlashJIT.h"
 
 #include <doctest/doctest.h>
@@ -150,4 +152,44 @@ TEST_CASE("a known GPU newer than the target picks among the target's "
   CHECK(static_cast<bool>(compiled));
   if (!compiled)
     llvm::consumeError(compiled.takeError());
+}
+
+// The presets' score_mods as the heuristic reads them (ScoreModCost.cpp):
+// soft-cap's tanh is an operation of the special-function unit, ALiBi's
+// products are not; at head dim 128 without a causal mask soft-cap
+// compiles on three softmax warpgroups, with one on two, and ALiBi as a
+// dense kernel would.
+TEST_CASE("the soft-cap preset compiles on three softmax warpgroups at head "
+          "dim 128 without a right bound") {
+  auto make = [](bool causal, bool softcap) {
+    AttentionSpec spec;
+    spec.headDim = 128;
+    spec.causal = causal;
+    spec.numHeads = 4;
+    spec.numKVHeads = 2;
+    llvm::Error err =
+        softcap ? presets::softcap(spec, 30.0) : presets::alibi(spec);
+    REQUIRE_MESSAGE(!err, llvm::toString(std::move(err)));
+    return spec;
+  };
+  CHECK(scoreModSpecialFunctions(make(false, true)) == 1);
+  CHECK(scoreModSpecialFunctions(make(false, false)) == 0);
+  struct Case {
+    bool causal, softcap;
+    const char *config;
+  };
+  const Case cases[] = {
+      {false, true, "wgmma_persistent:m192:n80:s2:w16"},
+      {true, true, "wgmma_persistent:m128:n128:s2:w12"},
+      {false, false, "wgmma_cluster:m128:n160:s2:w12"},
+  };
+  for (const Case &c : cases) {
+    AttentionSpec spec = make(c.causal, c.softcap);
+    INFO(spec.canonical());
+    auto kernel = compileAttention(spec, forChip("sm_90a"));
+    REQUIRE_MESSAGE(bool(kernel), llvm::toString(kernel.takeError()));
+    CHECK(kernel->info.config.canonical() == c.config);
+    CHECK((kernel->text.find("tanh.approx.f32") != std::string::npos) ==
+          c.softcap);
+  }
 }
