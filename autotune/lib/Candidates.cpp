@@ -232,9 +232,7 @@ evaluateConfig(const KernelTemplate &tmpl, const AttentionSpec &spec,
   report.varlenBoxLoads =
       spec.varlen && tmpl.tensorMapBoxes(spec, config).has_value();
   report.rightBound = spec.hasRightBound();
-  report.specialFunctionScores = spec.headDim == 128 &&
-                                 scoreModSpecialFunctions(spec) > 0 &&
-                                 !spec.hasRightBound();
+  report.specialFunctionScores = specialFunctionBound(spec);
   report.computedWork = computedScores(spec, config, shape.seqlen);
   report.diagonalAligned =
       !spec.causal || !tmpl.prefersAlignedCausalTiles() ||

@@ -36,4 +36,9 @@ unsigned scoreModSpecialFunctions(const AttentionSpec &spec) {
   return count;
 }
 
+bool specialFunctionBound(const AttentionSpec &spec) {
+  return spec.headDim == 128 && !spec.hasRightBound() &&
+         scoreModSpecialFunctions(spec) > 0;
+}
+
 } // namespace flashjit

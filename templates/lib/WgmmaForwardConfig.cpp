@@ -291,9 +291,8 @@ WgmmaForward::candidates(const AttentionSpec &spec) const {
   if (Kind == Grid::Cluster &&
       (spec.hasStructuralMask() || spec.headDim < 128))
     return out;
-  const bool unitBound128 = Kind == Grid::Persistent && spec.headDim == 128 &&
-                            scoreModSpecialFunctions(spec) > 0 &&
-                            !spec.hasRightBound();
+  const bool unitBound128 =
+      Kind == Grid::Persistent && specialFunctionBound(spec);
   for (int64_t consumers : {2, 3}) {
     if (consumers == 3 && spec.headDim != 64 && !unitBound128)
       continue;

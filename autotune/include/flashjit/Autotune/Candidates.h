@@ -61,11 +61,10 @@ struct CandidateReport {
   /// padded to whole key tiles.
   double computedWork = 0;
   bool rightBound = false;
-  /// Head dim 128, a score_mod that spends the special-function unit per
-  /// score (tanh, exp, log, sqrt: scoreModSpecialFunctions) and nothing
-  /// bounding the keys on the right: that unit is then as busy as the
-  /// tensor cores, and a persistent grid of three softmax warpgroups is
-  /// the faster (HeuristicOptions::specialFunctionSeqlen).
+  /// specialFunctionBound(spec): head dim 128, a score_mod that spends the
+  /// special-function unit per score and nothing bounding the keys on the
+  /// right; a persistent grid of three softmax warpgroups is then the
+  /// faster (HeuristicOptions::specialFunctionSeqlen).
   bool specialFunctionScores = false;
   /// Causal: block_n divides block_m, so the diagonal of every query block
   /// crosses whole K/V tiles and no tile straddles it needlessly. Always

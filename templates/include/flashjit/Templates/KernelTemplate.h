@@ -149,6 +149,11 @@ llvm::Error checkSparseTile(const AttentionSpec &spec,
 /// spells them: what each score costs that unit beyond the softmax's own
 /// exponential (ScoreModCost.cpp).
 unsigned scoreModSpecialFunctions(const AttentionSpec &spec);
+/// Head dim 128, a score_mod with such operations and nothing bounding the
+/// keys on the right: the special-function unit is then as busy as the
+/// tensor cores, wgmma_persistent offers three softmax warpgroups and the
+/// heuristic's SpecialFunctions rule ranks them (ScoreModCost.cpp).
+bool specialFunctionBound(const AttentionSpec &spec);
 
 } // namespace flashjit
 
