@@ -14,7 +14,10 @@
 //    end of the section and of the grid. Block-sparse, a tile's length is
 //    its lists', known only on the GPU: a tile-order kernel sorts each list
 //    row's query blocks longest first (TileOrderKernel.h) and a section
-//    takes them in that order.
+//    takes them in that order. The grid's last section ends the grid, so
+//    its longest rows must start early enough: a block mask made with a
+//    mask_mod (rows of very different lengths, as documents give) takes
+//    larger sections.
 //
 // Varlen: the query blocks of all packed sequences are numbered as one
 // axis (KernelIR::varlenBlock, with a gap of at most one number between
@@ -37,6 +40,12 @@ namespace {
 /// grid of tiles read at once (8 heads of 2k, 2 of 8k at head dim 128), a
 /// sixth of an H100's 50 MB; it beats larger sections (docs/performance.md).
 constexpr int64_t kL2BudgetBytes = 8 << 20;
+/// The budget of a block mask with a mask_mod (documents, prefix-LM):
+/// its rows list very different numbers of key blocks and read only
+/// those, so a section of a single head at 16k left the grid's last
+/// section to a few long rows; four heads per section keep the tail short
+/// (docs/performance.md, the sections of a block mask).
+constexpr int64_t kMaskModListsL2BudgetBytes = 32 << 20;
 } // namespace
 
 PersistentTiles KernelIR::persistentTiles(const ForwardParams &p,
@@ -57,8 +66,11 @@ PersistentTiles KernelIR::persistentTiles(const ForwardParams &p,
   t.count = mul(t.queryBlocks, t.headsTimesBatch);
   // Heads per section: the K and V rows of one kv head are seqlenK * head
   // dim * 2 bytes each; query heads of one group share them.
+  const int64_t budget = spec.isBlockSparse() && !spec.maskMod.empty()
+                             ? kMaskModListsL2BudgetBytes
+                             : kL2BudgetBytes;
   const int64_t budgetRows =
-      kL2BudgetBytes / (2 * spec.headDim * dtypeBytes(spec.dtype));
+      budget / (2 * spec.headDim * dtypeBytes(spec.dtype));
   const int64_t groupRows =
       std::min<int64_t>(budgetRows * spec.groupSize(), INT32_MAX);
   Value heads = arith::DivUIOp::create(b, loc, c32(groupRows), seqlenK);
