@@ -193,3 +193,31 @@ TEST_CASE("the soft-cap preset compiles on three softmax warpgroups at head "
           c.softcap);
   }
 }
+
+TEST_CASE("a block mask made with a mask_mod takes larger L2 sections") {
+  // The persistent kernel divides its section's K/V rows by seqlen_k to
+  // get the heads per section: 8 MiB of rows (16384 at head dim 128, bf16,
+  // MHA) for block lists alone, 32 MiB (65536) where a mask_mod made them
+  // (PersistentTiles.cpp).
+  auto sectionRows = [](bool maskMod) {
+    AttentionSpec spec;
+    spec.headDim = 128;
+    spec.numHeads = spec.numKVHeads = 16;
+    spec.sparseBlockM = spec.sparseBlockN = 128;
+    if (maskMod) {
+      llvm::Error err = presets::documentMask(spec);
+      REQUIRE_MESSAGE(!err, llvm::toString(std::move(err)));
+    }
+    INFO(spec.canonical());
+    auto kernel = compileAttention(spec, forChip("sm_90a"));
+    REQUIRE_MESSAGE(bool(kernel), llvm::toString(kernel.takeError()));
+    REQUIRE(kernel->info.config.family == "wgmma_persistent");
+    const std::string &ptx = kernel->text;
+    for (const char *rows : {"16384", "65536"})
+      if (ptx.find(std::string(", ") + rows + ", %r") != std::string::npos)
+        return std::string(rows);
+    return std::string("none");
+  };
+  CHECK(sectionRows(false) == "16384");
+  CHECK(sectionRows(true) == "65536");
+}
