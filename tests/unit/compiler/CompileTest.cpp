@@ -157,8 +157,8 @@ TEST_CASE("a known GPU newer than the target picks among the target's "
 // The presets' score_mods as the heuristic reads them (ScoreModCost.cpp):
 // soft-cap's tanh is an operation of the special-function unit, ALiBi's
 // products are not; at head dim 128 without a causal mask soft-cap
-// compiles on three softmax warpgroups, with one on two, and ALiBi as a
-// dense kernel would.
+// compiles on three softmax warpgroups, with a causal mask on two, and
+// ALiBi as a dense kernel would.
 TEST_CASE("the soft-cap preset compiles on three softmax warpgroups at head "
           "dim 128 without a right bound") {
   auto make = [](bool causal, bool softcap) {
