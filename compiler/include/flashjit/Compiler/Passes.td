@@ -90,4 +90,18 @@ def MarkGridConstantParams
   let dependentDialects = ["::mlir::NVVM::NVVMDialect"];
 }
 
+def EmitPtx : Pass<"attn-emit-ptx", "mlir::ModuleOp"> {
+  let summary = "Compile each gpu.module to PTX, held in a gpu.binary";
+  let description = [{
+    What `gpu-module-to-binary{format=isa}` does for an `#nvvm.target`
+    module (translation to LLVM IR, libdevice linked where needed, the
+    LLVM pipeline at the target's level, the NVPTX back end), with the SLP
+    vectorizer left out of the pipeline: on the unrolled kernels it spent
+    two thirds of LLVM's optimisation time and left the PTX unchanged (the
+    NVPTX target has no vectors of f32 to build). The module is replaced
+    by a `gpu.binary` of the same name holding one assembly object.
+  }];
+  let dependentDialects = ["::mlir::gpu::GPUDialect"];
+}
+
 #endif
