@@ -233,6 +233,7 @@ evaluateConfig(const KernelTemplate &tmpl, const AttentionSpec &spec,
       spec.varlen && tmpl.tensorMapBoxes(spec, config).has_value();
   report.rightBound = spec.hasRightBound();
   report.specialFunctionScores = specialFunctionBound(spec);
+  report.plainHeadDim128 = plainHeadDim128(spec);
   report.computedWork = computedScores(spec, config, shape.seqlen);
   report.diagonalAligned =
       !spec.causal || !tmpl.prefersAlignedCausalTiles() ||

@@ -27,7 +27,7 @@ namespace flashjit::autotune {
 namespace {
 
 constexpr RankingRule kRules[] = {
-    RankingRule::LengthGrid, RankingRule::SpecialFunctions,
+    RankingRule::LengthGrid, RankingRule::ThreeWarpgroups,
     RankingRule::TemplateOrder,
     RankingRule::FillsGpu,        RankingRule::ComputedWork,
     RankingRule::RowsPerWarp,   RankingRule::EnoughWarps,
@@ -60,18 +60,22 @@ int lengthGridRank(const CandidateReport &c, const HeuristicOptions &options) {
   return c.clusterSize == 1 ? 2 : 1;
 }
 
-/// The SpecialFunctions rule's order: with a score_mod that keeps the
-/// special-function unit as busy as the tensor cores, a persistent grid
-/// of three or more softmax warpgroups first (one warpgroup's softmax runs
-/// under the products of two others; soft-cap 30 at head dim 128 measured
-/// 7% faster than two ping-ponging consumers from 1k, docs/performance.md);
-/// below specialFunctionSeqlen, last.
-int specialFunctionRank(const CandidateReport &c,
-                        const HeuristicOptions &options) {
-  if (!c.specialFunctionScores)
+/// The ThreeWarpgroups rule's order: a persistent grid of three or more
+/// softmax warpgroups first where one warpgroup's softmax pays for running
+/// under the products of two others: a score_mod that keeps the
+/// special-function unit as busy as the tensor cores (soft-cap 30 at head
+/// dim 128: 7% faster than two ping-ponging consumers from 1k), or plain
+/// attention at head dim 128 from 4k (2-5% faster); below those lengths,
+/// last (docs/performance.md).
+int threeWarpgroupRank(const CandidateReport &c,
+                       const HeuristicOptions &options) {
+  if (!c.specialFunctionScores && !c.plainHeadDim128)
     return 0;
+  const int64_t from = c.specialFunctionScores
+                           ? options.specialFunctionSeqlen
+                           : options.plainThreeWarpgroupSeqlen;
   bool three = c.persistent && c.resources.softmaxWarpgroups >= 3;
-  if (options.shape.seqlen < options.specialFunctionSeqlen)
+  if (options.shape.seqlen < from)
     return three ? -1 : 0;
   return three ? 1 : 0;
 }
@@ -83,9 +87,9 @@ int compareUnder(RankingRule rule, const CandidateReport &a,
   case RankingRule::LengthGrid:
     return higherIsBetter(lengthGridRank(a, options),
                           lengthGridRank(b, options));
-  case RankingRule::SpecialFunctions:
-    return higherIsBetter(specialFunctionRank(a, options),
-                          specialFunctionRank(b, options));
+  case RankingRule::ThreeWarpgroups:
+    return higherIsBetter(threeWarpgroupRank(a, options),
+                          threeWarpgroupRank(b, options));
   case RankingRule::TemplateOrder:
     return higherIsBetter(b.templateRank, a.templateRank);
   case RankingRule::FillsGpu:
@@ -203,14 +207,14 @@ std::string describeRule(RankingRule rule, const HeuristicOptions &options) {
         "head dim below 128, a non-persistent one; varlen sequences up to "
         "{1}, a template without TMA box loads",
         options.shortSeqlen, options.shortVarlenSeqlen);
-  case RankingRule::SpecialFunctions:
+  case RankingRule::ThreeWarpgroups:
     return llvm::formatv(
-        "head dim 128, a score_mod on the special-function unit (tanh, exp, "
-        "log, sqrt) and no right bound: from {0} a persistent grid of three "
-        "softmax warpgroups first (the unit is as busy as the tensor cores, "
-        "and one warpgroup's softmax runs under two others' products), "
-        "below it last",
-        options.specialFunctionSeqlen);
+        "head dim 128 and a score_mod on the special-function unit (tanh, "
+        "exp, log, sqrt) with no right bound from {0}, or plain attention "
+        "(no mask, no mods) from {1}: a persistent grid of three softmax "
+        "warpgroups first (one warpgroup's softmax runs under two others' "
+        "products), below those lengths last",
+        options.specialFunctionSeqlen, options.plainThreeWarpgroupSeqlen);
   case RankingRule::TemplateOrder:
     return "template preference (a more capable kernel family)";
   case RankingRule::FillsGpu:

@@ -286,15 +286,18 @@ WgmmaForward::candidates(const AttentionSpec &spec) const {
   // special-function unit and nothing bounds the keys on the right: its
   // tanh and the softmax's ex2 keep that unit as busy as the products,
   // and a third warpgroup's products run under two softmaxes
-  // (ScoreModCost.cpp; a causal kernel's diagonal tiles gained nothing).
+  // (ScoreModCost.cpp; a causal kernel's diagonal tiles gained nothing),
+  // and for plain attention (plainHeadDim128), whose softmax alone is
+  // enough for the third warpgroup to pay from 4k (docs/performance.md).
   std::vector<TileConfig> out;
   if (Kind == Grid::Cluster &&
       (spec.hasStructuralMask() || spec.headDim < 128))
     return out;
-  const bool unitBound128 =
-      Kind == Grid::Persistent && specialFunctionBound(spec);
+  const bool threeConsumers128 =
+      Kind == Grid::Persistent &&
+      (specialFunctionBound(spec) || plainHeadDim128(spec));
   for (int64_t consumers : {2, 3}) {
-    if (consumers == 3 && spec.headDim != 64 && !unitBound128)
+    if (consumers == 3 && spec.headDim != 64 && !threeConsumers128)
       continue;
     const std::vector<int64_t> widths =
         consumers == 3 && spec.headDim == 128
@@ -314,6 +317,11 @@ WgmmaForward::candidates(const AttentionSpec &spec) const {
     }
   }
   return out;
+}
+
+bool plainHeadDim128(const AttentionSpec &spec) {
+  return spec.headDim == 128 && !spec.hasStructuralMask() &&
+         spec.scoreMod.empty() && spec.maskMod.empty() && !spec.varlen;
 }
 
 } // namespace flashjit

@@ -66,6 +66,9 @@ struct CandidateReport {
   /// right; a persistent grid of three softmax warpgroups is then the
   /// faster (HeuristicOptions::specialFunctionSeqlen).
   bool specialFunctionScores = false;
+  /// plainHeadDim128(spec): nothing on the scores but the softmax; three
+  /// softmax warpgroups pay from HeuristicOptions::plainThreeWarpgroupSeqlen.
+  bool plainHeadDim128 = false;
   /// Causal: block_n divides block_m, so the diagonal of every query block
   /// crosses whole K/V tiles and no tile straddles it needlessly. Always
   /// true without a mask, and for templates that do not ask for it

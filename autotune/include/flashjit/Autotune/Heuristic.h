@@ -42,13 +42,18 @@ struct HeuristicOptions {
   /// rank first from this length on and last below it (soft-cap 30 on an
   /// H200: 1.01-1.07x two warpgroups at 1k, 0.99x at 512).
   int64_t specialFunctionSeqlen = 1024;
+  /// Plain attention at head dim 128 (CandidateReport::plainHeadDim128):
+  /// three softmax warpgroups rank first from this length on and last
+  /// below it (H200, against cuDNN in the same run: 1.02-1.05x two
+  /// warpgroups from 4k, 1.00x at 2k, 0.96x at 1k).
+  int64_t plainThreeWarpgroupSeqlen = 4096;
 };
 
 /// The ranking rules, in the order they are applied to two fitting
 /// candidates; the first that tells them apart decides.
 enum class RankingRule {
   LengthGrid,    ///< persistent or not, by the hint length
-  SpecialFunctions, ///< a score_mod busy on the SFU: three softmax warpgroups
+  ThreeWarpgroups, ///< a score_mod busy on the SFU, or plain head dim 128 long: three softmax warpgroups
   TemplateOrder, ///< the more capable template (earlier in allTemplates())
   FillsGpu,      ///< at least one full wave of blocks at the hint shape
   ComputedWork,  ///< persistent: fewer computed scores at the hint length

@@ -152,8 +152,15 @@ unsigned scoreModSpecialFunctions(const AttentionSpec &spec);
 /// Head dim 128, a score_mod with such operations and nothing bounding the
 /// keys on the right: the special-function unit is then as busy as the
 /// tensor cores, wgmma_persistent offers three softmax warpgroups and the
-/// heuristic's SpecialFunctions rule ranks them (ScoreModCost.cpp).
+/// heuristic's ThreeWarpgroups rule ranks them (ScoreModCost.cpp).
 bool specialFunctionBound(const AttentionSpec &spec);
+/// Head dim 128 with nothing on the scores but the softmax: no mask, no
+/// score_mod or mask_mod, not block-sparse, not varlen. wgmma_persistent
+/// offers three softmax warpgroups for it as well (one warpgroup's
+/// softmax runs under two others' products), and the heuristic's
+/// ThreeWarpgroups rule ranks them first at long lengths
+/// (WgmmaForwardConfig.cpp).
+bool plainHeadDim128(const AttentionSpec &spec);
 
 } // namespace flashjit
 
