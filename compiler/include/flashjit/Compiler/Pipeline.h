@@ -31,10 +31,12 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
 
 /// Adds the passes from `attn.attention` to a `gpu.binary` holding PTX:
 ///  1. attn-attach-config           tile config from the autotuner
-///  2. attn-lower-to-kernel         tiled gpu.func (online softmax)
+///  2. attn-lower-to-kernel         tiled gpu.func (online softmax),
+///     then canonicalize (one bottom-up sweep) and cse
 ///  3. scf -> cf, nvvm-attach-target (chip, PTX features, O3)
-///  4. in gpu.module: convert-gpu-to-nvvm, canonicalize, cse
-///  5. gpu-module-to-binary (format isa = PTX text)
+///  4. in gpu.module: convert-gpu-to-nvvm, nvvm-to-llvm,
+///     attn-mark-grid-constant-params
+///  5. attn-emit-ptx (PTX text; LLVM -O3 without the SLP vectorizer)
 /// Post-condition of each stage: `Stage` in Compiler.h. The chip must come
 /// from Target::parse (LLVM aborts on an unknown chip/feature pair). For
 /// KernelKind::BlockMask, step 1 is skipped and step 2 builds the
