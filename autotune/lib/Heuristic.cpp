@@ -65,7 +65,7 @@ int lengthGridRank(const CandidateReport &c, const HeuristicOptions &options) {
 /// under the products of two others: a score_mod that keeps the
 /// special-function unit as busy as the tensor cores (soft-cap 30 at head
 /// dim 128: 7% faster than two ping-ponging consumers from 1k), or plain
-/// attention at head dim 128 from 4k (2-5% faster); below those lengths,
+/// attention at head dim 128 from 4k (2-7% faster); below those lengths,
 /// last (docs/performance.md).
 int threeWarpgroupRank(const CandidateReport &c,
                        const HeuristicOptions &options) {

@@ -397,7 +397,7 @@ TEST_CASE("a score_mod on the special-function unit: three softmax "
 
 // Plain attention at head dim 128 (no mask, no mods): the persistent grid
 // offers three softmax warpgroups too, and the heuristic ranks them first
-// from 4k (an H200 measured 1.02-1.05x two warpgroups there against cuDNN
+// from 4k (an H200 measured 1.02-1.07x two warpgroups there against cuDNN
 // in the same run, 1.00x at 2k, 0.96x at 1k; docs/performance.md); with
 // a mask, a mod or another head dim the choice stays as it was.
 TEST_CASE("plain attention at head dim 128: three softmax warpgroups from "

@@ -44,7 +44,7 @@ struct HeuristicOptions {
   int64_t specialFunctionSeqlen = 1024;
   /// Plain attention at head dim 128 (CandidateReport::plainHeadDim128):
   /// three softmax warpgroups rank first from this length on and last
-  /// below it (H200, against cuDNN in the same run: 1.02-1.05x two
+  /// below it (H200, against cuDNN in the same run: 1.02-1.07x two
   /// warpgroups from 4k, 1.00x at 2k, 0.96x at 1k).
   int64_t plainThreeWarpgroupSeqlen = 4096;
 };
