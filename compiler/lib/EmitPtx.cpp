@@ -36,10 +36,9 @@ protected:
     if (level < 0 || level > 3)
       return getOperation().emitError()
              << "LLVM optimisation level " << level << " is not 0-3";
-    FailureOr<llvm::TargetMachine *> machine = getOrCreateTargetMachine();
+    FailureOr<llvm::TargetMachine *> machine = targetMachine();
     if (failed(machine))
-      return getOperation().emitError()
-             << "no NVPTX target machine for " << chip;
+      return failure();
     (*machine)->setOptLevel(static_cast<llvm::CodeGenOptLevel>(level));
 
     llvm::LoopAnalysisManager loops;
@@ -65,15 +64,24 @@ protected:
 
   FailureOr<SmallVector<char, 0>>
   moduleToObject(llvm::Module &llvmModule) override {
-    FailureOr<llvm::TargetMachine *> machine = getOrCreateTargetMachine();
+    FailureOr<llvm::TargetMachine *> machine = targetMachine();
     if (failed(machine))
-      return getOperation().emitError()
-             << "no NVPTX target machine for " << chip;
+      return failure();
     FailureOr<SmallString<0>> ptx = translateModuleToISA(
         llvmModule, **machine, [&] { return getOperation().emitError(); });
     if (failed(ptx))
       return failure();
     return SmallVector<char, 0>(ptx->begin(), ptx->end());
+  }
+
+private:
+  /// The serializer's target machine (made once), or an error that names
+  /// the chip.
+  FailureOr<llvm::TargetMachine *> targetMachine() {
+    FailureOr<llvm::TargetMachine *> machine = getOrCreateTargetMachine();
+    if (failed(machine))
+      getOperation().emitError() << "no NVPTX target machine for " << chip;
+    return machine;
   }
 };
 
@@ -94,7 +102,7 @@ struct EmitPtx : impl::EmitPtxBase<EmitPtx> {
       PtxSerializer serializer(*kernelModule, target);
       std::optional<SmallVector<char, 0>> ptx = serializer.run();
       if (!ptx) {
-        kernelModule.emitError("the NVPTX back end produced no PTX");
+        kernelModule.emitError("compiling the module to PTX failed");
         return signalPassFailure();
       }
       OpBuilder b(kernelModule);

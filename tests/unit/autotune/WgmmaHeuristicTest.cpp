@@ -16,6 +16,18 @@ using namespace flashjit;
 using namespace flashjit::autotune;
 using namespace flashjit::autotune::testing;
 
+namespace {
+/// The three-consumer (block_m 192) candidates `family` offers for `spec`.
+std::vector<std::string> threeWarpgroupOffers(const char *family,
+                                              const AttentionSpec &spec) {
+  std::vector<std::string> three;
+  for (const TileConfig &c : templateOf(family).candidates(spec))
+    if (c.blockM == 192)
+      three.push_back(c.canonical());
+  return three;
+}
+} // namespace
+
 TEST_CASE("wgmma: every candidate fits sm_90's shared memory; a larger "
           "config is refused with the sizes") {
   const KernelTemplate &wgmma = templateOf("wgmma");
@@ -341,20 +353,13 @@ TEST_CASE("a score_mod on the special-function unit: three softmax "
   CHECK(scoreModSpecialFunctions(benchSpec(128, false)) == 0);
   // Offered by the persistent grid only, block_n 64 and 80 (all that 160
   // registers hold), and not for a causal spec.
-  auto offers = [&](const char *family, const AttentionSpec &spec) {
-    std::vector<std::string> three;
-    for (const TileConfig &c : templateOf(family).candidates(spec))
-      if (c.blockM == 192)
-        three.push_back(c.canonical());
-    return three;
-  };
-  CHECK(offers("wgmma_persistent", tanhMod) ==
+  CHECK(threeWarpgroupOffers("wgmma_persistent", tanhMod) ==
         std::vector<std::string>{"wgmma_persistent:m192:n64:s2:w16",
                                  "wgmma_persistent:m192:n80:s2:w16"});
-  CHECK(offers("wgmma_cluster", tanhMod).empty());
-  CHECK(offers("wgmma", tanhMod).empty());
-  CHECK(offers("wgmma_persistent", withMod(true, "math.tanh")).empty());
-  CHECK(offers("wgmma_persistent", withMod(false, "math.absf")).empty());
+  CHECK(threeWarpgroupOffers("wgmma_cluster", tanhMod).empty());
+  CHECK(threeWarpgroupOffers("wgmma", tanhMod).empty());
+  CHECK(threeWarpgroupOffers("wgmma_persistent", withMod(true, "math.tanh")).empty());
+  CHECK(threeWarpgroupOffers("wgmma_persistent", withMod(false, "math.absf")).empty());
   struct Row {
     bool causal;
     const char *op;
@@ -412,12 +417,9 @@ TEST_CASE("plain attention at head dim 128: three softmax warpgroups from "
                      "i32) -> i1 {\n  %0 = arith.cmpi sge, %q, %k : i32\n"
                      "  return %0 : i1\n}";
   CHECK_FALSE(plainHeadDim128(withMask));
-  std::vector<std::string> three;
-  for (const TileConfig &c : templateOf("wgmma_persistent").candidates(plain))
-    if (c.blockM == 192)
-      three.push_back(c.canonical());
-  CHECK(three == std::vector<std::string>{"wgmma_persistent:m192:n64:s2:w16",
-                                          "wgmma_persistent:m192:n80:s2:w16"});
+  CHECK(threeWarpgroupOffers("wgmma_persistent", plain) ==
+        std::vector<std::string>{"wgmma_persistent:m192:n64:s2:w16",
+                                 "wgmma_persistent:m192:n80:s2:w16"});
   // The choices by length are rows of the short-sequences case; from 4k
   // the new rule is what puts three warpgroups above every two-warpgroup
   // config.
