@@ -2,6 +2,8 @@
 // Why: see FragmentSoftmax.h.
 #include "FragmentSoftmax.h"
 
+#include "FoldRepeats.h"
+
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
@@ -86,6 +88,9 @@ void FragmentSoftmax::mask(MutableArrayRef<Value> s, Value n0, int64_t blockN,
   OpBuilder &b = ir.b;
   Location loc = ir.loc;
   const AttentionSpec &spec = ir.spec;
+  // The mods' regions come out once per score: their repeats are folded
+  // as they are emitted (FoldRepeats.h).
+  RepeatFolder repeats(b);
   Value base = ir.add(n0, quadCol);
   ScoreMods *mods = rules.mods;
   std::optional<ModIndices> indices;
@@ -103,6 +108,7 @@ void FragmentSoftmax::mask(MutableArrayRef<Value> s, Value n0, int64_t blockN,
           score = mods->score(score, rules.batch, rules.head,
                               modRow(mt, r / 2), modColumn(nt, r));
         }
+  repeats.fold();
   const bool hasMaskMod = mods && mods->hasMaskMod();
   const bool maskEveryTile = hasMaskMod && !rules.maskModOn;
   // Whether the bounds (sequence end, causal diagonal, window) cut this
@@ -126,6 +132,7 @@ void FragmentSoftmax::mask(MutableArrayRef<Value> s, Value n0, int64_t blockN,
   }
   // The masked scores, with the mask_mod or without it.
   auto emitMasked = [&](bool withMaskMod) {
+    RepeatFolder maskRepeats(b);
     // Score (row, n0 + quadCol + c) stays iff first <= c <= last, with
     // last = seqlenK - 1 - n0 - quadCol (and at most row + diagonal +
     // right extent - n0 - quadCol), first = row + diagonal - left extent -
@@ -178,6 +185,7 @@ void FragmentSoftmax::mask(MutableArrayRef<Value> s, Value n0, int64_t blockN,
               b, loc, valid, s[scoreAt(mt, nt) + r], ir.cF32(kNegInf)));
         }
     }
+    maskRepeats.fold();
     return out;
   };
   if (maskEveryTile) {
