@@ -52,11 +52,11 @@ RepeatFolder::RepeatFolder(OpBuilder &b)
 void RepeatFolder::fold() {
   if (b.getInsertionBlock() != block)
     return;
-  Block::iterator from = before ? std::next(before->getIterator())
-                                : block->begin();
+  Block::iterator from =
+      before ? std::next(before->getIterator()) : block->begin();
   llvm::DenseSet<Operation *, Equivalence> pure, reads;
-  for (Operation &op :
-       llvm::make_early_inc_range(llvm::make_range(from, b.getInsertionPoint()))) {
+  for (Operation &op : llvm::make_early_inc_range(
+           llvm::make_range(from, b.getInsertionPoint()))) {
     if (op.getNumRegions() != 0) {
       reads.clear();
       continue;

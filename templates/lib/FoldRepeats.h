@@ -1,11 +1,10 @@
-//===- FoldRepeats.h - fold repeated ops among those just emitted -*- C++ -*-===//
+//===- FoldRepeats.h - fold repeats among ops just emitted -----*- C++ -*-===//
 // Why: a mod's region is inlined once per score, so its ops that depend on
 // neither of the score's indices (a captured tensor read at the head, the
-// 32-bit forms of a row's indices) come out once per score as well: an
-// ALiBi causal kernel was emitted as 32k ops of which 10k stay. The
-// kernel-level canonicalizer and CSE folded them back, at most of a
-// variant's MLIR time. Folding the repeats where they are emitted leaves
-// the kernel those passes make, at a fraction of the cost.
+// 32-bit forms of a row's indices) come out once per score as well, and
+// left to the kernel-level canonicalizer and CSE they took most of a
+// variant's MLIR time (docs/performance.md). Folding the repeats where
+// they are emitted leaves the kernel those passes make, for less work.
 #ifndef FLASHJIT_TEMPLATES_FOLDREPEATS_H
 #define FLASHJIT_TEMPLATES_FOLDREPEATS_H
 

@@ -358,8 +358,10 @@ TEST_CASE("a score_mod on the special-function unit: three softmax "
                                  "wgmma_persistent:m192:n80:s2:w16"});
   CHECK(threeWarpgroupOffers("wgmma_cluster", tanhMod).empty());
   CHECK(threeWarpgroupOffers("wgmma", tanhMod).empty());
-  CHECK(threeWarpgroupOffers("wgmma_persistent", withMod(true, "math.tanh")).empty());
-  CHECK(threeWarpgroupOffers("wgmma_persistent", withMod(false, "math.absf")).empty());
+  CHECK(threeWarpgroupOffers("wgmma_persistent", withMod(true, "math.tanh"))
+            .empty());
+  CHECK(threeWarpgroupOffers("wgmma_persistent", withMod(false, "math.absf"))
+            .empty());
   struct Row {
     bool causal;
     const char *op;
