@@ -2,8 +2,11 @@
 // Why: the class boundaries are the union of the default buckets' and the
 // tuning database's, so a class never straddles a tuned bucket's
 // edge and the database, where it answers, answers for the whole class.
+// Varlen specs add the heuristic's short-sequence bound, so that a batch
+// of short sequences is served by the config chosen for short sequences.
 #include "flashjit/Runtime/LengthClasses.h"
 
+#include "flashjit/Autotune/Heuristic.h"
 #include "flashjit/Autotune/ShapeBuckets.h"
 #include "flashjit/Runtime/TunedConfigs.h"
 
@@ -24,6 +27,11 @@ std::vector<LengthClass> lengthClasses(const AttentionSpec &spec,
   for (int64_t start : autotune::defaultBucketAxes().seqlenStarts)
     starts.insert(std::max<int64_t>(start, 1));
   starts.insert(1);
+  // The heuristic ranks the TMA families last for varlen sequences up to
+  // shortVarlenSeqlen; the first default range's representative (128)
+  // lies above it, so without this class no call would get that choice.
+  if (spec.varlen)
+    starts.insert(autotune::HeuristicOptions().shortVarlenSeqlen + 1);
   for (size_t i = 0; i < tuned.size(); ++i) {
     const autotune::ShapeBucket &bucket = tuned.entry(i).bucket;
     if (!bucket.contains(spec, bucket.seqlenMin))

@@ -83,6 +83,37 @@ TEST_CASE("length classes: the default ranges, refined by the database") {
   CHECK(warnings.size() == 0);
 }
 
+TEST_CASE("varlen: short sequences get the short-sequence choice") {
+  // A batch of 34-token sequences must run the config the heuristic ranks
+  // first for short varlen sequences (no TMA boxes over the packed K/V),
+  // not the one for the first default range's 128.
+  AttentionSpec spec = d128Spec();
+  spec.varlen = true;
+  TunedConfigs none;
+  auto classes = lengthClasses(spec, none);
+  REQUIRE(classes.size() == 7);
+  CHECK(classes[0].first == 1);
+  CHECK(classes[0].end == 65);
+  CHECK(classes[0].representative == 32);
+  CHECK(classes[1].first == 65);
+  CHECK(classes[1].end == 384);
+  CHECK(classes[1].representative == 128);
+  CHECK(lengthClasses(d128Spec(), none).size() == 6); // dense: unchanged
+
+  TempDir dir;
+  Warnings warnings;
+  auto ctx = makeContext(dir, warnings, "");
+  KernelOptions options;
+  options.seqlen = 34;
+  options.perLengthConfig = false;
+  auto shortOne = compileOk(*ctx, spec, options);
+  CHECK(shortOne->info().config.family == "mma_sync");
+  CHECK(shortOne->info().config == *ctx->heuristicConfig(spec, 64));
+  options.seqlen = 1024;
+  auto longer = compileOk(*ctx, spec, options);
+  CHECK(longer->info().config.family != "mma_sync");
+}
+
 TEST_CASE("one handle serves each length with its class's config") {
   TempDir dir;
   Warnings warnings;

@@ -30,10 +30,10 @@ struct LengthClass {
 };
 
 /// The classes of `spec`: the default buckets' ranges (between 1, 384, 768,
-/// 1536, 3072 and 8192) and the bounds of every database bucket that holds
-/// the spec, so that
-/// each class lies inside one bucket or none. Increasing, the first
-/// starting at 1.
+/// 1536, 3072 and 8192), for a varlen spec also 65 (the heuristic's short
+/// varlen sequences, represented by 32), and the bounds of every database
+/// bucket that holds the spec, so that each class lies inside one bucket or
+/// none. Increasing, the first starting at 1.
 std::vector<LengthClass> lengthClasses(const AttentionSpec &spec,
                                        const TunedConfigs &tuned);
 
