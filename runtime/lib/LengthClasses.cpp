@@ -29,7 +29,8 @@ std::vector<LengthClass> lengthClasses(const AttentionSpec &spec,
   starts.insert(1);
   // The heuristic ranks the TMA families last for varlen sequences up to
   // shortVarlenSeqlen; the first default range's representative (128)
-  // lies above it, so without this class no call would get that choice.
+  // lies above it, so without this class no varlen kernel would get that
+  // choice.
   if (spec.varlen)
     starts.insert(autotune::HeuristicOptions().shortVarlenSeqlen + 1);
   for (size_t i = 0; i < tuned.size(); ++i) {
