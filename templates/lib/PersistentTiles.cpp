@@ -22,7 +22,11 @@
 // Varlen: the query blocks of all packed sequences are numbered as one
 // axis (KernelIR::varlenBlock, with a gap of at most one number between
 // sequences) and the sections are of heads; the taker of a number finds
-// its sequence and skips a gap.
+// its sequence and skips a gap. Causal, a section takes as many heads as
+// sequences of the batch's average length fit the budget, so that, as in a
+// dense grid, the grid's last tiles are the short ends of its heads' last
+// sequence rather than one head's whole last sequence, longest block
+// first (which left the grid's longest tiles to its end).
 #include "KernelIR.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -65,7 +69,16 @@ PersistentTiles KernelIR::persistentTiles(const ForwardParams &p,
   }
   t.count = mul(t.queryBlocks, t.headsTimesBatch);
   // Heads per section: the K and V rows of one kv head are seqlenK * head
-  // dim * 2 bytes each; query heads of one group share them.
+  // dim * 2 bytes each; query heads of one group share them. A causal
+  // varlen tile reads only its own sequence's keys, so the rows that count
+  // there are a sequence's: the packed keys over the batch (the average
+  // length). Without a mask a sequence's tiles all cost the same and the
+  // order does not decide the balance: sections stay as the packed rows
+  // give them.
+  Value rowsPerHead = seqlenK;
+  if (spec.varlen && spec.causal)
+    rowsPerHead = arith::MaxUIOp::create(
+        b, loc, arith::DivUIOp::create(b, loc, seqlenK, p.batch), c32(1));
   const int64_t budget = spec.isBlockSparse() && !spec.maskMod.empty()
                              ? kMaskModListsL2BudgetBytes
                              : kL2BudgetBytes;
@@ -73,7 +86,7 @@ PersistentTiles KernelIR::persistentTiles(const ForwardParams &p,
       budget / (2 * spec.headDim * dtypeBytes(spec.dtype));
   const int64_t groupRows =
       std::min<int64_t>(budgetRows * spec.groupSize(), INT32_MAX);
-  Value heads = arith::DivUIOp::create(b, loc, c32(groupRows), seqlenK);
+  Value heads = arith::DivUIOp::create(b, loc, c32(groupRows), rowsPerHead);
   heads = arith::MaxUIOp::create(b, loc, heads, c32(1));
   t.sectionHeads = arith::MinUIOp::create(b, loc, heads, t.headsTimesBatch);
   t.sectionTiles = mul(t.sectionHeads, t.queryBlocks);

@@ -98,16 +98,18 @@ private:
   /// Byte offset (i32) of slot `slot`'s 64 Q rows in 64-column panel
   /// `panel` (consumerRows, in the slot's Q tile).
   Value qSlotRows(Value slot, int64_t panel);
-  /// Runs `body` for each tile `nextTile` hands this block (i32; one at
-  /// or past `tileCount()` ends the loop), with the ring position before it
-  /// (K/V tiles of the earlier tiles, i32) and the tiles done (i32); `body`
+  /// Runs `body` for each tile `nextTile` hands this block: values of
+  /// `tileTypes`, the first the tile (i32; one at or past `tileCount()`
+  /// ends the loop), any further ones what nextTile found out about it,
+  /// passed on to `body` with it; with the ring position before it (K/V
+  /// tiles of the earlier tiles, i32) and the tiles done (i32). `body`
   /// returns its tile's K/V tile count (i32). Then `after` with the final
   /// ring position and tile count.
-  void forEachTile(function_ref<Value()> tileCount,
-                   function_ref<Value(Value done)> nextTile,
-                   function_ref<Value(Value tile, Value iteration, Value done)>
-                       body,
-                   function_ref<void(Value iteration, Value done)> after);
+  void forEachTile(
+      mlir::TypeRange tileTypes, function_ref<Value()> tileCount,
+      function_ref<SmallVector<Value>(Value done)> nextTile,
+      function_ref<Value(ValueRange tile, Value iteration, Value done)> body,
+      function_ref<void(Value iteration, Value done)> after);
   /// The end mark in a consumer's tile record.
   static constexpr int32_t kNoTile = -1;
 

@@ -160,10 +160,10 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
   // The next tile is in this consumer's record once its Q-full barrier
   // completes; the loop runs until the end mark (as unsigned, above every
   // query block).
-  auto nextTile = [&](Value done) {
+  auto nextTile = [&](Value done) -> SmallVector<Value> {
     Value slot = qSlot(consumer, done);
     barrierWait(qFull(slot), qParity(done));
-    return readTileInfoField(slot, 0);
+    return {readTileInfoField(slot, 0)};
   };
   // The turns end with the last consumer's arrive on the first consumer's
   // barrier (it cannot know a turn is its last); the first consumer takes
@@ -553,8 +553,8 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
     return;
   }
   forEachTile(
-      [&] { return c32(kNoTile); }, nextTile,
-      [&](Value, Value iteration, Value done) {
+      TypeRange{i32}, [&] { return c32(kNoTile); }, nextTile,
+      [&](ValueRange, Value iteration, Value done) {
         return persistentTile(iteration, done);
       },
       endTurns);

@@ -27,27 +27,33 @@ using namespace mlir;
 namespace flashjit::wgmma {
 
 void Builder::forEachTile(
-    function_ref<Value()> tileCount, function_ref<Value(Value done)> nextTile,
-    function_ref<Value(Value tile, Value iteration, Value done)> body,
+    TypeRange tileTypes, function_ref<Value()> tileCount,
+    function_ref<SmallVector<Value>(Value done)> nextTile,
+    function_ref<Value(ValueRange tile, Value iteration, Value done)> body,
     function_ref<void(Value iteration, Value done)> after) {
   // State: the K/V tiles of the block's earlier tiles (the ring position)
-  // and how many tiles it has done (the phase of the Q barriers).
+  // and how many tiles it has done (the phase of the Q barriers). The
+  // before region passes on (tile values..., iteration, done).
   Value zero = c32(0);
+  SmallVector<Type> passed(tileTypes.begin(), tileTypes.end());
+  passed.append({i32, i32});
+  const int64_t n = passed.size();
   auto loop = scf::WhileOp::create(
-      b, loc, TypeRange{i32, i32, i32}, ValueRange{zero, zero},
+      b, loc, passed, ValueRange{zero, zero},
       [&](OpBuilder &, Location, ValueRange state) {
-        Value tile = nextTile(state[1]);
-        Value more = cmp(Pred::ult, tile, tileCount());
-        scf::ConditionOp::create(b, loc, more,
-                                 ValueRange{tile, state[0], state[1]});
+        SmallVector<Value> args = nextTile(state[1]);
+        Value more = cmp(Pred::ult, args[0], tileCount());
+        args.append({state[0], state[1]});
+        scf::ConditionOp::create(b, loc, more, args);
       },
       [&](OpBuilder &, Location, ValueRange args) {
-        Value kvTileCount = body(args[0], args[1], args[2]);
-        scf::YieldOp::create(
-            b, loc, ValueRange{add(args[1], kvTileCount), add(args[2], c32(1))});
+        Value kvTileCount =
+            body(args.drop_back(2), args[n - 2], args[n - 1]);
+        scf::YieldOp::create(b, loc,
+                             ValueRange{add(args[n - 2], kvTileCount),
+                                        add(args[n - 1], c32(1))});
       });
-  // The before region's results are (tile, iteration, done).
-  after(loop.getResult(1), loop.getResult(2));
+  after(loop.getResult(n - 2), loop.getResult(n - 1));
 }
 
 Value Builder::takeTile(const ForwardParams &p) {

@@ -194,34 +194,47 @@ void Builder::emitProducer(const ForwardParams &p, Value tid) {
     return at;
   };
   // Varlen: numbers in the gaps between sequences are taken and passed
-  // over.
-  auto nextTile = [&](Value done) -> Value {
+  // over; the search that found the tile's sequence and block
+  // (varlenBlock) hands them on with it, so that the body need not
+  // search again.
+  auto nextTile = [&](Value done) -> SmallVector<Value> {
     if (multicast)
-      return clusterTile(done);
+      return {clusterTile(done)};
     if (!spec.varlen)
-      return takeTile(p);
+      return {takeTile(p)};
     auto taking = scf::WhileOp::create(
-        b, loc, TypeRange{i32}, ValueRange{takeTile(p)},
+        b, loc, TypeRange{i32, i64, i64}, ValueRange{takeTile(p)},
         [&](OpBuilder &, Location, ValueRange tile) {
           Value valid;
-          blockTile(tile[0], &valid);
+          BlockCoordinates at = blockTile(tile[0], &valid);
           Value inGap = arith::XOrIOp::create(
               b, loc, valid, arith::ConstantIntOp::create(b, loc, 1, 1));
           Value gap = arith::AndIOp::create(
               b, loc, cmp(Pred::ult, tile[0], freshTiles().count), inGap);
-          scf::ConditionOp::create(b, loc, gap, tile);
+          scf::ConditionOp::create(b, loc, gap,
+                                   ValueRange{tile[0], at.batch, at.queryBlock});
         },
         [&](OpBuilder &, Location, ValueRange) {
           scf::YieldOp::create(b, loc, takeTile(p));
         });
-    return taking.getResult(0);
+    return SmallVector<Value>(taking.getResults());
   };
+  SmallVector<Type> tileTypes{i32};
+  if (spec.varlen && !multicast)
+    tileTypes.append({i64, i64});
   forEachTile(
-      [&] { return freshTiles().count; }, nextTile,
-      [&](Value tile, Value iteration, Value done) {
+      tileTypes, [&] { return freshTiles().count; }, nextTile,
+      [&](ValueRange tile, Value iteration, Value done) {
         Value count;
         freshBase([&] {
-          BlockCoordinates at = blockTile(tile);
+          BlockCoordinates at;
+          if (tile.size() == 3) {
+            at = tileCoordinates(freshTiles(), tile[0]);
+            at.batch = tile[1];
+            at.queryBlock = tile[2];
+          } else {
+            at = blockTile(tile[0]);
+          }
           if (spec.varlen) {
             sequence = sequenceRows(p, at.batch);
             cur = p;
