@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (device tool): an interleaved A/B of flashjit
+# builds on varlen prefill with equal lengths against the dense kernel of
+# the same shape, `flashjit run --json` (each run checked against the
+# float64 reference first). Varlen's goal is the dense kernel's rate, so
+# each round times the first build's dense kernel beside every build's
+# varlen kernel. Builds are `flashjit` binaries (a stripped install's
+# bin/flashjit; the binary links flashjit statically, so an older build can
+# travel as one file); the LLVM runtime libraries come from .device-carry.
+#
+#   tools/scripts/device-varlen-ab.sh ROUNDS LABEL=BINARY [LABEL=BINARY ...]
+#   env: POINTS (batch:seqlen, default "16:1024 4:4096"), CAUSAL ("yes no"),
+#   HEADS / KV_HEADS / HEAD_DIM (16 / HEADS / 128), RUN_FLAGS (more
+#   `flashjit run` flags, e.g. "--config wgmma_persistent"), BUDGET_S (start
+#   no round after this many seconds, default 480; on an H100 a round of the
+#   default points with two builds took about 50 s, the first one more for
+#   the cold compiles)
+#
+# Every run's numbers go to $OUT/varlen-ab.jsonl; the table has per point
+# the dense kernel's median TFLOP/s and each build's varlen median with its
+# ratio to that. A run that fails its check or does not finish never
+# counts (the table says how many did not).
+set -uo pipefail
+source "$(dirname "$0")/device-setup.sh" > /dev/null
+rounds=${1:?usage: device-varlen-ab.sh ROUNDS LABEL=BINARY [LABEL=BINARY ...]}
+shift
+[ $# -ge 1 ] || { echo "give at least one LABEL=BINARY build" >&2; exit 2; }
+raw="$OUT/varlen-ab.jsonl"
+: > "$raw"
+points=${POINTS:-"16:1024 4:4096"}
+heads=${HEADS:-16} kvHeads=${KV_HEADS:-${HEADS:-16}} headDim=${HEAD_DIM:-128}
+start=$SECONDS
+# One run: label, binary, round, batch, seqlen, causal (yes/no), kind
+# (dense or varlen).
+run1() {
+  local label=$1 bin=$2 round=$3 batch=$4 len=$5 causal=$6 kind=$7
+  local shape mask=""
+  [ "$causal" = yes ] && mask=--causal
+  if [ "$kind" = dense ]; then
+    shape="--batch $batch --seqlen $len"
+  else
+    shape="--varlen $(python3 -c "print(','.join(['$len'] * $batch))")"
+  fi
+  local out
+  out=$(timeout 120 "$bin" run --json $shape --heads "$heads" \
+    --kv-heads "$kvHeads" --head-dim "$headDim" --dtype bf16 $mask \
+    --iters 30 --warmup 10 --check-rows 2 ${RUN_FLAGS:-} \
+    2>> "$OUT/varlen-ab.err" | tr -d '\n')
+  echo "{\"label\":\"$label\",\"kind\":\"$kind\",\"round\":$round,\"batch\":$batch,\"seqlen\":$len,\"causal\":\"$causal\",\"out\":${out:-null}}" >> "$raw"
+}
+first=${1%%=*} firstBin=${1#*=}
+for r in $(seq "$rounds"); do
+  if ((SECONDS - start > ${BUDGET_S:-480})); then
+    echo "stopped before round $r: past BUDGET_S" >&2
+    break
+  fi
+  echo "round $r of $rounds" >&2
+  for causal in ${CAUSAL:-yes no}; do
+    for point in $points; do
+      batch=${point%%:*} len=${point#*:}
+      run1 "$first" "$firstBin" "$r" "$batch" "$len" "$causal" dense
+      for build in "$@"; do
+        run1 "${build%%=*}" "${build#*=}" "$r" "$batch" "$len" "$causal" varlen
+      done
+    done
+  done
+done
+python3 - "$raw" "$first" <<'PY'
+import collections, json, statistics, sys
+raw, first = sys.argv[1], sys.argv[2]
+runs = collections.defaultdict(list)
+labels, missing = [], 0
+for line in open(raw):
+    r = json.loads(line)
+    out = r["out"]
+    if r["kind"] == "varlen" and r["label"] not in labels:
+        labels.append(r["label"])
+    if not out or not out.get("passed"):
+        missing += 1
+        continue
+    runs[(r["batch"], r["seqlen"], r["causal"], r["kind"], r["label"])].append(out["tflops"])
+def median(key):
+    return statistics.median(runs[key]) if runs[key] else float("nan")
+print(f"runs failed or missing: {missing}")
+print(f"point | causal | dense ({first}) | " + " | ".join(f"varlen {lab}" for lab in labels)
+      + "  (TFLOP/s medians; ratio to dense)")
+for batch, length, causal in sorted({k[:3] for k in runs}):
+    d = median((batch, length, causal, "dense", first))
+    cells = [f"{median((batch, length, causal, 'varlen', lab)):.1f} "
+             f"({median((batch, length, causal, 'varlen', lab)) / d:.3f})" for lab in labels]
+    print(f"{batch} x {length} | {causal} | {d:.1f} | " + " | ".join(cells))
+PY
