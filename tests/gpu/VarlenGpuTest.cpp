@@ -13,6 +13,7 @@
 
 #include "flashjit/Templates/KernelTemplate.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 
@@ -110,6 +111,43 @@ TEST_CASE("varlen: many short sequences") {
   for (const char *family : kFamilies)
     checkVarlen(makeSpec(128, DType::BF16, 16, 4, /*causal=*/true), family,
                 lengths, {}, 8);
+}
+
+TEST_CASE("varlen: one handle serves short and long batches, each with its "
+          "length class's config") {
+  // forwardVarlen takes the class of max_seqlen_q, as forward() takes its
+  // call's: a handle built for 4096 runs 34-token batches on the short
+  // class's kernel (mma_sync), one built for 34 runs long batches on a
+  // wgmma kernel; each must be exact.
+  AttentionSpec spec = makeSpec(128, DType::BF16, 16, 4, /*causal=*/true);
+  for (int64_t hint : {4096, 34}) {
+    KernelOptions options;
+    options.seqlen = hint;
+    auto kernel = gpuContext().compile(spec, options);
+    REQUIRE_MESSAGE(bool(kernel), llvm::toString(kernel.takeError()));
+    auto shortClass = (*kernel)->kernelForLengths(34, 34);
+    REQUIRE_MESSAGE(bool(shortClass), llvm::toString(shortClass.takeError()));
+    CHECK((*shortClass)->info().config.family == "mma_sync");
+    auto longClass = (*kernel)->kernelForLengths(3000, 3000);
+    REQUIRE_MESSAGE(bool(longClass), llvm::toString(longClass.takeError()));
+    CHECK((*longClass)->info().config.family != "mma_sync");
+    for (std::vector<int64_t> lengths :
+         {std::vector<int64_t>(300, 34), {17, 0, 3000, 34, 1000}}) {
+      VarlenCheckOptions o;
+      o.lengthsQ = lengths;
+      o.seed = freshSeed();
+      o.rowsPerSequence = 8;
+      INFO("hint " << hint << " longest " << *std::max_element(
+                                                 lengths.begin(), lengths.end())
+                   << " seed " << o.seed);
+      auto report = runAndCheckVarlen(**kernel, o);
+      REQUIRE_MESSAGE(bool(report), llvm::toString(report.takeError()));
+      INFO(report->check.summary());
+      CHECK(report->check.nonFinite == 0);
+      CHECK(report->writtenOutside == 0);
+      CHECK(report->check.passed);
+    }
+  }
 }
 
 TEST_CASE("varlen paged: chunked prefill from pages of 16, 64 and 256") {

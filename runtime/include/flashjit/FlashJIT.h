@@ -240,8 +240,9 @@ public:
   std::pair<int64_t, int64_t> servedLengths() const {
     return {ServedFrom, ServedTo};
   }
-  /// The kernel forward() launches for a call of these lengths: this one,
-  /// or (compiled or loaded now if needed) the one of their length class.
+  /// The kernel forward() launches for a call of these lengths (and
+  /// forwardVarlen() for a batch whose max_seqlen_q is both): this one, or
+  /// (compiled or loaded now if needed) the one of their length class.
   /// A kernel that outlives its Context serves every length itself.
   llvm::Expected<std::shared_ptr<const Kernel>>
   kernelForLengths(int64_t seqlenQ, int64_t seqlenK) const;
@@ -254,9 +255,10 @@ public:
   llvm::Error forward(const ForwardArgs &args) const;
   /// A varlen kernel's launch (AttentionSpec::varlen): checks `args` as
   /// forward() does, plus the offsets' pointers, batch and maxSeqlenQ,
-  /// then launches this kernel's own config (no per-length choice) on
-  /// args.packed.stream. forward() refuses a varlen kernel and this refuses
-  /// a dense one.
+  /// then launches on args.packed.stream the config of maxSeqlenQ's length
+  /// class, as forward() does with its call's lengths (the handle's own
+  /// unless it was compiled with an explicit config or perLengthConfig
+  /// off). forward() refuses a varlen kernel and this refuses a dense one.
   llvm::Error forwardVarlen(const VarlenForwardArgs &args) const;
   /// The checks of forwardVarlen() alone (no device needed).
   llvm::Error checkVarlen(const VarlenForwardArgs &args) const;
