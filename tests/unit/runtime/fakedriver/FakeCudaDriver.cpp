@@ -100,6 +100,10 @@ CUcontext fakecuda_launch_context(int i) {
   std::lock_guard<std::mutex> guard(mutex);
   return launches.at(i).ctx;
 }
+CUfunction fakecuda_launch_function(int i) {
+  std::lock_guard<std::mutex> guard(mutex);
+  return launches.at(i).function;
+}
 long fakecuda_calls(const char *name) {
   std::lock_guard<std::mutex> guard(mutex);
   auto it = calls.find(name);
