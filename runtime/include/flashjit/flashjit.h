@@ -274,7 +274,8 @@ FLASHJIT_API flashjit_status_t flashjit_kernel_forward(
  *   cu_seqlens_q[b + 1]) of q, its keys rows [cu_seqlens_k[b],
  *   cu_seqlens_k[b + 1]) of k and v (causal attention aligned per sequence
  *   as the spec's causal_align says; bottom-right for chunked prefill).
- *   max_seqlen_q: the longest query length (at least 1; it sizes the grid).
+ *   max_seqlen_q: the longest query length (at least 1; it sizes the grid,
+ *   and its length class picks the config, as a dense call's lengths do).
  * The tensors follow flashjit_kernel_forward's rules (strides in elements or
  * NULL); the offsets are read on the GPU only, where each sequence's rows
  * are clamped to the tensors: offsets that decrease or run past them give
