@@ -276,18 +276,24 @@ Kernel::kernelForLengths(int64_t seqlenQ, int64_t seqlenK) const {
 llvm::Error Kernel::forward(const ForwardArgs &args) const {
   if (Spec.varlen)
     return varlenNeedsOffsets();
+  return launchForLengths(args.q.shape[2], args.k.shape[2], args);
+}
+
+llvm::Error Kernel::launchForLengths(int64_t seqlenQ, int64_t seqlenK,
+                                     const ForwardArgs &args,
+                                     const VarlenForwardArgs *varlen) const {
   if (Lengths) {
     // Two compares on the common path; another class's kernel otherwise.
-    int64_t length = callLength(args.q.shape[2], args.k.shape[2]);
+    int64_t length = callLength(seqlenQ, seqlenK);
     if (length < ServedFrom || length >= ServedTo) {
-      auto other = kernelForLengths(args.q.shape[2], args.k.shape[2]);
+      auto other = kernelForLengths(seqlenQ, seqlenK);
       if (!other)
         return other.takeError();
       if (*other && other->get() != this)
-        return (*other)->launchOwn(args);
+        return (*other)->launchOwn(args, varlen);
     }
   }
-  return launchOwn(args);
+  return launchOwn(args, varlen);
 }
 
 llvm::Error Kernel::launchOwn(const ForwardArgs &args,

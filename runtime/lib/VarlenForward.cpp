@@ -113,15 +113,8 @@ llvm::Error Kernel::forwardVarlen(const VarlenForwardArgs &args) const {
   // The config follows the batch's longest query sequence, as a compile
   // hint does (a batch of 34-token sequences wants the config without TMA
   // boxes over the packed K/V, a batch up to 4k a persistent wgmma one).
-  int64_t length = args.maxSeqlenQ;
-  if (Lengths && (length < ServedFrom || length >= ServedTo)) {
-    auto other = kernelForLengths(length, length);
-    if (!other)
-      return other.takeError();
-    if (*other && other->get() != this)
-      return (*other)->launchOwn(args.packed, &args);
-  }
-  return launchOwn(args.packed, &args);
+  return launchForLengths(args.maxSeqlenQ, args.maxSeqlenQ, args.packed,
+                          &args);
 }
 
 } // namespace flashjit

@@ -48,6 +48,18 @@ varlenKernel(const AttentionSpec &spec, const std::string &family,
   return *kernel;
 }
 
+/// Runs `kernel` on the batch `o` describes and checks every sequence.
+void checkLaunch(const Kernel &kernel, const VarlenCheckOptions &o) {
+  auto report = runAndCheckVarlen(kernel, o);
+  REQUIRE_MESSAGE(bool(report), llvm::toString(report.takeError()));
+  INFO(report->check.summary());
+  CHECK(report->check.nonFinite == 0);
+  CHECK(report->writtenOutside == 0);
+  CHECK(report->check.relError <= report->check.tolerance);
+  CHECK(report->check.lseRelError <= report->check.lseTolerance);
+  CHECK(report->check.passed);
+}
+
 void checkVarlen(const AttentionSpec &spec, const std::string &family,
                  std::vector<int64_t> lengthsQ,
                  std::vector<int64_t> lengthsK = {}, int64_t rows = 16,
@@ -65,14 +77,7 @@ void checkVarlen(const AttentionSpec &spec, const std::string &family,
   auto kernel = varlenKernel(spec, family, config);
   INFO(spec.canonical() << " " << kernel->info().config.canonical()
                         << " lengths " << lens << "seed " << o.seed);
-  auto report = runAndCheckVarlen(*kernel, o);
-  REQUIRE_MESSAGE(bool(report), llvm::toString(report.takeError()));
-  INFO(report->check.summary());
-  CHECK(report->check.nonFinite == 0);
-  CHECK(report->writtenOutside == 0);
-  CHECK(report->check.relError <= report->check.tolerance);
-  CHECK(report->check.lseRelError <= report->check.lseTolerance);
-  CHECK(report->check.passed);
+  checkLaunch(*kernel, o);
 }
 
 const char *const kFamilies[] = {"wgmma", "wgmma_persistent", "mma_sync"};
@@ -140,12 +145,7 @@ TEST_CASE("varlen: one handle serves short and long batches, each with its "
       INFO("hint " << hint << " longest " << *std::max_element(
                                                  lengths.begin(), lengths.end())
                    << " seed " << o.seed);
-      auto report = runAndCheckVarlen(**kernel, o);
-      REQUIRE_MESSAGE(bool(report), llvm::toString(report.takeError()));
-      INFO(report->check.summary());
-      CHECK(report->check.nonFinite == 0);
-      CHECK(report->writtenOutside == 0);
-      CHECK(report->check.passed);
+      checkLaunch(**kernel, o);
     }
   }
 }

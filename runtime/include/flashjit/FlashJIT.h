@@ -289,6 +289,11 @@ private:
   /// batch of forwardVarlen() (args is its `packed`).
   llvm::Error launchOwn(const ForwardArgs &args,
                         const VarlenForwardArgs *varlen = nullptr) const;
+  /// launchOwn() on the kernel of the lengths' class (kernelForLengths):
+  /// this one unless the lengths lie outside the lengths it serves.
+  llvm::Error launchForLengths(int64_t seqlenQ, int64_t seqlenK,
+                               const ForwardArgs &args,
+                               const VarlenForwardArgs *varlen = nullptr) const;
   /// The error of forward() and check() on a varlen kernel.
   llvm::Error varlenNeedsOffsets() const;
 
