@@ -209,8 +209,14 @@ DecodeKernel::variantFor(const DecodeArgs &args) const {
 
 int64_t DecodeKernel::ruleSplits(int64_t batch, int64_t longest,
                                  int64_t splitWaves) const {
-  // Without a GPU the rule reasons with an H100's two blocks on 132 SMs.
+  // Without a GPU the rule reasons with an H100's two blocks on 132 SMs;
+  // a tiling may plan for fewer blocks per SM than fit
+  // (DecodeTiling::splitBlocksPerSM).
   int64_t resident = Module ? Module->residentBlocks() : 2 * 132;
+  const int64_t planned = decodeTiling(Spec).splitBlocksPerSM;
+  if (planned > 0)
+    resident = std::min<int64_t>(
+        resident, planned * (Module ? Module->multiprocessors() : 132));
   return chooseDecodeSplits(Spec, std::max<int64_t>(batch, 1), longest,
                             resident, splitWaves);
 }

@@ -147,6 +147,7 @@ llvm::Error LoadedModule::bindFunction() {
           Function, static_cast<int>(info.threadsPerBlock),
           static_cast<size_t>(info.sharedMemoryBytes)))
     return err;
+  Multiprocessors = static_cast<unsigned>(std::max(1, multiprocessors));
   ResidentBlocks = static_cast<unsigned>(std::max(1, multiprocessors) *
                                          std::max(1, blocksPerSM));
   // A kernel built for clusters runs whole clusters, and a GPC holds fewer
@@ -239,7 +240,8 @@ LoadedModule::LoadedModule(LoadedModule &&other) noexcept
     : Driver(other.Driver), Info(std::move(other.Info)), Module(other.Module),
       Function(other.Function), Cubin(std::move(other.Cubin)),
       DeviceOrdinal(other.DeviceOrdinal), Context(other.Context),
-      ResidentBlocks(other.ResidentBlocks) {
+      ResidentBlocks(other.ResidentBlocks),
+      Multiprocessors(other.Multiprocessors) {
   other.Module = nullptr;
   other.Function = nullptr;
 }
@@ -255,6 +257,7 @@ LoadedModule &LoadedModule::operator=(LoadedModule &&other) noexcept {
     DeviceOrdinal = other.DeviceOrdinal;
     Context = other.Context;
     ResidentBlocks = other.ResidentBlocks;
+    Multiprocessors = other.Multiprocessors;
     other.Module = nullptr;
     other.Function = nullptr;
   }

@@ -106,3 +106,27 @@ TEST_CASE("decode: tuned buckets pick the kernel and the split waves") {
   REQUIRE(static_cast<bool>(other));
   CHECK((*other)->tunedVariants().empty());
 }
+
+TEST_CASE("decode: pages of 16 split for one block per SM") {
+  TempDir dir;
+  Warnings warnings;
+  auto ctx = makeContext(dir, warnings);
+  DecodeSpec spec; // 32/8, d128, bf16, one token
+  spec.pageSize = 16;
+  // Two blocks of the 64-key, three-stage tiles fit an SM, but the rule
+  // plans a wave of one per SM: without a GPU, 132 blocks over 8 KV heads.
+  CHECK(decodeTiling(spec).blockN == 64);
+  CHECK(decodeTiling(spec).splitBlocksPerSM == 1);
+  auto kernel = ctx->decodeKernel(spec);
+  REQUIRE_MESSAGE(static_cast<bool>(kernel),
+                  (kernel ? "" : llvm::toString(kernel.takeError())));
+  CHECK((*kernel)->ruleSplits(1, 16384) == 16);
+  CHECK((*kernel)->ruleSplits(1, 131072) == 16);
+  // 2k keys are 32 tiles of 64: 16 splits of two.
+  CHECK((*kernel)->ruleSplits(1, 2048) == 16);
+  CHECK((*kernel)->ruleSplits(8, 16384) == 2);
+  CHECK((*kernel)->ruleSplits(32, 16384) == 1);
+  // Pages of 64 keep the occupancy's blocks (one of the 128-key tiles).
+  spec.pageSize = 64;
+  CHECK(decodeTiling(spec).splitBlocksPerSM == 0);
+}

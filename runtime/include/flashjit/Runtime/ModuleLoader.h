@@ -83,6 +83,8 @@ public:
   /// Blocks of this kernel the device holds at once (its SMs times the
   /// blocks per SM the occupancy allows), the grid of a persistent kernel.
   unsigned residentBlocks() const { return ResidentBlocks; }
+  /// The device's SMs.
+  unsigned multiprocessors() const { return Multiprocessors; }
 
 private:
   LoadedModule(const CudaDriver &driver, KernelInfo info)
@@ -101,6 +103,7 @@ private:
   int DeviceOrdinal = 0;
   CUcontext Context = nullptr;
   unsigned ResidentBlocks = 1;
+  unsigned Multiprocessors = 1;
 };
 
 } // namespace flashjit

@@ -103,6 +103,10 @@ struct DecodeTiling {
   int64_t blockN = 64, keysPerWarp = 16;
   int64_t stages = 3;
   int64_t warps = 4;
+  /// Blocks per SM the split rule plans a wave for (chooseDecodeSplits'
+  /// residentBlocks, as DecodeKernel::ruleSplits caps them); 0: as many
+  /// as the occupancy allows.
+  int64_t splitBlocksPerSM = 0;
 
   /// The shared rows' layout (mma_sync::Builder::swizzledRows): unpadded
   /// rows with swizzled 16-byte chunks for cp.async copies, padded rows
@@ -200,7 +204,8 @@ LaunchGeometry decodeCombineGeometry(const DecodeSpec &spec, int64_t batch);
 /// The number of splits of the KV length (the documented rule, as
 /// FlashAttention-2's): `work` = batch x kvHeads x headChunks blocks
 /// without splitting. When they fill 80% of a wave of `residentBlocks`
-/// (the blocks the GPU holds at once), 1. Otherwise s = residentBlocks /
+/// (the blocks the GPU holds at once; DecodeKernel caps them at
+/// DecodeTiling::splitBlocksPerSM per SM), 1. Otherwise s = residentBlocks /
 /// work (rounded down; one wave holds every block), at most
 /// kMaxDecodeSplits and the tiles of the longest sequence, then lowered
 /// to the fewest splits with the same tiles per split. `splitWaves` > 1
