@@ -33,7 +33,10 @@ static cl::opt<int64_t> seqlenK("seqlen-k",
 static cl::opt<std::string> layout("layout", cl::desc("bhsd or bshd"),
                                    cl::init("bhsd"), cl::sub(runCommand),
                                    cl::cat(category));
-static cl::opt<int> iterations("iters", cl::desc("Timed launches"),
+static cl::opt<int> iterations("iters",
+                               cl::desc("Timed launches (decode: timed "
+                                        "samples of back-to-back launches, "
+                                        "10 ms or more each)"),
                                cl::init(20), cl::sub(runCommand),
                                cl::cat(category));
 static cl::opt<int> warmup("warmup", cl::desc("Untimed launches first"),

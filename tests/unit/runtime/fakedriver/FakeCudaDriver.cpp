@@ -79,6 +79,8 @@ CUctx_st *primaryOf(int device) {
   return primaries[device];
 }
 
+std::atomic<int> blocksPerSM{1};
+
 bool validStream(CUstream s) {
   return s == nullptr || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD;
 }
@@ -123,6 +125,8 @@ int fakecuda_context_is_primary(CUcontext ctx) { return ctx && ctx->primary; }
 void fakecuda_set_capturing(CUstream s, int capturing) {
   s->capturing = capturing != 0;
 }
+/// What cuOccupancyMaxActiveBlocksPerMultiprocessor answers (default 1).
+void fakecuda_set_blocks_per_sm(int blocks) { blocksPerSM = blocks; }
 
 // ---- the driver -----------------------------------------------------------
 CUresult cuInit(unsigned int) { return CUDA_SUCCESS; }
@@ -317,7 +321,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int, unsigned int, unsigned int,
 }
 CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction, int,
                                                      size_t) {
-  *n = 1;
+  *n = blocksPerSM;
   return CUDA_SUCCESS;
 }
 CUresult cuOccupancyMaxActiveClusters(int *n, CUfunction,

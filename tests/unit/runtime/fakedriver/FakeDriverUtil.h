@@ -30,6 +30,7 @@ struct Fake {
   int (*contextDevice)(CUcontext) = nullptr;
   int (*contextIsPrimary)(CUcontext) = nullptr;
   void (*setCapturing)(CUstream, int) = nullptr;
+  void (*setBlocksPerSM)(int) = nullptr;
   CUresult (*ctxCreate)(CUcontext *, CUctxCreateParams *, unsigned, CUdevice) =
       nullptr;
   CUresult (*ctxDestroy)(CUcontext) = nullptr;
@@ -52,6 +53,7 @@ inline const Fake &fake() {
     FAKE_SYM(contextDevice, "fakecuda_context_device");
     FAKE_SYM(contextIsPrimary, "fakecuda_context_is_primary");
     FAKE_SYM(setCapturing, "fakecuda_set_capturing");
+    FAKE_SYM(setBlocksPerSM, "fakecuda_set_blocks_per_sm");
     FAKE_SYM(ctxCreate, "cuCtxCreate_v4");
     FAKE_SYM(ctxDestroy, "cuCtxDestroy_v2");
 #undef FAKE_SYM
