@@ -31,15 +31,14 @@ start=$SECONDS
 # One run: label, binary, round, batch, KV length, page size (0: contiguous).
 run1() {
   local label=$1 bin=$2 round=$3 batch=$4 len=$5 page=$6
-  # Each of `run --decode`'s samples is back-to-back launches of 10 ms or
-  # more: 30 samples take about 0.3 s at any size.
-  local iters=30
   local paged=""
   ((page > 0)) && paged="--page-size $page"
   local out
+  # Each of `run --decode`'s samples is back-to-back launches of 10 ms or
+  # more: 30 samples take about 0.3 s at any size.
   out=$(timeout 120 "$bin" run --decode --json --batch "$batch" --kv-len "$len" \
     --heads "$heads" --kv-heads "$kvHeads" --head-dim "$headDim" --dtype bf16 \
-    --q-len 1 --iters "$iters" --warmup 10 --check-rows 16 $paged ${RUN_FLAGS:-} \
+    --q-len 1 --iters 30 --warmup 10 --check-rows 16 $paged ${RUN_FLAGS:-} \
     2>> "$OUT/decode-ab.err" | tr -d '\n')
   echo "{\"label\":\"$label\",\"round\":$round,\"batch\":$batch,\"kv_len\":$len,\"page_size\":$page,\"out\":${out:-null}}" >> "$raw"
 }

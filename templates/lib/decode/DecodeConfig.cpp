@@ -196,11 +196,10 @@ DecodeTiling decodeTiling(const DecodeSpec &spec) {
                      (wideTiles && t.blockN == 128 && !splitPages)
                  ? 2
                  : 3;
-  // Two blocks of pages of 16 fit an SM, but a wave of one per SM reads
-  // the cache faster when the KV length is split: at batch 1 on an H100,
-  // 16 splits read 0.945-0.971 of the contiguous cache from 2k to 128k
-  // keys where 32-33 (two per SM) read 0.817-0.952
-  // (docs/inference.md). From batch 14 up (with 8 KV heads) neither splits.
+  // Two blocks of pages of 16 fit an SM, but where the KV length is split
+  // a wave of one per SM reads the cache faster: half the splits, each
+  // twice as long (measured in docs/inference.md). From batch 14 up (with
+  // 8 KV heads) the rule does not split.
   if (wideTiles && shortPages)
     t.splitBlocksPerSM = 1;
   return t;
