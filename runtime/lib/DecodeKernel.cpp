@@ -212,11 +212,11 @@ int64_t DecodeKernel::ruleSplits(int64_t batch, int64_t longest,
   // Without a GPU the rule reasons with an H100's two blocks on 132 SMs;
   // a tiling may plan for fewer blocks per SM than fit
   // (DecodeTiling::splitBlocksPerSM).
-  int64_t resident = Module ? Module->residentBlocks() : 2 * 132;
+  const int64_t sms = Module ? Module->multiprocessors() : 132;
+  int64_t resident = Module ? Module->residentBlocks() : 2 * sms;
   const int64_t planned = decodeTiling(Spec).splitBlocksPerSM;
   if (planned > 0)
-    resident = std::min<int64_t>(
-        resident, planned * (Module ? Module->multiprocessors() : 132));
+    resident = std::min<int64_t>(resident, planned * sms);
   return chooseDecodeSplits(Spec, std::max<int64_t>(batch, 1), longest,
                             resident, splitWaves);
 }

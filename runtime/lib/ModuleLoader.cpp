@@ -148,8 +148,8 @@ llvm::Error LoadedModule::bindFunction() {
           static_cast<size_t>(info.sharedMemoryBytes)))
     return err;
   Multiprocessors = static_cast<unsigned>(std::max(1, multiprocessors));
-  ResidentBlocks = static_cast<unsigned>(std::max(1, multiprocessors) *
-                                         std::max(1, blocksPerSM));
+  ResidentBlocks =
+      Multiprocessors * static_cast<unsigned>(std::max(1, blocksPerSM));
   // A kernel built for clusters runs whole clusters, and a GPC holds fewer
   // of them than its SMs over the cluster size when its SMs do not divide
   // evenly: ask the driver how many fit at once.
