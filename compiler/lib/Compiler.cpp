@@ -6,6 +6,7 @@
 #include "flashjit/Compiler/ConfigAttr.h"
 #include "flashjit/Compiler/ConfigChoice.h"
 #include "flashjit/Compiler/Description.h"
+#include "flashjit/Compiler/ParserGuard.h"
 #include "flashjit/Compiler/Pipeline.h"
 #include "flashjit/Templates/BlockMaskKernel.h"
 #include "flashjit/Templates/KernelTemplate.h"
@@ -302,6 +303,8 @@ llvm::Expected<CompiledKernel> compileDescription(llvm::StringRef mlirText,
   auto target = Target::parse(options.target.chip);
   if (!target)
     return target.takeError();
+  if (auto err = checkParserSafe(mlirText, "malformed MLIR input"))
+    return std::move(err);
   SharedContext &shared = sharedContext();
   std::lock_guard<std::mutex> lock(shared.mutex);
   DiagnosticCollector diagnostics(shared.context);

@@ -2,6 +2,7 @@
 // Why: the pipeline's input is IR; programs give an AttentionSpec.
 #include "flashjit/Compiler/Description.h"
 #include "flashjit/Compiler/ConfigAttr.h"
+#include "flashjit/Compiler/ParserGuard.h"
 #include "flashjit/Dialect/AttnDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -25,6 +26,8 @@ namespace {
 llvm::Error parseModInto(MLIRContext &ctx, llvm::StringRef name,
                          llvm::StringRef text, ArrayRef<Type> argTypes,
                          Type result, Region &region) {
+  if (auto err = checkParserSafe(text, name))
+    return err;
   OwningOpRef<ModuleOp> parsed = parseSourceString<ModuleOp>(text, &ctx, name);
   if (!parsed)
     return llvm::createStringError(

@@ -2,6 +2,7 @@
 // Why: see ModInterpreter.h. Values are doubles; integers and i1 are held
 // exactly (|x| < 2^53 for the indices and ids a mod computes with).
 #include "flashjit/Compiler/ModInterpreter.h"
+#include "flashjit/Compiler/ParserGuard.h"
 #include "flashjit/Compiler/Description.h"
 #include "flashjit/Dialect/AttnDialect.h"
 
@@ -259,6 +260,8 @@ ModInterpreter::create(const AttentionSpec &spec) {
       diagnostics += diag.str() + "\n";
       return success();
     });
+    if (auto err = checkParserSafe(text, name))
+      return err;
     module = parseSourceString<ModuleOp>(text, &ctx, name);
     if (!module)
       return llvm::createStringError(

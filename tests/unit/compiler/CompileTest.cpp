@@ -2,6 +2,7 @@
 // PTX for every supported spec and errors (never aborts) for the rest.
 #include "flashjit/Compiler/Compiler.h"
 #include "flashjit/Compiler/ConfigChoice.h"
+#include "flashjit/Compiler/ParserGuard.h"
 #include "flashjit/Compiler/Variants.h"
 #include "flashjit/Templates/KernelTemplate.h"
 #include "flashjit/FlashJIT.h"
@@ -81,6 +82,28 @@ TEST_CASE("malformed MLIR and descriptions without one attention") {
   r = compileDescription("module {}", forChip("sm_90a"));
   REQUIRE_FALSE(bool(r));
   CHECK(llvm::toString(r.takeError()).find("holds 0") != std::string::npos);
+}
+
+TEST_CASE("a dense array of index is an error, not a parser crash") {
+  // MLIR 22's parser segfaults on `array<index`; checkParserSafe stops it
+  // first, outside string literals and comments only.
+  for (const char *text :
+       {"func.func @f() attributes {a = array<index>} { return }",
+        "module attributes {a = array <\n // a comment\n index: 1>} {}",
+        "func.func @f() attributes {a = array<index"}) {
+    auto r = compileDescription(text, forChip("sm_90a"));
+    REQUIRE_FALSE(bool(r));
+    std::string message = llvm::toString(r.takeError());
+    CHECK(message.find("malformed MLIR input") == 0);
+    CHECK(message.find("array<index") != std::string::npos);
+  }
+  CHECK_FALSE(bool(checkParserSafe("x = \"array<index\" // array<index", "t")));
+  CHECK_FALSE(bool(checkParserSafe("!foo.array<index> #x.array<index>", "t")));
+  CHECK_FALSE(bool(checkParserSafe("a = array<i64: 1, 2>", "t")));
+  CHECK_FALSE(bool(checkParserSafe("a = array<indexed>", "t")));
+  llvm::Error err = checkParserSafe("a = array< index>", "score_mod");
+  REQUIRE(bool(err));
+  CHECK(llvm::toString(std::move(err)).find("score_mod: ") == 0);
 }
 
 TEST_CASE("context without a GPU: compiles, caches, refuses to launch") {
