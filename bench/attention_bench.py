@@ -155,9 +155,14 @@ def window_stats(samples, iters):
             "iters": iters, "repeats": len(samples)}
 
 
-def time_cuda_rounds(torch, fns, warmup, repeats, target_ms):
+def time_cuda_rounds(torch, fns, warmup, repeats, target_ms, settle=False):
     """time_cuda for several functions at once: every round times one window
     of each, in turn, so that drifting clocks weigh on all of them alike.
+    settle: each timed window follows an untimed one of the same function,
+    so that it starts at the clock and power draw its own calls bring the
+    GPU to, not at those of the function timed before it (at the power
+    limit a window of about 30 ms otherwise inherits its predecessor's
+    clock: bench/results/training-nvidia-h100-80gb-hbm3.md).
     fns: name -> callable. Returns name -> time_cuda's dict, or
     {"error": why} for a function that raised (it leaves the rounds)."""
     iters, out = {}, {}
@@ -171,6 +176,8 @@ def time_cuda_rounds(torch, fns, warmup, repeats, target_ms):
     for _ in range(repeats):
         for name in list(samples):
             try:
+                for _ in range(iters[name] if settle else 0):
+                    fns[name]()
                 start.record()
                 for _ in range(iters[name]):
                     fns[name]()

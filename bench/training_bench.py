@@ -15,6 +15,13 @@ Times: CUDA events around back-to-back calls after warm-up, median of
 --repeats windows; each round times one window of every backend's
 forward+backward and backward in turn, so that the GPU's drifting clocks
 weigh on all of them alike (bench/attention_bench.py's time_cuda_rounds).
+These steps run at the H100's power limit, where a window's clock
+depends on what ran before it: a backend timed after a slower, cooler one
+(SDPA's FlashAttention-2 backend) gains up to a fifth. So flashjit is
+timed against each peer in turn, the two alternating (--together: all
+backends in one fixed order a round), and each timed window follows an
+untimed window of the same calls (--no-settle drops it);
+bench/training_profile.py measures the clock and power of each backend.
 Before timing,
 each point checks flashjit's dQ, dK, dV against the first SDPA backend
 that ran (relative error of the norm).
@@ -45,10 +52,18 @@ def parse_args(argv):
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--target-ms", type=float, default=40.0)
+    p.add_argument("--together", dest="pairwise", action="store_false",
+                   help="time every backend in one fixed order a round instead of flashjit "
+                        "against each peer in turn")
+    p.add_argument("--no-settle", dest="settle", action="store_false",
+                   help="time each window straight after the previous backend's (no untimed "
+                        "window of the same calls before it)")
     p.add_argument("--memory-seqlens", type=int_list, default=[8192, 32768, 131072])
     p.add_argument("--memory-only", action="store_true")
     p.add_argument("--no-memory", action="store_true")
     p.add_argument("--json", help="write the results here")
+    p.add_argument("--self-test", action="store_true",
+                   help="check the timing groups and the table's ratios (no torch, no GPU)")
     p.add_argument("--out-md", help="write a markdown table here")
     args = p.parse_args(argv)
     args.causal = {"both": [False, True], "yes": [True], "no": [False]}[args.causal]
@@ -112,27 +127,49 @@ def rates(both, back, fwd_flops):
             "bwd_tflops": 2.5 * fwd_flops / back["ms"] / 1e9}
 
 
-def time_trainings(torch, fns, inputs, grad_o, fwd_flops, timing):
+def time_trainings(torch, fns, inputs, grad_o, fwd_flops, timing, pairwise=True,
+                   calls_of=training_calls, timer=time_cuda_rounds):
     """Each backend's gradients of fn(*inputs) for grad_o, and its timings:
-    every backend's forward+backward and backward in turn in each round
-    (time_cuda_rounds). fns: name -> fn. Returns (name -> gradients of those
-    that ran and were timed, name -> rates() or {"error": why}), results in
-    fns' order."""
+    forward+backward and backward windows in rounds (time_cuda_rounds).
+    pairwise: flashjit against each peer in turn, the two alternating
+    window by window, so that each follows the other alike; else every
+    backend in one fixed order a round. fns: name -> fn. Returns (name ->
+    gradients of those that ran and were timed, name -> rates() or
+    {"error": why}), results in fns' order; flashjit's rates are those of
+    its first pair, with every pair's under "pairs". calls_of and timer:
+    training_calls and time_cuda_rounds, or stand-ins (self_test)."""
     calls, grads, failed = {}, {}, {}
     for name, fn in fns.items():
         try:
-            grads[name], calls[(name, "fwd_bwd")], calls[(name, "bwd")] = training_calls(
+            grads[name], calls[(name, "fwd_bwd")], calls[(name, "bwd")] = calls_of(
                 torch, fn, inputs, grad_o)
         except Exception as e:
             failed[name] = reason(e)
-    times = time_cuda_rounds(torch, calls, **timing)
-    results = {}
-    for name in fns:
-        if name not in failed:
+    peers = [n for n in fns if n != "flashjit" and n not in failed]
+    groups = [[n for n in fns if n not in failed]]
+    if pairwise and "flashjit" in fns and "flashjit" not in failed and peers:
+        groups = [["flashjit", n] for n in peers]
+    pairs, results = {}, {}
+    for group in groups:
+        times = timer(torch, {(n, k): calls[(n, k)] for n in group
+                              for k in ("fwd_bwd", "bwd")}, **timing)
+        for name in group:
             both, back = times[(name, "fwd_bwd")], times[(name, "bwd")]
-            failed[name] = both.get("error") or back.get("error")
-        results[name] = {"error": failed[name]} if failed[name] else rates(both, back, fwd_flops)
-    return {n: g for n, g in grads.items() if not failed[n]}, results
+            why = both.get("error") or back.get("error")
+            rated = {"error": why} if why else rates(both, back, fwd_flops)
+            if name == "flashjit" and len(groups[0]) == 2 and group[0] == "flashjit":
+                pairs[group[1]] = dict(rated)
+            if name not in results:
+                results[name] = rated
+    if pairs and "error" not in results["flashjit"]:
+        results["flashjit"]["pairs"] = pairs
+    for name in fns:
+        if name in failed:
+            results[name] = {"error": failed[name]}
+        elif "error" in results[name]:
+            failed[name] = results[name]["error"]
+    results = {n: results[n] for n in fns}
+    return {n: g for n, g in grads.items() if n not in failed}, results
 
 
 def run_point(torch, args, fns, d, causal, s):
@@ -146,10 +183,11 @@ def run_point(torch, args, fns, d, causal, s):
         return torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=gen)
     q, k, v = (make().requires_grad_() for _ in range(3))
     grad_o = make()
-    timing = dict(warmup=args.warmup, repeats=args.repeats, target_ms=args.target_ms)
+    timing = dict(warmup=args.warmup, repeats=args.repeats, target_ms=args.target_ms,
+                  settle=args.settle)
     grads, point["results"] = time_trainings(
         torch, {name: (lambda q, k, v, fn=fn: fn(q, k, v, causal)) for name, fn in fns.items()},
-        (q, k, v), grad_o, fwd_flops, timing)
+        (q, k, v), grad_o, fwd_flops, timing, pairwise=args.pairwise)
     reference = next(((n, g) for n, g in grads.items() if n != "flashjit"), None)
     mine = grads.get("flashjit")
     if "flashjit" in point["results"] and "error" not in point["results"]["flashjit"] \
@@ -208,6 +246,7 @@ def markdown(results):
             row += [rate(n) for n in names] + [rate("flashjit", "bwd_tflops")]
             for n in names[1:]:
                 a, b = r.get("flashjit", {}), r.get(n, {})
+                a = a.get("pairs", {}).get(n, a)  # flashjit's time beside this peer
                 row.append(f"{b['fwd_bwd_ms'] / a['fwd_bwd_ms']:.2f}"
                            if "fwd_bwd_ms" in a and "fwd_bwd_ms" in b else "-")
             c = p.get("check", {})
@@ -227,10 +266,57 @@ def markdown(results):
     return "\n".join(lines) + "\n"
 
 
+def self_test(out=print):
+    """The rounds each backend is timed in and the ratios the table shows,
+    with stand-ins for the calls and the timer. Returns the failed checks."""
+    from self_check import Checks
+    check = Checks(out)
+    groups = []
+
+    def calls_of(torch, fn, inputs, grad_o):
+        if fn is None:
+            raise RuntimeError("no such backend here")
+        return ("grads", fn), (fn, "fwd_bwd"), (fn, "bwd")
+
+    def timer(torch, calls, **timing):
+        groups.append([name for name, kind in calls if kind == "fwd_bwd"])
+        # flashjit runs 1 ms beside cuDNN and 2 ms beside SDPA flash; the
+        # peers' own times: cuDNN 1.5 ms, SDPA flash 3 ms.
+        slow = any(name == "sdpa-flash" for name, _ in calls)
+        ms = {"flashjit": 2.0 if slow else 1.0, "sdpa-cudnn": 1.5, "sdpa-flash": 3.0}
+        return {key: {"ms": ms[key[0]]} for key in calls}
+    fns = {"flashjit": "fj", "sdpa-cudnn": "cd", "sdpa-flash": "fl", "flex": None}
+    grads, results = time_trainings(None, fns, (), None, 1e9, {}, calls_of=calls_of,
+                                    timer=timer)
+    check("pairwise: flashjit against each peer in turn",
+          groups == [["flashjit", "sdpa-cudnn"], ["flashjit", "sdpa-flash"]], groups)
+    check("a backend that fails to run is reported, not timed",
+          results["flex"] == {"error": "RuntimeError: no such backend here"}
+          and "flex" not in grads, results["flex"])
+    check("flashjit's rates are its first pair's", results["flashjit"]["fwd_bwd_ms"] == 1.0,
+          results["flashjit"])
+    point = {"head_dim": 128, "causal": False, "seqlen": 2048, "batch": 8, "results": results}
+    row = markdown({"points": [point]}).splitlines()[2].split(" | ")
+    check("each ratio from flashjit's time beside that peer",
+          row[-4:-1] == ["1.50", "1.50", "-"], row)
+    groups.clear()
+    time_trainings(None, fns, (), None, 1e9, {}, pairwise=False, calls_of=calls_of, timer=timer)
+    check("--together: every backend in one round",
+          groups == [["flashjit", "sdpa-cudnn", "sdpa-flash"]], groups)
+    return check.failed
+
+
 def main(argv=None):
     args = parse_args(argv)
+    if args.self_test:
+        failed = self_test()
+        print(f"{len(failed)} failed" if failed else "all checks passed")
+        return 1 if failed else 0
     import torch
     results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+               "timing": {"warmup": args.warmup, "repeats": args.repeats,
+                          "target_ms": args.target_ms, "settle": args.settle,
+                          "pairwise": args.pairwise},
                "points": [], "memory": {}}
     fns = attention_fns(torch, args.peers)
     if not args.memory_only:
@@ -260,4 +346,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
