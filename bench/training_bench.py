@@ -17,7 +17,7 @@ forward+backward and backward in turn, so that the GPU's drifting clocks
 weigh on all of them alike (bench/attention_bench.py's time_cuda_rounds).
 These steps run at the H100's power limit, where a window's clock
 depends on what ran before it: a backend timed after a slower, cooler one
-(SDPA's FlashAttention-2 backend) gains up to a fifth. So flashjit is
+(SDPA's FlashAttention-2 backend) gained 5-15% on an H100. So flashjit is
 timed against each peer in turn, the two alternating (--together: all
 backends in one fixed order a round), and each timed window follows an
 untimed window of the same calls (--no-settle drops it);
