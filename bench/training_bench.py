@@ -17,7 +17,7 @@ forward+backward and backward in turn, so that the GPU's drifting clocks
 weigh on all of them alike (bench/attention_bench.py's time_cuda_rounds).
 These steps run at the H100's power limit, where a window's clock
 depends on what ran before it: a backend timed after a slower, cooler one
-(SDPA's FlashAttention-2 backend) gained 5-15% on an H100. So flashjit is
+(SDPA's FlashAttention-2 backend) gained up to about 10% on an H100. So flashjit is
 timed against each peer in turn, the two alternating (--together: all
 backends in one fixed order a round), and each timed window follows an
 untimed window of the same calls (--no-settle drops it);
@@ -172,17 +172,27 @@ def time_trainings(torch, fns, inputs, grad_o, fwd_flops, timing, pairwise=True,
     return {n: g for n, g in grads.items() if n not in failed}, results
 
 
-def run_point(torch, args, fns, d, causal, s):
+def point_inputs(torch, args, d, causal, s):
+    """The point's description (shape and forward FLOPs) and its inputs: q,
+    k, v (requiring grad) and dO, bf16 [b, h, s, d] at b x s =
+    --total-tokens and h = --hidden / d, seeded by the shape (the same for
+    bench/training_profile.py)."""
     b, h = args.total_tokens // s, args.hidden // d
     fwd_flops = 4 * b * h * s * s * d // (2 if causal else 1)
     point = {"head_dim": d, "causal": causal, "seqlen": s, "batch": b, "heads": h,
-             "fwd_flops": fwd_flops, "results": {}}
+             "fwd_flops": fwd_flops}
     gen = torch.Generator(device="cuda").manual_seed(s * 131 + d)
 
     def make():
         return torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=gen)
     q, k, v = (make().requires_grad_() for _ in range(3))
-    grad_o = make()
+    return point, (q, k, v), make()
+
+
+def run_point(torch, args, fns, d, causal, s):
+    point, (q, k, v), grad_o = point_inputs(torch, args, d, causal, s)
+    fwd_flops = point["fwd_flops"]
+    point["results"] = {}
     timing = dict(warmup=args.warmup, repeats=args.repeats, target_ms=args.target_ms,
                   settle=args.settle)
     grads, point["results"] = time_trainings(

@@ -35,7 +35,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from power_profile import PowerLog, parse_shape, sustained  # noqa: E402
-from training_bench import attention_fns, training_calls  # noqa: E402
+from training_bench import attention_fns, point_inputs, training_calls  # noqa: E402
 
 
 def parse_args(argv):
@@ -118,20 +118,13 @@ def host_ms(torch, fn, calls=10):
 
 def run_shape(torch, args, fns, shape, log):
     d, causal, s, _ = shape
-    b, h = args.total_tokens // s, args.hidden // d
-    gen = torch.Generator(device="cuda").manual_seed(s * 131 + d)
-
-    def make():
-        return torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=gen)
-    q, k, v = (make().requires_grad_() for _ in range(3))
-    grad_o = make()
+    out, inputs, grad_o = point_inputs(torch, args, d, causal, s)
     steps = {}
     for name, fn in fns.items():
         _, steps[name], _ = training_calls(
-            torch, lambda q, k, v, fn=fn: fn(q, k, v, causal), (q, k, v), grad_o)
-    fwd_flops = 4 * b * h * s * s * d // (2 if causal else 1)
-    out = {"head_dim": d, "causal": causal, "seqlen": s, "batch": b, "heads": h,
-           "fwd_flops": fwd_flops, "backends": {}}
+            torch, lambda q, k, v, fn=fn: fn(q, k, v, causal), inputs, grad_o)
+    fwd_flops = out["fwd_flops"]
+    out["backends"] = {}
     for name, step in steps.items():
         out["backends"][name] = {"trace": trace(torch, step, args.steps),
                                  "host_ms": host_ms(torch, step), "sustained": []}
