@@ -35,10 +35,16 @@ struct ModIndices {
     lastColumn = ir.toI32(ir.sub(rules.seqlenK, ir.c64(1)));
     base = ir.toI32(ir.add(n0, quadCol));
   }
-  /// Row half h of m tile mt (row slot mt * 2 + h).
+  /// Row half h of m tile mt (row slot mt * 2 + h): the thread's first
+  /// row plus the fragment's offset, 16 mt + 8 h, so that every row slot
+  /// shares one base and a mod's index sums (ALiBi's kv - q) differ between
+  /// slots only in their constants: two slots whose sums are equal share
+  /// their float form and what the mod computes from it.
   ModIndex row(int64_t mt, int64_t h) const {
-    Value row = ir.toI32(rowOf(mt, h));
-    return ModIndex(ir.minS(row, lastRow), row, 0);
+    Value first = ir.toI32(rowOf(0, 0));
+    int64_t offset = 16 * mt + 8 * h;
+    return ModIndex(ir.minS(ir.add(first, ir.c32(offset)), lastRow), first,
+                    offset);
   }
   /// Element r of n8 tile nt (column slot nt * 2 + r % 2).
   ModIndex column(int64_t nt, int64_t r) const {

@@ -64,7 +64,8 @@ public:
   /// bound of some row in [firstRow, lastRow] (the rows of the threads that
   /// branch together), or any tile where a mask_mod applies. n0 is the
   /// tile's first column, blockN its width, quadCol 2 (lane % 4),
-  /// rowOf(mt, h) the query row of a row half.
+  /// rowOf(mt, h) the query row of a row half, rowOf(0, 0) + 16 mt + 8 h
+  /// (the accumulator fragment's rows; the mods see them so).
   void mask(llvm::MutableArrayRef<mlir::Value> s, mlir::Value n0,
             int64_t blockN, mlir::Value firstRow, mlir::Value lastRow,
             mlir::Value quadCol, const ScoreRules &rules,
