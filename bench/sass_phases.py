@@ -15,6 +15,9 @@ compared phase by phase.
     ncu -i rep.ncu-rep --page source --csv --print-source sass | gzip > k.csv.gz
     python3 bench/sass_phases.py k.csv.gz                  # by execution count
     python3 bench/sass_phases.py k.csv.gz --execs 16384,8064 --top 12
+    python3 bench/sass_phases.py k.csv.gz --loop 105728 --block 16384
+        # each group's samples in loop iterations per block: the loop's
+        # instructions ran 105728 times, once-per-block code 16384 times
     python3 bench/sass_phases.py --self-test   # a made-up report, checked
 """
 import argparse
@@ -56,6 +59,25 @@ def by_execution_count(instrs, top):
     print("executions | instructions | samples | share")
     for e, (n, s) in sorted(groups.items(), key=lambda x: -x[1][1])[:top]:
         print(f"{e:10d} | {n:5d} | {s:7d} | {s / total:6.1%}")
+
+
+def in_loop_iterations(instrs, loop, block, top):
+    """Each group's samples as loop iterations' worth per block: the loop's
+    samples over its iterations per block (loop / block executions) are
+    one iteration's worth."""
+    groups = collections.Counter()
+    for i in instrs:
+        groups[i["executed"]] += i["samples"]
+    iterations = loop / block
+    per_iteration = groups[loop] / iterations if groups[loop] else 0
+    if not per_iteration:
+        sys.exit(f"no samples in instructions executed {loop} times")
+    print(f"{iterations:.2f} loop iterations per block, "
+          f"{per_iteration:.0f} samples each")
+    print("executions | samples | loop iterations per block")
+    for e, s in sorted(groups.items(), key=lambda x: -x[1])[:top]:
+        if e != loop:
+            print(f"{e:10d} | {s:7d} | {s / per_iteration:.2f}")
 
 
 def runs_of(instrs, execs, top):
@@ -134,6 +156,14 @@ def self_test():
         check("the per-block run: 15 samples, both instructions",
               "15 x100 0x30-0x40 (2 instrs)" in text)
         check("its reasons: long_sb 100%", "long_sb 100%" in text)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            in_loop_iterations(instrs, 800, 100, 10)
+        text = out.getvalue()
+        check("8 iterations per block of 10 samples each",
+              text.startswith("8.00 loop iterations per block, 10 samples each"))
+        check("the per-block code: 1.5 iterations' worth",
+              "       100 |      15 | 1.50" in text)
     if failures:
         sys.exit(f"{len(failures)} check(s) failed")
 
@@ -146,11 +176,21 @@ def main():
     ap.add_argument("csv", help="ncu --page source --csv --print-source sass output (.gz or not)")
     ap.add_argument("--execs", help="comma-separated execution counts to list runs of")
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("--loop", type=int,
+                    help="execution count of the loop's instructions (with --block)")
+    ap.add_argument("--block", type=int,
+                    help="execution count of the once-per-block code (with --loop)")
     args = ap.parse_args()
     instrs = load(args.csv)
     if not instrs:
         sys.exit(f"{args.csv}: no instructions with stall samples (was SourceCounters collected?)")
-    if args.execs:
+    if (args.loop is None) != (args.block is None):
+        ap.error("--loop and --block go together")
+    if args.loop is not None:
+        if args.block <= 0 or args.loop <= 0:
+            ap.error("--loop and --block are execution counts above 0")
+        in_loop_iterations(instrs, args.loop, args.block, args.top)
+    elif args.execs:
         runs_of(instrs, {int(x) for x in args.execs.split(",")}, args.top)
     else:
         by_execution_count(instrs, args.top)
