@@ -147,24 +147,19 @@ Value ScoreMods::score(Value s, Value batch, Value head, ModIndex row,
       want.push_back(f);
     SmallVector<Value> inlined = inlineRegion(*mods.scoreMod, fixed, want);
     Value term = arith::MulFOp::create(b, ir.loc, inlined[0], fromNatural);
-    if (f) {
-      // f = tile + c (floatOf): the bias is fma(c, x', tile * x'), one
-      // instruction for each distinct c, which the thread's scores share
-      // (row slots 8 rows apart meet columns 8 apart: 34 biases for 64
-      // scores of a 128-key tile), where (tile + c) * x' took two.
-      auto shifted = inlined[1].getDefiningOp<arith::AddFOp>();
-      FloatAttr c;
-      if (shifted && matchPattern(shifted.getRhs(), m_Constant(&c))) {
-        Value tile = arith::MulFOp::create(b, ir.loc, shifted.getLhs(), term);
-        term = LLVM::FMAOp::create(b, ir.loc, ir.cF32(c.getValueAsDouble()),
-                                   term, tile);
-      } else {
-        term = arith::MulFOp::create(b, ir.loc, inlined[1], term);
-        allowContraction(term.getDefiningOp());
-      }
-    } else {
-      allowContraction(term.getDefiningOp());
-    }
+    // f = tile + c (floatOf): the bias is fma(c, x', tile * x'), one
+    // instruction for each distinct c, which the thread's scores share
+    // (row slots 8 rows apart meet columns 8 apart: 34 biases for 64
+    // scores of a 128-key tile), where (tile + c) * x' took two.
+    auto shifted = f ? inlined[1].getDefiningOp<arith::AddFOp>() : nullptr;
+    FloatAttr c;
+    if (shifted && matchPattern(shifted.getRhs(), m_Constant(&c)))
+      term = LLVM::FMAOp::create(
+          b, ir.loc, ir.cF32(c.getValueAsDouble()), term,
+          arith::MulFOp::create(b, ir.loc, shifted.getLhs(), term));
+    else if (f)
+      term = arith::MulFOp::create(b, ir.loc, inlined[1], term);
+    allowContraction(term.getDefiningOp());
     auto sum = arith::AddFOp::create(b, ir.loc, term, s);
     allowContraction(sum);
     return sum;
