@@ -110,6 +110,12 @@ public:
   static ScoreMods onBase2Scores(KernelIR &ir, const ModRegions &mods,
                                  const ForwardParams &p);
 
+  /// Lets LLVM fuse a float multiply and add of a mod (and of the score's
+  /// conversion to and from the natural units) into one fma, as the
+  /// softmax's own arithmetic is: one rounding fewer, one instruction per
+  /// score fewer.
+  static void allowContraction(mlir::Operation *op);
+
   bool hasScoreMod() const { return mods.scoreMod != nullptr; }
   bool hasMaskMod() const { return mods.maskMod != nullptr; }
 
@@ -159,9 +165,10 @@ private:
   stageRead(mlir::Operation *read, mlir::Value batch, mlir::Value head,
             ModIndex other, const IndexStaging &staging, mlir::Value first,
             mlir::Value last);
-  /// Clones `region`'s ops with its leading block arguments bound to
-  /// `fixed` (index arguments given as i32 or i64) and returns the clones
-  /// of `want` (values of the region; none: the yielded one).
+  /// Clones `region`'s ops (ScoreModInline.cpp) with its leading block
+  /// arguments bound to `fixed` (index arguments given as i32 or i64) and
+  /// returns the clones of `want` (values of the region; none: the
+  /// yielded one).
   /// `reads`: values of the region's captured-tensor reads issued ahead,
   /// at `rowSlot` and `columnSlot`.
   /// With `argScale`, the first argument is `fixed[0]` times `argScale`
