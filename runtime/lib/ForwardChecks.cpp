@@ -263,7 +263,8 @@ llvm::Error checkCaptures(const AttentionSpec &spec,
     }
     if (!capturedSpanFits(c))
       return fail(name + " spans more than 2^62 bytes: its strides are wrong");
-    // The kernels index such a capture with 32-bit offsets (ScoreMods.cpp).
+    // The kernels index such a capture with 32-bit offsets
+    // (ScoreModInline.cpp).
     if (want.hasNarrowOffsets()) {
       int64_t span = 1; // fits: capturedSpanFits
       for (int d = 0; d < c.rank; ++d)

@@ -26,7 +26,7 @@ namespace {
 /// The indices a mod sees for the thread's scores of the tile at n0: rows
 /// and columns past the sequences (masked) are clamped to the last ones,
 /// so that captured tensors are read in bounds. 32-bit, as the mods'
-/// indices (ScoreMods.cpp).
+/// indices (ScoreModInline.cpp).
 struct ModIndices {
   ModIndices(KernelIR &ir, const ScoreRules &rules, Value n0, Value quadCol,
              function_ref<Value(int64_t, int64_t)> rowOf)

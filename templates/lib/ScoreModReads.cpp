@@ -5,7 +5,8 @@
 // that wait (ScoreMods::readMaskAhead), only on the tiles where the mod
 // applies (readWhere), and a read of the index that varies along a
 // thread's slots goes once per warp through shared memory (stageRead,
-// IndexStaging). Kept apart from ScoreMods.cpp, which clones the regions.
+// IndexStaging). Kept apart from ScoreModInline.cpp, which clones the
+// regions.
 #include "ScoreMods.h"
 
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
