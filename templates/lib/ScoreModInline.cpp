@@ -65,6 +65,7 @@ struct IndexSum {
     return constant > -(int64_t(1) << 24) && constant < (int64_t(1) << 24);
   }
 };
+
 /// One cloning of a region (ScoreMods::inlineRegion): the value map and
 /// what is known of the values cloned so far.
 class RegionInliner {
@@ -84,8 +85,6 @@ public:
     for (Operation &op : block) {
       if (auto yield = dyn_cast<attn::YieldOp>(op))
         return yielded(yield, want, resultScale);
-      // (An int-to-float conversion's value times a constant keeps the
-      // form below that makes it one fma.)
       if (foldConstantFactor(op))
         continue;
       for (Value operand : op.getOperands())
@@ -296,7 +295,8 @@ private:
   }
 
   /// x * c or x / c whose x is pending or not an index sum's float form:
-  /// the result is x with the factor pending.
+  /// the result is x with the factor pending. (An index sum's float form
+  /// times a constant keeps distributeTileProduct's form: one fma.)
   bool foldConstantFactor(Operation &op) {
     auto [x, c] = constantFactor(op);
     if (!x || (!pending.count(x) && floatSums.count(x)))
