@@ -258,10 +258,6 @@ private:
         .getResult(0);
   }
 
-  void f32Unary(Operation &op, function_ref<Value(Value)> f) {
-    map.map(op.getResult(0), f(map.lookup(op.getOperand(0))));
-  }
-
   void formProduct(Value v) {
     auto it = pending.find(v);
     if (it == pending.end())
@@ -389,58 +385,40 @@ private:
     return true;
   }
 
-  /// The math dialect's ops, as the NVVM forms the softmax uses.
-  bool mathOp(Operation &op) {
-    if (isa<math::ExpOp>(op)) {
-      f32Unary(op, [&](Value x) {
-        return ir.exp2(arith::MulFOp::create(b, loc, x, ir.cF32(kLog2E)));
-      });
-      return true;
-    }
-    if (isa<math::Exp2Op>(op)) {
-      f32Unary(op, [&](Value x) { return ir.exp2(x); });
-      return true;
-    }
-    if (isa<math::LogOp>(op)) {
-      f32Unary(op, [&](Value x) {
-        return arith::MulFOp::create(b, loc, ir.log2(x), ir.cF32(kLn2));
-      });
-      return true;
-    }
-    if (isa<math::Log2Op>(op)) {
-      f32Unary(op, [&](Value x) { return ir.log2(x); });
-      return true;
-    }
-    if (isa<math::TanhOp>(op)) {
-      // tanh.approx.f32 (sm_75+; relative error below 2^-10.9): one MUFU
-      // operation, as the softmax's exp2. The exact form, (1 - t) / (1 + t)
-      // with t = 2^(-2 |x| log2 e), takes two more (ex2 and rcp) and about
-      // ten other instructions per score. FlashAttention-3's soft-cap uses
-      // the same approximation.
-      f32Unary(op, [&](Value x) {
-        return ptx("tanh.approx.f32 $0, $1;", "=f,f", x);
-      });
-      return true;
-    }
+  /// The math dialect's one-operand ops on x (the operand's clone), as
+  /// the NVVM forms the softmax uses; null for any other op.
+  Value unaryMath(Operation &op, Value x) {
+    if (isa<math::ExpOp>(op))
+      return ir.exp2(arith::MulFOp::create(b, loc, x, ir.cF32(kLog2E)));
+    if (isa<math::Exp2Op>(op))
+      return ir.exp2(x);
+    if (isa<math::LogOp>(op))
+      return arith::MulFOp::create(b, loc, ir.log2(x), ir.cF32(kLn2));
+    if (isa<math::Log2Op>(op))
+      return ir.log2(x);
+    // tanh.approx.f32 (sm_75+; relative error below 2^-10.9): one MUFU
+    // operation, as the softmax's exp2. The exact form, (1 - t) / (1 + t)
+    // with t = 2^(-2 |x| log2 e), takes two more (ex2 and rcp) and about
+    // ten other instructions per score. FlashAttention-3's soft-cap uses
+    // the same approximation.
+    if (isa<math::TanhOp>(op))
+      return ptx("tanh.approx.f32 $0, $1;", "=f,f", x);
+    if (isa<math::RsqrtOp>(op))
+      return arith::DivFOp::create(
+          b, loc,
+          arith::ConstantOp::create(b, loc, b.getFloatAttr(x.getType(), 1.0)),
+          intrinsic("llvm.sqrt", x));
     // One LLVM intrinsic each.
     StringRef name = isa<math::SqrtOp>(op)    ? "llvm.sqrt"
                      : isa<math::AbsFOp>(op)  ? "llvm.fabs"
                      : isa<math::FloorOp>(op) ? "llvm.floor"
                      : isa<math::CeilOp>(op)  ? "llvm.ceil"
                                               : "";
-    if (!name.empty()) {
-      f32Unary(op, [&](Value x) { return intrinsic(name, x); });
-      return true;
-    }
-    if (isa<math::RsqrtOp>(op)) {
-      f32Unary(op, [&](Value x) {
-        return arith::DivFOp::create(
-            b, loc, arith::ConstantOp::create(
-                        b, loc, b.getFloatAttr(x.getType(), 1.0)),
-            intrinsic("llvm.sqrt", x));
-      });
-      return true;
-    }
+    return name.empty() ? Value() : intrinsic(name, x);
+  }
+
+  /// The math dialect's ops (unaryMath, and fma as an intrinsic).
+  bool mathOp(Operation &op) {
     if (auto fma = dyn_cast<math::FmaOp>(op)) {
       map.map(fma.getResult(),
               intrinsic("llvm.fma", ValueRange{map.lookup(fma.getA()),
@@ -448,7 +426,14 @@ private:
                                                map.lookup(fma.getC())}));
       return true;
     }
-    return false;
+    if (op.getDialect()->getNamespace() != "math" ||
+        op.getNumOperands() != 1)
+      return false;
+    Value y = unaryMath(op, map.lookup(op.getOperand(0)));
+    if (!y)
+      return false;
+    map.map(op.getResult(0), y);
+    return true;
   }
 
   /// An f32 division (one by a constant was folded as a factor where it
