@@ -442,18 +442,14 @@ private:
     auto div = dyn_cast<arith::DivFOp>(op);
     if (!div || !div.getType().isF32())
       return false;
-    // By a constant (soft-capping's score / cap): a multiply by its
-    // reciprocal, within 1.5 ulp (rounded reciprocal, rounded product),
-    // tighter than div.full and no MUFU operation beside the softmax's.
-    FloatAttr divisor;
-    if (matchPattern(div.getRhs(), m_Constant(&divisor)) &&
-        divisor.getValueAsDouble() != 0.0 &&
-        std::isfinite(1.0 / divisor.getValueAsDouble())) {
-      auto product = arith::MulFOp::create(
-          b, loc, map.lookup(div.getLhs()),
-          ir.cF32(static_cast<float>(1.0 / divisor.getValueAsDouble())));
-      ScoreMods::allowContraction(product);
-      map.map(div.getResult(), product.getResult());
+    // By a constant (an index sum's float form / 8): a multiply by its
+    // reciprocal (constantFactor), within 1.5 ulp (rounded reciprocal,
+    // rounded product), tighter than div.full and no MUFU operation beside
+    // the softmax's.
+    if (auto [x, reciprocal] = constantFactor(op); x) {
+      map.map(div.getResult(),
+              contracted(arith::MulFOp::create(b, loc, map.lookup(x),
+                                               ir.cF32(reciprocal))));
       return true;
     }
     // div.full.f32 (rcp and a multiply; within 2 ulp), as Triton divides
