@@ -4,10 +4,13 @@
 // loads, clusters and products live in WgmmaInstructions.cpp, the producer
 // in WgmmaProducer.cpp, the kernel's structure (its entry, the roles) in
 // WgmmaForward.cpp and the consumers (the loop over K/V tiles) in
-// WgmmaConsumer.cpp.
+// WgmmaConsumer.cpp, their softmax step within the bound in
+// WgmmaBoundedStep.cpp and their turns at the tensor cores in
+// WgmmaTurns.cpp.
 #ifndef FLASHJIT_TEMPLATES_WGMMABUILDER_H
 #define FLASHJIT_TEMPLATES_WGMMABUILDER_H
 
+#include "FragmentSoftmax.h"
 #include "HopperIR.h"
 
 #include "flashjit/Templates/TileConfig.h"
@@ -191,6 +194,23 @@ private:
   /// packed registers.
   SmallVector<Value> issueAccumulate(ValueRange o, ArrayRef<Value> pPacked,
                                      Value vDesc, int64_t keys = 0);
+  /// Tile j's softmax step against the max as it stands
+  /// (WgmmaBoundedStep.cpp): `mask` the scores `s`, then P against `max`.
+  /// Where a row of the warpgroup outgrew the bound the tile goes through
+  /// the max after all (`withMax`) on S_j taken again (`scoresAgain`: a
+  /// wgmma, hence the warpgroup's vote, which also waits for the P V in
+  /// flight). With random scores only the first tile of a row needs the
+  /// max. `outgrew` (i1, with a score_mod; null without): some earlier tile
+  /// of this query block outgrew the bound; such a tile takes the max on
+  /// the scores it holds, without the second product, and sets `outgrew`
+  /// for the tiles after.
+  FragmentSoftmax::Update
+  boundedStep(ArrayRef<Value> s, FragmentSoftmax &sm, ValueRange max,
+              ValueRange sum, Value scaleLog2, Value consumer, Value &outgrew,
+              function_ref<void(SmallVector<Value> &)> mask,
+              function_ref<FragmentSoftmax::Update(SmallVector<Value> &)>
+                  withMax,
+              function_ref<SmallVector<Value>()> scoresAgain);
   /// Whether `flag` (i1) is set in any thread of this consumer's
   /// warpgroup (bar.red.or on its named barrier voteBarrier), as an i1
   /// ptxas knows to be warp-uniform: a branch on it may hold a wgmma.

@@ -33,6 +33,7 @@
 
 #include "FragmentSoftmax.h"
 #include "ScoreMods.h"
+#include "WgmmaTurns.h"
 
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -56,35 +57,14 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
   Value quadRow = toI64(divU(lane, 4));
   Value quadCol = toI64(mul(remU(lane, 4), c32(2)));
 
-  // Ping-pong: consumer c issues its products only after c - 1 (cyclic)
-  // issued theirs, so the tensor cores take the warpgroups' products in
-  // turn and one warpgroup's softmax runs under the other's products.
-  // Named barrier 1 + c admits consumer c (its 128 threads wait, the
-  // previous consumer's 128 arrive); the last consumer opens the first
-  // turn, every turn ends with an arrive, and the first consumer takes the
-  // last consumer's final one before it exits (endTurns), so every barrier
-  // ends balanced. In a persistent kernel the turns run on across tiles:
-  // one consumer's epilogue runs under the other's products too.
-  Value isLastConsumer = cmp(Pred::eq, consumer, c32(consumers - 1));
-  Value myTurn = add(consumer, c32(1));
-  Value nextTurn = add(remU(add(consumer, c32(1)), consumers), c32(1));
-  const int64_t turnThreads = 2 * kWarpgroupThreads;
-  // Every consumer runs the software pipeline below (two of them taking
-  // turns) rather than a plain loop per tile (S, softmax, P V): the
-  // softmax of one tile runs under the products of the next
-  // (docs/performance.md has what each schedule gains).
-  const bool pingPong = consumers == 2;
-  auto beginProducts = [&] {
-    if (pingPong)
-      namedBarrierSync(myTurn, turnThreads);
-  };
-  auto endProducts = [&](Value) {
-    if (pingPong)
-      namedBarrierArrive(nextTurn, turnThreads);
-  };
-  if (pingPong)
-    ifThen(isLastConsumer,
-           [&] { namedBarrierArrive(c32(1), turnThreads); });
+  // Two consumers take turns issuing their products (ping-pong), so one
+  // warpgroup's softmax runs under the other's products; every consumer
+  // runs the software pipeline below rather than a plain loop per tile
+  // (S, softmax, P V): the softmax of one tile runs under the products of
+  // the next (docs/performance.md has what each schedule gains).
+  ConsumerTurns turns(*this, consumer, consumers);
+  auto beginProducts = [&] { turns.begin(); };
+  auto endProducts = [&](Value) { turns.end(); };
 
   const int64_t nTiles = cfg.blockN / 8;
   // O's accumulators.
@@ -165,14 +145,7 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
     barrierWait(qFull(slot), qParity(done));
     return {readTileInfoField(slot, 0)};
   };
-  // The turns end with the last consumer's arrive on the first consumer's
-  // barrier (it cannot know a turn is its last); the first consumer takes
-  // it here, so every barrier ends balanced.
-  auto endTurns = [&](Value, Value) {
-    if (pingPong)
-      ifThen(cmp(Pred::eq, consumer, c32(0)),
-             [&] { namedBarrierSync(myTurn, turnThreads); });
-  };
+  auto endTurns = [&](Value, Value) { turns.finish(); };
   // The epilogue. A persistent consumer reads its tile and rows from the
   // record again rather than keeping them in registers through the loop:
   // computed from loop-invariant values alone, LLVM would hoist the d / 4
@@ -273,71 +246,6 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
       maskTile(s, j, sm, keys);
       return sm.update(s, max, sum, p.scaleLog2);
     };
-    // Tile j's step against the max as it stands (K_j still in `slot`).
-    // Where a row of the warpgroup outgrew the bound the tile goes through
-    // the max after all: S_j again (a wgmma, hence the warpgroup's vote),
-    // which also waits for the P V in flight. With random scores only the
-    // first tile of a row needs the max, and it takes it (softmaxStep).
-    // `outgrew` (i1, with a score_mod): some earlier tile of this query
-    // block outgrew the bound; such a tile takes the max on the scores it
-    // holds, without the second product, and sets it for the tiles after.
-    auto boundedStep = [&](ArrayRef<Value> s, const Visit &j, Value slot,
-                           ValueRange max, ValueRange sum,
-                           FragmentSoftmax &sm, int64_t keys,
-                           Value &outgrew) {
-      const int64_t rows = sm.rowStates();
-      SmallVector<Type> types(s.size() + 3 * rows, f32);
-      auto values = [&](const FragmentSoftmax::Update &u) {
-        SmallVector<Value> values(u.probs);
-        llvm::append_range(values, u.max);
-        llvm::append_range(values, u.sum);
-        llvm::append_range(values, u.alpha);
-        return values;
-      };
-      // The values of the bounded step, then (with `outgrew`) its vote.
-      auto bounded = [&](SmallVector<Value> scores) {
-        maskTile(scores, j, sm, keys);
-        FragmentSoftmax::Update fast =
-            sm.updateWithinBound(scores, max, sum, p.scaleLog2);
-        Value vote = warpgroupAny(fast.outgrown, consumer);
-        SmallVector<Value> r = ifElse(
-            types, vote,
-            [&] {
-              SmallVector<Value> again =
-                  waitGroups(0, issueScores(qDesc, kDesc(slot), keys));
-              return values(softmaxStep(again, j, max, sum, sm, keys));
-            },
-            [&] { return values(fast); });
-        if (outgrew)
-          r.push_back(arith::ExtUIOp::create(b, loc, i32, vote));
-        return r;
-      };
-      SmallVector<Value> r;
-      if (!outgrew) {
-        r = bounded(SmallVector<Value>(s));
-      } else {
-        SmallVector<Type> withVote(types);
-        withVote.push_back(i32);
-        r = ifElse(
-            withVote, outgrew,
-            [&] {
-              SmallVector<Value> held(s);
-              SmallVector<Value> r =
-                  values(softmaxStep(held, j, max, sum, sm, keys));
-              r.push_back(c32(1));
-              return r;
-            },
-            [&] { return bounded(SmallVector<Value>(s)); });
-        outgrew = cmp(Pred::ne, r.pop_back_val(), c32(0));
-      }
-      FragmentSoftmax::Update u;
-      u.probs.assign(r.begin(), r.begin() + s.size());
-      u.max.assign(r.begin() + s.size(), r.begin() + s.size() + rows);
-      u.sum.assign(r.begin() + s.size() + rows,
-                   r.begin() + s.size() + 2 * rows);
-      u.alpha.assign(r.begin() + s.size() + 2 * rows, r.end());
-      return u;
-    };
     auto at_ = [&](Value j) { return add(iteration, j); };
 
     // Software pipeline, one K/V tile apart: iteration j issues S_j = Q
@@ -399,9 +307,14 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
       Value outgrew;
       if (stickyMax)
         outgrew = cmp(Pred::ne, state[outgrewAt], c32(0));
+      ValueRange max = state.slice(0, 2), sum = state.slice(2, 2);
       FragmentSoftmax::Update u = boundedStep(
-          scores, visitJ, slot, state.slice(0, 2), state.slice(2, 2), sm,
-          keys, outgrew);
+          scores, sm, max, sum, p.scaleLog2, consumer, outgrew,
+          [&](SmallVector<Value> &s) { maskTile(s, visitJ, sm, keys); },
+          [&](SmallVector<Value> &s) {
+            return softmaxStep(s, visitJ, max, sum, sm, keys);
+          },
+          [&] { return waitGroups(0, issueScores(qDesc, kDesc(slot), keys)); });
       release(kEmpty(slot));
       o = waitGroups(0, o);
       release(vEmpty(prevSlot));
