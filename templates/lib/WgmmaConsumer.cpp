@@ -10,14 +10,15 @@
 // O and rounds P_j. After a row's first tile the softmax takes no row max:
 // P against the max as it stands, unless the row sums show a P past the
 // bound (2^15 for f16, 2^64 for bf16) somewhere in the warpgroup, and then
-// S_j again with the max (FragmentSoftmax::updateWithinBound). The row max
-// was 84 of the loop's 370 instructions per 80 scores and thread (head dim
-// 128). With a score_mod, once a tile of a query block outgrew the bound,
-// the block's later tiles take the max on the scores they hold (a bias
-// that grows toward the diagonal, as ALiBi's, outgrows it every tile).
-// Two consumers take turns issuing (named barriers, ping-pong), so
-// one warpgroup's softmax and epilogue also run under the other's
-// products. Three consumers (head dim 64) have 160 registers each.
+// S_j again with the max (FragmentSoftmax::updateWithinBound; the step and
+// its vote: WgmmaBoundedStep.cpp). The row max was 84 of the loop's 370
+// instructions per 80 scores and thread (head dim 128). With a score_mod,
+// once a tile of a query block outgrew the bound, the block's later tiles
+// take the max on the scores they hold (a bias that grows toward the
+// diagonal, as ALiBi's, outgrows it every tile).
+// Two consumers take turns issuing (named barriers, ping-pong:
+// WgmmaTurns.h), so one warpgroup's softmax and epilogue also run under the
+// other's products. Three consumers (head dim 64) have 160 registers each.
 //
 // The bound tile (a right bound: causal, or a window's right extent): a
 // query block's last K/V tile holds its diagonal. A consumer whose 64 rows
