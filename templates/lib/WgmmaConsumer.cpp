@@ -58,14 +58,11 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
   Value quadRow = toI64(divU(lane, 4));
   Value quadCol = toI64(mul(remU(lane, 4), c32(2)));
 
-  // Two consumers take turns issuing their products (ping-pong), so one
-  // warpgroup's softmax runs under the other's products; every consumer
-  // runs the software pipeline below rather than a plain loop per tile
-  // (S, softmax, P V): the softmax of one tile runs under the products of
-  // the next (docs/performance.md has what each schedule gains).
+  // Two consumers take turns issuing their products (ping-pong); every
+  // consumer runs the software pipeline below rather than a plain loop per
+  // tile (S, softmax, P V) (docs/performance.md has what each schedule
+  // gains).
   ConsumerTurns turns(*this, consumer, consumers);
-  auto beginProducts = [&] { turns.begin(); };
-  auto endProducts = [&](Value) { turns.end(); };
 
   const int64_t nTiles = cfg.blockN / 8;
   // O's accumulators.
@@ -146,7 +143,6 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
     barrierWait(qFull(slot), qParity(done));
     return {readTileInfoField(slot, 0)};
   };
-  auto endTurns = [&](Value, Value) { turns.finish(); };
   // The epilogue. A persistent consumer reads its tile and rows from the
   // record again rather than keeping them in registers through the loop:
   // computed from loop-invariant values alone, LLVM would hoist the d / 4
@@ -270,9 +266,9 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
       Visit visit0 = visit(zero);
       Value slot0 = slotOf(at_(zero));
       barrierWait(kFull(slot0), parityOf(at_(zero)));
-      beginProducts();
+      turns.begin();
       SmallVector<Value> s0 = issueScores(qDesc, kDesc(slot0), keys);
-      endProducts(Value());
+      turns.end();
       readAhead(visit0, sm);
       s0 = waitGroups(0, s0);
       release(kEmpty(slot0));
@@ -297,12 +293,12 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
       Value slot = slotOf(at_(j)), prevSlot = slotOf(at_(prev));
       barrierWait(kFull(slot), parityOf(at_(j)));
       barrierWait(vFull(prevSlot), parityOf(at_(prev)));
-      beginProducts();
+      turns.begin();
       SmallVector<Value> scores = issueScores(qDesc, kDesc(slot), keys);
       SmallVector<Value> o = issueAccumulate(
           state.slice(oAt, outs), SmallVector<Value>(state.slice(pAt, pCount)),
           vDesc(prevSlot));
-      endProducts(Value());
+      turns.end();
       readAhead(visitJ, sm);
       scores = waitGroups(1, scores);
       Value outgrew;
@@ -344,12 +340,12 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
     auto lastProduct = [&](ValueRange state, int64_t keys) {
       Value last = at_(sub(numTiles, c32(1)));
       barrierWait(vFull(slotOf(last)), parityOf(last));
-      beginProducts();
+      turns.begin();
       SmallVector<Value> o = issueAccumulate(
           state.slice(oAt, outs),
           SmallVector<Value>(state.slice(pAt, keys / 4)),
           vDesc(slotOf(last)), keys);
-      endProducts(Value());
+      turns.end();
       o = waitGroups(0, o);
       release(vEmpty(slotOf(last)));
       SmallVector<Value> out(state.take_front(4));
@@ -463,7 +459,7 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
   if (!persistent) {
     barrierWait(qFull(consumer), c32(0));
     consumeTile(blockCoordinates(), c32(0));
-    endTurns(Value(), Value());
+    turns.finish();
     return;
   }
   forEachTile(
@@ -471,7 +467,7 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
       [&](ValueRange, Value iteration, Value done) {
         return persistentTile(iteration, done);
       },
-      endTurns);
+      [&](Value, Value) { turns.finish(); });
   // The last store must have read its staging rows before the block exits.
   if (outputApart)
     waitForStores(tid);
