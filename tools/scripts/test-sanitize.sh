@@ -4,7 +4,11 @@
 # build-sanitize/, runs the unit tests there, then each fuzz target for
 # FUZZ_SECONDS (default 60) from its corpus in tests/fuzz/corpus/. New
 # inputs the fuzzer finds go to build-sanitize/fuzz-<target>/, never into
-# the repository; a crash leaves its input in build-sanitize/.
+# the repository; a crash leaves its input in build-sanitize/. The fuzzers
+# start from FUZZ_SEED (default 1): the same build, from the same corpus,
+# tries the same inputs in the same order (how far it gets in the time
+# depends on the machine), so a failure can be replayed. FUZZ_SEED=0 takes
+# a random seed, for longer searches (FUZZ_SECONDS=1800).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 clang=${CLANG:-clang-14}
@@ -44,6 +48,7 @@ for target in "${fuzz[@]}"; do
   echo "fuzzing $target for ${seconds}s"
   (cd build-sanitize &&
      ./tests/fuzz/flashjit-fuzz-$target -max_total_time="$seconds" \
-       -timeout=60 -rss_limit_mb=4096 -print_final_stats=1 \
+       -seed="${FUZZ_SEED:-1}" -timeout=60 -rss_limit_mb=4096 \
+       -print_final_stats=1 \
        "fuzz-$target" "../tests/fuzz/corpus/$target")
 done

@@ -85,8 +85,9 @@ TEST_CASE("malformed MLIR and descriptions without one attention") {
 }
 
 TEST_CASE("a dense array of index is an error, not a parser crash") {
-  // MLIR 22's parser segfaults on `array<index`; checkParserSafe stops it
-  // first, outside string literals and comments only.
+  // MLIR 22's parser segfaults on `array<index`, also through a type
+  // alias; checkParserSafe stops it first, outside string literals and
+  // comments only.
   for (const char *text :
        {"func.func @f() attributes {a = array<index>} { return }",
         "module attributes {a = array <\n // a comment\n index: 1>} {}",
@@ -100,7 +101,16 @@ TEST_CASE("a dense array of index is an error, not a parser crash") {
   CHECK_FALSE(bool(checkParserSafe("x = \"array<index\" // array<index", "t")));
   CHECK_FALSE(bool(checkParserSafe("!foo.array<index> #x.array<index>", "t")));
   CHECK_FALSE(bool(checkParserSafe("a = array<i64: 1, 2>", "t")));
-  CHECK_FALSE(bool(checkParserSafe("a = array<indexed>", "t")));
+  CHECK_FALSE(bool(checkParserSafe("a = array<f32: 0.5> b = array<i1>", "t")));
+  CHECK_FALSE(bool(checkParserSafe("a = array<si8> b = array<bf16>", "t")));
+  auto alias = compileDescription(
+      "!t = index\nfunc.func @f() attributes {a = array<!t: 1>} { return }",
+      forChip("sm_90a"));
+  REQUIRE_FALSE(bool(alias));
+  CHECK(llvm::toString(alias.takeError()).find("`array<!t`") !=
+        std::string::npos);
+  CHECK(bool(checkParserSafe("a = array<indexed>", "t")));
+  CHECK(bool(checkParserSafe("a = array<", "t")));
   llvm::Error err = checkParserSafe("a = array< index>", "score_mod");
   REQUIRE(bool(err));
   CHECK(llvm::toString(std::move(err)).find("score_mod: ") == 0);

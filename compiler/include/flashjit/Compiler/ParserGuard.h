@@ -1,8 +1,9 @@
 //===- ParserGuard.h - input the MLIR 22 parser crashes on ----------------===//
 // Why: flashjit parses MLIR text from its users (descriptions, score_mod
 // and mask_mod functions), and MLIR 22's parser dereferences a null type
-// on a dense array of `index` (`array<index ...>`, a segfault in
-// Parser::parseDenseArrayAttr) instead of reporting an error. Library code
+// on a dense array of `index` (`array<index ...>`, or `array<!t ...>` with
+// `!t = index`: a segfault in Parser::parseDenseArrayAttr) instead of
+// reporting an error. Library code
 // must not crash on bad input, so every parse of user text is checked here
 // first.
 #ifndef FLASHJIT_COMPILER_PARSERGUARD_H
