@@ -109,6 +109,13 @@ TEST_CASE("a dense array of index is an error, not a parser crash") {
   REQUIRE_FALSE(bool(alias));
   CHECK(llvm::toString(alias.takeError()).find("`array<!t`") !=
         std::string::npos);
+  // Split where MLIR's lexer splits: a NUL byte is a blank, a carriage
+  // return ends a comment, a number or `!0` ends before the letters.
+  CHECK(bool(checkParserSafe(std::string("a = array\0<!t: 1>", 17), "t")));
+  CHECK(bool(checkParserSafe("// c\ra = array<index>", "t")));
+  CHECK(bool(checkParserSafe("a = 1.array<index>", "t")));
+  CHECK(bool(checkParserSafe("a = !0array<index>", "t")));
+  CHECK_FALSE(bool(checkParserSafe("a = 0x1array<index>", "t")));
   CHECK(bool(checkParserSafe("a = array<indexed>", "t")));
   CHECK(bool(checkParserSafe("a = array<", "t")));
   llvm::Error err = checkParserSafe("a = array< index>", "score_mod");
