@@ -1,6 +1,9 @@
 //===- ModInterpreter.cpp - a spec's mods evaluated on the host -----------===//
 // Why: see ModInterpreter.h. Values are doubles; integers and i1 are held
 // exactly (|x| < 2^53 for the indices and ids a mod computes with).
+// Integer ops run on int64 without C++'s undefined behaviour: sums and
+// products wrap, and a division by zero, INT64_MIN / -1 or a shift past 63
+// bits is an error (the GPU's result there is poison), never a trap.
 #include "flashjit/Compiler/ModInterpreter.h"
 #include "flashjit/Compiler/ParserGuard.h"
 #include "flashjit/Compiler/Description.h"
@@ -16,16 +19,40 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <cmath>
+#include <cstdint>
 
 using namespace mlir;
 
 namespace flashjit {
 
 namespace {
-/// One op applied to its operands' values; false: an op it cannot evaluate.
+/// `x` as an int64, truncated toward zero and saturated (NaN as 0): a
+/// double outside the range cannot be cast directly.
+int64_t toInteger(double x) {
+  if (std::isnan(x))
+    return 0;
+  if (x >= 9223372036854775808.0)
+    return INT64_MAX;
+  if (x < -9223372036854775808.0)
+    return INT64_MIN;
+  return static_cast<int64_t>(x);
+}
+
+/// The two's complement bits of `x` as an int64 (how sums and products
+/// wrap without signed overflow).
+int64_t wrapped(uint64_t x) { return static_cast<int64_t>(x); }
+
+/// Whether `a / b` is defined for int64.
+bool divides(int64_t a, int64_t b) {
+  return b != 0 && !(a == INT64_MIN && b == -1);
+}
+
+/// One op applied to its operands' values; false: an op it cannot evaluate,
+/// or not on these operands.
 bool evaluate(Operation &op, ArrayRef<double> in, double &out) {
   auto f = [&](size_t i) { return in[i]; };
-  auto i = [&](size_t k) { return static_cast<int64_t>(in[k]); };
+  auto i = [&](size_t k) { return toInteger(in[k]); };
+  auto u = [&](size_t k) { return static_cast<uint64_t>(toInteger(in[k])); };
   if (auto c = dyn_cast<arith::ConstantOp>(op)) {
     if (auto fa = dyn_cast<FloatAttr>(c.getValue()))
       out = fa.getValueAsDouble();
@@ -109,13 +136,13 @@ bool evaluate(Operation &op, ArrayRef<double> in, double &out) {
            true;
   if (isa<arith::MaxNumFOp>(op)) return out = std::fmax(f(0), f(1)), true;
   if (isa<arith::MinNumFOp>(op)) return out = std::fmin(f(0), f(1)), true;
-  if (isa<arith::AddIOp>(op)) return out = double(i(0) + i(1)), true;
-  if (isa<arith::SubIOp>(op)) return out = double(i(0) - i(1)), true;
-  if (isa<arith::MulIOp>(op)) return out = double(i(0) * i(1)), true;
+  if (isa<arith::AddIOp>(op)) return out = double(wrapped(u(0) + u(1))), true;
+  if (isa<arith::SubIOp>(op)) return out = double(wrapped(u(0) - u(1))), true;
+  if (isa<arith::MulIOp>(op)) return out = double(wrapped(u(0) * u(1))), true;
   if (isa<arith::DivSIOp, arith::DivUIOp>(op))
-    return i(1) != 0 && (out = double(i(0) / i(1)), true);
+    return divides(i(0), i(1)) && (out = double(i(0) / i(1)), true);
   if (isa<arith::RemSIOp, arith::RemUIOp>(op))
-    return i(1) != 0 && (out = double(i(0) % i(1)), true);
+    return divides(i(0), i(1)) && (out = double(i(0) % i(1)), true);
   if (isa<arith::FloorDivSIOp>(op)) {
     if (i(1) == 0)
       return false;
@@ -133,8 +160,16 @@ bool evaluate(Operation &op, ArrayRef<double> in, double &out) {
   if (isa<arith::AndIOp>(op)) return out = double(i(0) & i(1)), true;
   if (isa<arith::OrIOp>(op)) return out = double(i(0) | i(1)), true;
   if (isa<arith::XOrIOp>(op)) return out = double(i(0) ^ i(1)), true;
-  if (isa<arith::ShLIOp>(op)) return out = double(i(0) << i(1)), true;
-  if (isa<arith::ShRSIOp>(op)) return out = double(i(0) >> i(1)), true;
+  if (isa<arith::ShLIOp, arith::ShRSIOp>(op)) {
+    if (i(1) < 0 || i(1) > 63)
+      return false;
+    // An arithmetic right shift, spelled without shifting a negative value.
+    int64_t a = i(0), n = i(1);
+    out = isa<arith::ShLIOp>(op) ? double(wrapped(u(0) << n))
+          : a < 0               ? double(~(~a >> n))
+                                : double(a >> n);
+    return true;
+  }
   if (isa<math::ExpOp>(op)) return out = std::exp(f(0)), true;
   if (isa<math::Exp2Op>(op)) return out = std::exp2(f(0)), true;
   if (isa<math::LogOp>(op)) return out = std::log(f(0)), true;
@@ -187,7 +222,7 @@ runBlock(Block &block, ArrayRef<double> fixed, ArrayRef<HostCapture> captures) {
       const HostCapture &c = captures[which];
       int64_t offset = 0;
       for (auto [d, index] : llvm::enumerate(extract.getIndices())) {
-        auto at = static_cast<int64_t>(values.lookup(index));
+        int64_t at = toInteger(values.lookup(index));
         if (d >= c.shape.size() || at < 0 || at >= c.shape[d])
           return llvm::createStringError(
               llvm::formatv("a mod reads captured tensor {0} at index {1} "
@@ -206,7 +241,8 @@ runBlock(Block &block, ArrayRef<double> fixed, ArrayRef<HostCapture> captures) {
     if (!evaluate(op, in, out))
       return llvm::createStringError(
           ("cannot evaluate '" + op.getName().getStringRef() +
-           "' (an integer division by zero?)")
+           "' on these operands (an integer division by zero or of "
+           "INT64_MIN by -1, or a shift by more than 63 bits?)")
               .str());
     values[op.getResult(0)] = out;
   }
