@@ -20,7 +20,7 @@ seconds=${FUZZ_SECONDS:-60}
     -DFLASHJIT_FUZZ=ON
 unit=(flashjit-autotune-tests flashjit-compiler-tests flashjit-runtime-tests
       flashjit-capi-tests flashjit-cxxapi-tests flashjit-fakedriver-tests)
-fuzz=(description capi)
+fuzz=(description mods capi)
 ninja -C build-sanitize -j"${JOBS:-$(nproc)}" "${unit[@]}" \
   "${fuzz[@]/#/flashjit-fuzz-}"
 
