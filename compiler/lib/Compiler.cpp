@@ -23,6 +23,8 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <atomic>
+#include <memory>
 #include <mutex>
 
 using namespace mlir;
@@ -39,16 +41,41 @@ constexpr StageName kStages[] = {{Stage::Description, "attn"},
                                  {Stage::LLVM, "llvm"},
                                  {Stage::PTX, "ptx"}};
 
-/// One context for the process: dialect registration happens once, and
-/// compiles are serialised (MLIR contexts are not shared across threads
-/// while passes mutate IR). Multithreading is off: the pipeline works on one
-/// small module.
-struct SharedContext {
-  std::mutex mutex;
-  MLIRContext context;
-  SharedContext() : context(makeRegistry(), MLIRContext::Threading::DISABLED) {
-    context.loadAllAvailableDialects();
+/// The MLIR context compiles run in, one at a time. Registering and loading
+/// the dialects costs milliseconds, so a context serves several compiles;
+/// but a context never frees what it interns (every kernel's PTX is a
+/// string attribute, every parsed constant an attribute), so after
+/// `compilesPerContext` compiles the next one gets a fresh context and the
+/// process's memory stays bounded however many kernels it compiles.
+/// Multithreading is off: the pipeline works on one small module.
+class SharedContext {
+public:
+  static SharedContext &get() {
+    static SharedContext *shared = new SharedContext();
+    return *shared;
   }
+
+  std::mutex mutex;
+  std::atomic<unsigned> compilesPerContext{32};
+
+  /// The context for the next compile; the caller holds `mutex`, and
+  /// nothing of the previous compiles' is alive.
+  MLIRContext &forNextCompile() {
+    if (!context || served >= compilesPerContext.load()) {
+      context.reset();
+      context = std::make_unique<MLIRContext>(makeRegistry(),
+                                              MLIRContext::Threading::DISABLED);
+      context->loadAllAvailableDialects();
+      served = 0;
+    }
+    ++served;
+    return *context;
+  }
+
+private:
+  std::unique_ptr<MLIRContext> context;
+  unsigned served = 0;
+
   static DialectRegistry makeRegistry() {
     DialectRegistry registry;
     registerCompilerDialects(registry);
@@ -56,10 +83,21 @@ struct SharedContext {
   }
 };
 
-SharedContext &sharedContext() {
-  static SharedContext *shared = new SharedContext();
-  return *shared;
-}
+/// A compile's hold on the shared context: the lock, and the context.
+/// Declared before anything of the compile's that lives in the context
+/// (modules, diagnostic handlers), so that all of it is gone before the
+/// lock is released.
+class ContextLease {
+public:
+  ContextLease()
+      : lock(SharedContext::get().mutex),
+        ctx(SharedContext::get().forNextCompile()) {}
+  MLIRContext &context() { return ctx; }
+
+private:
+  std::lock_guard<std::mutex> lock;
+  MLIRContext &ctx;
+};
 
 std::string printOp(Operation *op) {
   std::string text;
@@ -99,13 +137,17 @@ const char *stageName(Stage stage) {
   return "?";
 }
 
+void setCompilesPerContext(unsigned compiles) {
+  SharedContext::get().compilesPerContext = compiles > 0 ? compiles : 1;
+}
+
 ToolchainVersions toolchainVersions() {
   return {FLASHJIT_VERSION_STRING, LLVM_VERSION_STRING, generatorId()};
 }
 
 namespace {
-/// Runs the pipeline over `module` (built or parsed in `shared`'s context,
-/// whose lock the caller holds) and packages the result.
+/// Runs the pipeline over `module` (built or parsed in a ContextLease's
+/// context, whose lock the caller holds) and packages the result.
 llvm::Expected<CompiledKernel>
 runPipeline(MLIRContext &ctx, ModuleOp module, const AttentionSpec &spec,
             KernelInfo info, KernelKind kind, const Target &target,
@@ -205,13 +247,12 @@ llvm::Expected<CompiledKernel> compileAttention(const AttentionSpec &spec,
   if (!tmpl)
     return tmpl.takeError();
 
-  SharedContext &shared = sharedContext();
-  std::lock_guard<std::mutex> lock(shared.mutex);
-  DiagnosticCollector diagnostics(shared.context);
-  auto module = describe(shared.context, spec, config, diagnostics);
+  ContextLease lease;
+  DiagnosticCollector diagnostics(lease.context());
+  auto module = describe(lease.context(), spec, config, diagnostics);
   if (!module)
     return module.takeError();
-  return runPipeline(shared.context, **module, spec,
+  return runPipeline(lease.context(), **module, spec,
                      forwardKernelInfo(spec, **tmpl, config, spec.kernelName()),
                      KernelKind::Forward, *target, options, diagnostics.text);
 }
@@ -229,14 +270,13 @@ compileBlockMaskKernel(const AttentionSpec &spec,
         "only a block-sparse spec has a block mask to build (set "
         "AttentionSpec::sparseBlockM and sparseBlockN): " +
         spec.canonical());
-  SharedContext &shared = sharedContext();
-  std::lock_guard<std::mutex> lock(shared.mutex);
-  DiagnosticCollector diagnostics(shared.context);
-  auto module = describe(shared.context, spec, std::nullopt, diagnostics);
+  ContextLease lease;
+  DiagnosticCollector diagnostics(lease.context());
+  auto module = describe(lease.context(), spec, std::nullopt, diagnostics);
   if (!module)
     return module.takeError();
   return runPipeline(
-      shared.context, **module, spec,
+      lease.context(), **module, spec,
       blockMaskKernelInfo(spec, spec.kernelName() + "_block_mask"),
       KernelKind::BlockMask, *target, options, diagnostics.text);
 }
@@ -252,14 +292,13 @@ compileBackward(const AttentionSpec &spec, const CompileOptions &options) {
       options.config.value_or(MmaSyncBackward::defaultConfig(spec, *target));
   if (auto err = MmaSyncBackward::checkConfig(spec, config, *target))
     return std::move(err);
-  SharedContext &shared = sharedContext();
-  std::lock_guard<std::mutex> lock(shared.mutex);
-  DiagnosticCollector diagnostics(shared.context);
-  auto module = describe(shared.context, spec, config, diagnostics);
+  ContextLease lease;
+  DiagnosticCollector diagnostics(lease.context());
+  auto module = describe(lease.context(), spec, config, diagnostics);
   if (!module)
     return module.takeError();
   return runPipeline(
-      shared.context, **module, spec,
+      lease.context(), **module, spec,
       MmaSyncBackward::mainKernelInfo(spec, config, spec.kernelName()),
       KernelKind::Backward, *target, options, diagnostics.text);
 }
@@ -271,12 +310,11 @@ compileDecodeKernel(const DecodeSpec &spec, const CompileOptions &options) {
     return target.takeError();
   if (auto err = spec.validate())
     return std::move(err);
-  SharedContext &shared = sharedContext();
-  std::lock_guard<std::mutex> lock(shared.mutex);
-  DiagnosticCollector diagnostics(shared.context);
+  ContextLease lease;
+  DiagnosticCollector diagnostics(lease.context());
   // The kernels go straight into a gpu.module: decode has no description
   // op to lower (the pipeline starts after attn-lower-to-kernel).
-  OpBuilder b(&shared.context);
+  OpBuilder b(&lease.context());
   Location loc = b.getUnknownLoc();
   OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
   module->getOperation()->setAttr(
@@ -292,7 +330,7 @@ compileDecodeKernel(const DecodeSpec &spec, const CompileOptions &options) {
         "the decode builder built an invalid kernel for " + spec.canonical() +
         " (a flashjit bug: please report it):\n" + diagnostics.text);
   AttentionSpec attention = spec.attentionSpec();
-  return runPipeline(shared.context, *module, attention,
+  return runPipeline(lease.context(), *module, attention,
                      decodeKernelInfo(spec), KernelKind::Decode, *target,
                      options, diagnostics.text);
 }
@@ -305,11 +343,10 @@ llvm::Expected<CompiledKernel> compileDescription(llvm::StringRef mlirText,
     return target.takeError();
   if (auto err = checkParserSafe(mlirText, "malformed MLIR input"))
     return std::move(err);
-  SharedContext &shared = sharedContext();
-  std::lock_guard<std::mutex> lock(shared.mutex);
-  DiagnosticCollector diagnostics(shared.context);
+  ContextLease lease;
+  DiagnosticCollector diagnostics(lease.context());
   OwningOpRef<ModuleOp> module =
-      parseSourceString<ModuleOp>(mlirText, &shared.context, "input");
+      parseSourceString<ModuleOp>(mlirText, &lease.context(), "input");
   if (!module)
     return llvm::createStringError("malformed MLIR input:\n" +
                                    diagnostics.text);
@@ -332,10 +369,10 @@ llvm::Expected<CompiledKernel> compileDescription(llvm::StringRef mlirText,
   if (!tmpl)
     return tmpl.takeError();
   if (!ops[0].getConfigAttr())
-    ops[0].setConfigAttr(toAttr(&shared.context, config));
+    ops[0].setConfigAttr(toAttr(&lease.context(), config));
   auto func = ops[0]->getParentOfType<func::FuncOp>();
   std::string name = func ? func.getSymName().str() : spec.kernelName();
-  return runPipeline(shared.context, *module, spec,
+  return runPipeline(lease.context(), *module, spec,
                      forwardKernelInfo(spec, **tmpl, config, name),
                      KernelKind::Forward, *target, options, diagnostics.text);
 }

@@ -10,7 +10,9 @@
 #include <doctest/doctest.h>
 #include <chrono>
 #include <cstdlib>
+#include <string>
 #include <unistd.h>
+#include <vector>
 
 using namespace flashjit;
 
@@ -121,6 +123,53 @@ TEST_CASE("a dense array of index is an error, not a parser crash") {
   llvm::Error err = checkParserSafe("a = array< index>", "score_mod");
   REQUIRE(bool(err));
   CHECK(llvm::toString(std::move(err)).find("score_mod: ") == 0);
+}
+
+TEST_CASE("a fresh MLIR context per compile gives the same PTX") {
+  // The shared context is replaced every few compiles (it keeps what it
+  // interns); nothing may outlive it. With one compile per context, every
+  // kind of compile, and a failed one between them, gives the PTX it gives
+  // in a long-lived context (ASan in the sanitizer build checks that
+  // nothing reads a freed context).
+  AttentionSpec spec;
+  spec.headDim = 64;
+  spec.numHeads = 4;
+  spec.causal = true;
+  spec.scoreMod = "func.func @score_mod(%s: f32, %b: index, %h: index, "
+                  "%q: index, %kv: index) -> f32 {\n"
+                  "  %c = arith.constant 0.5 : f32\n"
+                  "  %o = arith.mulf %s, %c : f32\n  return %o : f32\n}\n";
+  AttentionSpec sparse = spec;
+  sparse.scoreMod.clear();
+  sparse.sparseBlockM = sparse.sparseBlockN = 128;
+  auto compileAll = [&]() {
+    std::vector<std::string> ptx;
+    auto keep = [&](llvm::Expected<CompiledKernel> k) {
+      REQUIRE_MESSAGE(bool(k), llvm::toString(k.takeError()));
+      ptx.push_back(k->text);
+    };
+    keep(compileAttention(spec, forChip("sm_90a")));
+    auto bad = compileDescription("func.func @f() { %x = arith.bogus }",
+                                  forChip("sm_90a"));
+    CHECK_FALSE(bool(bad));
+    llvm::consumeError(bad.takeError());
+    keep(compileAttention(spec, forChip("sm_80")));
+    keep(compileBackward(spec, forChip("sm_80")));
+    keep(compileBlockMaskKernel(sparse, forChip("sm_90a")));
+    DecodeSpec decode;
+    decode.headDim = 128;
+    decode.numHeads = 8;
+    decode.numKVHeads = 2;
+    keep(compileDecodeKernel(decode, forChip("sm_90a")));
+    return ptx;
+  };
+  std::vector<std::string> shared = compileAll();
+  setCompilesPerContext(1);
+  std::vector<std::string> fresh = compileAll();
+  setCompilesPerContext(32);
+  REQUIRE(shared.size() == fresh.size());
+  for (size_t i = 0; i < shared.size(); ++i)
+    CHECK(shared[i] == fresh[i]);
 }
 
 TEST_CASE("context without a GPU: compiles, caches, refuses to launch") {

@@ -80,6 +80,12 @@ llvm::Expected<CompiledKernel> compileDecodeKernel(const DecodeSpec &spec,
 llvm::Expected<CompiledKernel> compileDescription(llvm::StringRef mlirText,
                                                   const CompileOptions &options);
 
+/// How many compiles share one MLIR context before the next gets a fresh
+/// one (default 32; 0 counts as 1). A context keeps what it interns, every
+/// kernel's PTX included, so this bounds the memory that compiling holds;
+/// tests set 1 to run every compile in a new context.
+void setCompilesPerContext(unsigned compiles);
+
 /// Versions that, with the spec, config and target, key the kernel cache.
 struct ToolchainVersions {
   std::string flashjit;  ///< e.g. "0.1.0"
