@@ -49,6 +49,9 @@ nlohmann::json toJson(const CacheListing &l) {
                       {"ptx_bytes", l.ptxBytes},
                       {"cubin_bytes", l.cubinBytes},
                       {"created", l.created},
+                      {"flashjit", l.flashjitVersion},
+                      {"llvm", l.llvmVersion},
+                      {"generator", l.generator},
                       {"valid", l.valid}};
   if (!l.valid)
     j["problem"] = l.problem;
@@ -481,10 +484,32 @@ std::vector<CacheListing> KernelCache::list() const {
       l.ptxBytes = read.meta.ptx.bytes;
       l.cubinBytes = read.meta.cubin.bytes;
       l.created = read.meta.created;
+      l.flashjitVersion = read.meta.inputs.flashjitVersion;
+      l.llvmVersion = read.meta.inputs.llvmVersion;
+      l.generator = read.meta.inputs.generator;
     }
     out.push_back(std::move(l));
   }
   return out;
+}
+
+llvm::Error KernelCache::remove(llvm::StringRef key) {
+  {
+    std::lock_guard<std::mutex> guard(MemoryMutex);
+    Memory.erase(key);
+  }
+  if (Options.directory.empty() || !isCacheKey(key))
+    return llvm::Error::success();
+  // Wait for a writer of this key (storeCubin) to finish first; the lock
+  // file goes with the entry (a process waiting on it retries, see
+  // FileLock::unlinkAndRelease).
+  auto lock = FileLock::acquire(lockPath(key));
+  if (!lock)
+    llvm::consumeError(lock.takeError());
+  llvm::Error err = discard(key);
+  if (lock && !err)
+    lock->unlinkAndRelease();
+  return err;
 }
 
 llvm::Expected<size_t> KernelCache::clear() {

@@ -1,9 +1,11 @@
-//===- CacheCommand.cpp - `flashjit cache list|clear|path` ----------------===//
+//===- CacheCommand.cpp - `flashjit cache list|prune|clear|path` ----------===//
 // Why: operators keep a warm cache next to a deployment; this shows where
-// it is, what it holds, and empties it.
+// it is, what it holds, drops what no build of this flashjit can serve
+// (after an upgrade), and empties it.
 #include "Commands.h"
 
 #include "flashjit/Runtime/CacheOptions.h"
+#include "flashjit/Runtime/CachePrune.h"
 #include "flashjit/Runtime/KernelCache.h"
 
 #include "llvm/Support/raw_ostream.h"
@@ -13,7 +15,7 @@ namespace cl = llvm::cl;
 
 namespace flashjit::tools {
 
-static cl::opt<std::string> action(cl::Positional, cl::desc("list|clear|path"),
+static cl::opt<std::string> action(cl::Positional, cl::desc("list|prune|clear|path"),
                                    cl::init("list"), cl::sub(cacheCommand));
 static cl::opt<bool> json("json", cl::desc("Print JSON"),
                           cl::sub(cacheCommand), cl::cat(category));
@@ -42,6 +44,34 @@ int runCache() {
                    << cache.path() << "\n";
     return 0;
   }
+  if (action == "prune") {
+    auto report = pruneCache(cache, toolchainVersions());
+    if (!report)
+      return reportError("cache", report.takeError());
+    if (json) {
+      nlohmann::json removed = nlohmann::json::array();
+      for (const PruneReport::Removed &r : report->removed) {
+        nlohmann::json entry = toJson(r.entry);
+        entry["reason"] = r.reason;
+        removed.push_back(std::move(entry));
+      }
+      llvm::outs() << nlohmann::json{{"path", cache.path().str()},
+                                     {"removed", removed},
+                                     {"kept", report->kept},
+                                     {"bytes_freed", report->bytesFreed}}
+                          .dump(2)
+                   << "\n";
+      return 0;
+    }
+    for (const PruneReport::Removed &r : report->removed)
+      llvm::outs() << "  removed " << r.entry.key << "  "
+                   << (r.entry.kernelName.empty() ? "?" : r.entry.kernelName)
+                   << "  (" << r.reason << ")\n";
+    llvm::outs() << "removed " << report->removed.size() << " entries ("
+                 << report->bytesFreed << " B) from " << cache.path()
+                 << ", kept " << report->kept << "\n";
+    return 0;
+  }
   if (action == "list") {
     std::vector<CacheListing> entries = cache.list();
     if (json) {
@@ -65,7 +95,7 @@ int runCache() {
   }
   return reportError("cache", llvm::createStringError(
                                   "unknown action '" + action +
-                                  "': expected list, clear or path"));
+                                  "': expected list, prune, clear or path"));
 }
 
 } // namespace flashjit::tools

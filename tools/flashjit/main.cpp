@@ -22,7 +22,7 @@ int main(int argc, char **argv) {
       "  flashjit compile   describe an attention, get PTX (or any stage)\n"
       "  flashjit run       run it on the GPU against a float64 reference\n"
       "  flashjit info      toolchain versions and the GPU\n"
-      "  flashjit cache     list | clear | path of the kernel cache\n"
+      "  flashjit cache     list | prune | clear | path of the kernel cache\n"
       "  flashjit autotune  measure tile configs, write the tuning database\n");
   if (compileCommand)
     return runCompile();

@@ -3,6 +3,7 @@
 // damaged entry or an unusable directory must cost a warning and a rebuild,
 // never a wrong kernel or a failure.
 #include "flashjit/Runtime/KernelCache.h"
+#include "flashjit/Runtime/CachePrune.h"
 #include "RuntimeTestUtil.h"
 #include "flashjit/Runtime/Checksum.h"
 
@@ -10,6 +11,9 @@
 #include <doctest/doctest.h>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -370,6 +374,63 @@ TEST_CASE("list and clear") {
   CHECK(cache.list().empty());
   CHECK(countNames(dir.path(), "") == 0); // lock files went too
   CHECK(cache.lookup(broken) == nullptr);
+}
+
+TEST_CASE("prune drops what another toolchain wrote and damaged entries") {
+  TempDir dir;
+  Warnings warnings;
+  KernelCache cache(cacheOptions(dir.path(), warnings));
+  ToolchainVersions now{"0.1.0", "22.1.0", "g-now"};
+  // Entries of this build (two chips), of an older flashjit, another LLVM
+  // and an older generator; one of this build's is then damaged.
+  std::vector<CacheKeyInputs> inputs;
+  for (int v = 0; v < 6; ++v) {
+    CacheKeyInputs in = sampleInputs(v);
+    in.generator = "g-now";
+    inputs.push_back(in);
+  }
+  inputs[1].chip = "sm_80";
+  inputs[2].flashjitVersion = "0.0.9";
+  inputs[3].llvmVersion = "21.1.0";
+  inputs[4].generator = "g-old";
+  for (int v = 0; v < 6; ++v) {
+    CountingBuild build{sampleEntry(v, 100, "C")};
+    REQUIRE(cache.getOrBuild(inputs[v], build));
+  }
+  const std::string damaged = KernelCache::makeKey(inputs[5]);
+  writeText(dir / damaged + "/kernel.ptx", "x");
+
+  auto listed = cache.list();
+  REQUIRE(listed.size() == 6);
+  for (const CacheListing &l : listed)
+    if (l.key == KernelCache::makeKey(inputs[3]))
+      CHECK(toJson(l)["llvm"] == "21.1.0");
+
+  auto report = pruneCache(cache, now);
+  REQUIRE_MESSAGE(bool(report), llvm::toString(report.takeError()));
+  CHECK(report->kept == 2);
+  REQUIRE(report->removed.size() == 4);
+  CHECK(report->bytesFreed == 4 * 101);
+  std::set<std::string> reasons;
+  for (const auto &r : report->removed)
+    reasons.insert(r.reason.substr(0, r.reason.find(' ')));
+  CHECK(reasons == std::set<std::string>{"damaged:", "flashjit", "LLVM",
+                                         "generator"});
+  std::set<std::string> left;
+  for (const CacheListing &l : cache.list())
+    left.insert(l.key);
+  CHECK(left == std::set<std::string>{KernelCache::makeKey(inputs[0]),
+                                      KernelCache::makeKey(inputs[1])});
+  CHECK(countNames(dir.path(), damaged) == 0); // its lock file went too
+  // Gone from memory too: a lookup builds again.
+  CountingBuild again{sampleEntry(2, 100, "C")};
+  REQUIRE(cache.getOrBuild(inputs[2], again));
+  CHECK(again.calls == 1);
+  // Pruning again removes nothing new but the entry just rebuilt.
+  auto second = pruneCache(cache, now);
+  REQUIRE(bool(second));
+  CHECK(second->removed.size() == 1);
+  CHECK(second->kept == 2);
 }
 
 TEST_CASE("memory hits cost well under 2 microseconds") {

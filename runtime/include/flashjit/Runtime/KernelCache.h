@@ -49,6 +49,8 @@ struct CacheListing {
   std::string kernelName; ///< empty when meta.json is unreadable
   uint64_t ptxBytes = 0, cubinBytes = 0;
   std::string created; ///< ISO 8601 UTC
+  /// The toolchain that wrote it (empty when meta.json is unreadable).
+  std::string flashjitVersion, llvmVersion, generator;
   bool valid = false;
   std::string problem; ///< why it is not valid
 };
@@ -101,6 +103,10 @@ public:
   /// Temporary directories another process is writing right now are left
   /// alone. Errors name a directory that could not be removed.
   llvm::Expected<size_t> clear();
+  /// Removes the entry of `key` from memory and disk, its lock file too
+  /// (after its writer, if any, is done); a missing entry is no error.
+  /// Errors name the directory.
+  llvm::Error remove(llvm::StringRef key);
 
   /// The cache directory ("" when memory only).
   llvm::StringRef path() const { return Options.directory; }
