@@ -42,11 +42,12 @@ constexpr StageName kStages[] = {{Stage::Description, "attn"},
                                  {Stage::PTX, "ptx"}};
 
 /// The MLIR context compiles run in, one at a time. Registering and loading
-/// the dialects costs milliseconds, so a context serves several compiles;
-/// but a context never frees what it interns (every kernel's PTX is a
-/// string attribute, every parsed constant an attribute), so after
-/// `compilesPerContext` compiles the next one gets a fresh context and the
-/// process's memory stays bounded however many kernels it compiles.
+/// the dialects costs tens of milliseconds, so a context serves many
+/// compiles; but a context never frees what it interns (each kernel's PTX
+/// is a string attribute, each parsed constant an attribute), so once the
+/// pipeline ran `kernelsPerContext` times in it, or 4096 compiles stopped
+/// before it (bad input interns little), the next compile gets a fresh
+/// context: the process's memory stays bounded however much it compiles.
 /// Multithreading is off: the pipeline works on one small module.
 class SharedContext {
 public:
@@ -56,25 +57,31 @@ public:
   }
 
   std::mutex mutex;
-  std::atomic<unsigned> compilesPerContext{32};
+  std::atomic<unsigned> kernelsPerContext{32};
 
   /// The context for the next compile; the caller holds `mutex`, and
   /// nothing of the previous compiles' is alive.
   MLIRContext &forNextCompile() {
-    if (!context || served >= compilesPerContext.load()) {
+    if (!context || kernels >= kernelsPerContext.load() ||
+        compiles >= kCompilesPerContext) {
       context.reset();
       context = std::make_unique<MLIRContext>(makeRegistry(),
                                               MLIRContext::Threading::DISABLED);
       context->loadAllAvailableDialects();
-      served = 0;
+      kernels = compiles = 0;
     }
-    ++served;
+    ++compiles;
     return *context;
   }
 
+  /// The pipeline ran in the current context, through or not: either way
+  /// it interned about a kernel's worth (the caller holds `mutex`).
+  void pipelineRan() { ++kernels; }
+
 private:
+  static constexpr unsigned kCompilesPerContext = 4096;
   std::unique_ptr<MLIRContext> context;
-  unsigned served = 0;
+  unsigned kernels = 0, compiles = 0;
 
   static DialectRegistry makeRegistry() {
     DialectRegistry registry;
@@ -137,8 +144,8 @@ const char *stageName(Stage stage) {
   return "?";
 }
 
-void setCompilesPerContext(unsigned compiles) {
-  SharedContext::get().compilesPerContext = compiles > 0 ? compiles : 1;
+void setKernelsPerContext(unsigned kernels) {
+  SharedContext::get().kernelsPerContext = kernels > 0 ? kernels : 1;
 }
 
 ToolchainVersions toolchainVersions() {
@@ -155,7 +162,9 @@ runPipeline(MLIRContext &ctx, ModuleOp module, const AttentionSpec &spec,
   PassManager pm(&ctx);
   pm.enableVerifier(options.verifyEachPass);
   buildAttentionPipeline(pm, target, "", options.stopAfter, kind);
-  if (failed(pm.run(module)))
+  bool ran = succeeded(pm.run(module));
+  SharedContext::get().pipelineRan();
+  if (!ran)
     return llvm::createStringError("compiling " + spec.canonical() + " for " +
                                    target.chip + " failed:\n" + diagnostics);
 

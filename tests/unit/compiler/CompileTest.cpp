@@ -125,9 +125,9 @@ TEST_CASE("a dense array of index is an error, not a parser crash") {
   CHECK(llvm::toString(std::move(err)).find("score_mod: ") == 0);
 }
 
-TEST_CASE("a fresh MLIR context per compile gives the same PTX") {
-  // The shared context is replaced every few compiles (it keeps what it
-  // interns); nothing may outlive it. With one compile per context, every
+TEST_CASE("a fresh MLIR context per kernel gives the same PTX") {
+  // The shared context is replaced every few kernels (it keeps what it
+  // interns); nothing may outlive it. With one kernel per context, every
   // kind of compile, and a failed one between them, gives the PTX it gives
   // in a long-lived context (ASan in the sanitizer build checks that
   // nothing reads a freed context).
@@ -164,9 +164,9 @@ TEST_CASE("a fresh MLIR context per compile gives the same PTX") {
     return ptx;
   };
   std::vector<std::string> shared = compileAll();
-  setCompilesPerContext(1);
+  setKernelsPerContext(1);
   std::vector<std::string> fresh = compileAll();
-  setCompilesPerContext(32);
+  setKernelsPerContext(32);
   REQUIRE(shared.size() == fresh.size());
   for (size_t i = 0; i < shared.size(); ++i)
     CHECK(shared[i] == fresh[i]);

@@ -80,11 +80,11 @@ llvm::Expected<CompiledKernel> compileDecodeKernel(const DecodeSpec &spec,
 llvm::Expected<CompiledKernel> compileDescription(llvm::StringRef mlirText,
                                                   const CompileOptions &options);
 
-/// How many compiles share one MLIR context before the next gets a fresh
-/// one (default 32; 0 counts as 1). A context keeps what it interns, every
-/// kernel's PTX included, so this bounds the memory that compiling holds;
-/// tests set 1 to run every compile in a new context.
-void setCompilesPerContext(unsigned compiles);
+/// How many kernels are built in one MLIR context before the next compile
+/// gets a fresh one (default 32; 0 counts as 1). A context keeps what it
+/// interns, every kernel's PTX included, so this bounds the memory that
+/// compiling holds; tests set 1 to build every kernel in a new context.
+void setKernelsPerContext(unsigned kernels);
 
 /// Versions that, with the spec, config and target, key the kernel cache.
 struct ToolchainVersions {
