@@ -22,8 +22,8 @@ bool isBareIdentifierChar(char c) {
 }
 
 /// Where MLIR's lexer stops the token of `text` that starts at `i`, for
-/// the tokens that could hide or split an `array` keyword; `i + 1` for the
-/// others (punctuation, blanks, NUL bytes).
+/// the kinds of token that could hide or split an `array` keyword (the
+/// others, punctuation, blanks and NUL bytes, are one character each).
 class Tokens {
 public:
   explicit Tokens(llvm::StringRef text) : text(text) {}

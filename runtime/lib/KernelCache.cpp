@@ -527,11 +527,7 @@ llvm::Expected<size_t> KernelCache::clear() {
     llvm::StringRef n(name);
     std::string path = Options.directory + "/" + name;
     if (isCacheKey(n) && llvm::sys::fs::is_directory(path)) {
-      // Wait for a writer of this key (storeCubin) to finish first.
-      auto lock = FileLock::acquire(lockPath(n));
-      if (!lock)
-        llvm::consumeError(lock.takeError());
-      if (llvm::Error err = discard(n))
+      if (llvm::Error err = remove(n))
         return std::move(err);
       ++removed;
       continue;

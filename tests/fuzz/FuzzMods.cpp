@@ -32,9 +32,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   std::vector<flashjit::HostCapture> captures(2);
   captures[0].shape = {3, 5};
   captures[1].shape = {7};
-  for (auto &c : captures)
-    for (int64_t i = 0, n = c.shape.size() == 2 ? 15 : 7; i < n; ++i)
+  for (auto &c : captures) {
+    int64_t elements = 1;
+    for (int64_t extent : c.shape)
+      elements *= extent;
+    for (int64_t i = 0; i < elements; ++i)
       c.values.push_back(double(i % 4) - 1.0);
+  }
   for (const auto &at : indices) {
     for (double s : scores) {
       if (score) {

@@ -15,7 +15,8 @@ namespace cl = llvm::cl;
 
 namespace flashjit::tools {
 
-static cl::opt<std::string> action(cl::Positional, cl::desc("list|prune|clear|path"),
+static cl::opt<std::string> action(cl::Positional,
+                                   cl::desc("list|prune|clear|path"),
                                    cl::init("list"), cl::sub(cacheCommand));
 static cl::opt<bool> json("json", cl::desc("Print JSON"),
                           cl::sub(cacheCommand), cl::cat(category));

@@ -3,9 +3,8 @@
 // and mask_mod functions), and MLIR 22's parser dereferences a null type
 // on a dense array of `index` (`array<index ...>`, or `array<!t ...>` with
 // `!t = index`: a segfault in Parser::parseDenseArrayAttr) instead of
-// reporting an error. Library code
-// must not crash on bad input, so every parse of user text is checked here
-// first.
+// reporting an error. Library code must not crash on bad input, so every
+// parse of user text is checked here first.
 #ifndef FLASHJIT_COMPILER_PARSERGUARD_H
 #define FLASHJIT_COMPILER_PARSERGUARD_H
 
