@@ -6,11 +6,13 @@ masking) is only worth generating if it keeps most of flashjit's dense
 speed and holds up against FlexAttention (torch.compile), the usual way to
 write one in PyTorch. This times both on the same inputs with
 attention_bench.py's clock (CUDA events, warm-up, medians; each round times
-flashjit, its dense kernel of the shape and Flex in turn), times flashjit's
-dense kernel of each shape too (time/dense: the variant's time over it), and
-checks flashjit's output against Flex's. The document and block-sparse rows
-run flashjit block-sparse (C API 3, sparse block 128 x 128) on the very
-BlockMask Flex runs on (create_block_mask's kv_num_blocks, kv_indices,
+flashjit, its dense kernels and Flex in turn), times flashjit's dense
+kernel of each shape too (time/dense: the variant's time over it) and a
+non-causal dense kernel whose rows are as long as the variant's (tile
+rate/dense rows: what the variant keeps of a dense kernel's rate on rows
+of its length), and checks flashjit's output against Flex's. The document
+and block-sparse rows run flashjit block-sparse (C API 3, sparse block 128
+x 128) on the very BlockMask Flex runs on (create_block_mask's kv_num_blocks, kv_indices,
 full_kv_num_blocks, full_kv_indices): its partial blocks with the mask_mod,
 its full blocks without (a mask with no partial block needs no mask_mod).
 FLOPs count computed scores only: 4 * batch * heads * head_dim * visible
@@ -41,6 +43,7 @@ import bench_report  # noqa: E402
 import flashjit_capi  # noqa: E402
 from attention_bench import environment, flex_factory, reason, time_cuda_rounds  # noqa: E402
 from self_check import Checks  # noqa: E402
+from variants_report import goal_lines, table  # noqa: E402
 from variants_sweep import (  # noqa: E402
     BLOCK, FAMILIES, HEAD_DIM, HEADS, TOKENS, TOL_REL, BlockLists, alibi_variant,
     blocksparse_variant, document_variant, eval_mod, flashjit_visible, mod_text,
@@ -87,13 +90,15 @@ class Runner:
         except (OSError, flashjit_capi.FlashjitError) as e:
             self.error = f"cannot use {args.lib or flashjit_capi.default_library_path()}: {e}"
 
-    def kernel(self, v, dense, partial=None):
+    def kernel(self, v, dense, partial=None, causal=None):
         """(Kernel or None, info) of the variant (partial: whether its block
         mask has partial blocks) or of flashjit's plain kernel of its shape
-        (causal as the variant), compiled once for its seqlen."""
-        key = (("dense", v.causal) if dense else v.key(partial), v.seqlen)
+        (causal as the variant unless `causal` says), compiled once for its
+        seqlen."""
+        causal = v.causal if causal is None else causal
+        key = (("dense", causal) if dense else v.key(partial), v.seqlen)
         if key not in self.kernels:
-            spec = (flashjit_capi.make_spec(HEAD_DIM, "bf16", v.causal, HEADS, HEADS) if dense
+            spec = (flashjit_capi.make_spec(HEAD_DIM, "bf16", causal, HEADS, HEADS) if dense
                     else v.spec(partial))
             t0 = time.perf_counter()
             try:
@@ -103,23 +108,26 @@ class Runner:
                 self.kernels[key] = (None, {"unsupported": reason(e)})
                 return self.kernels[key]
             name, config = kernel.describe()
-            plain = f"flashjit_fwd_d{HEAD_DIM}_bf16{'_causal' if v.causal else ''}_h{HEADS}_kv{HEADS}"
+            plain = f"flashjit_fwd_d{HEAD_DIM}_bf16{'_causal' if causal else ''}_h{HEADS}_kv{HEADS}"
             if name != plain if dense else not name.startswith(plain + "_v"):
                 raise RuntimeError(f"flashjit handed back kernel {name} for this spec")
             self.kernels[key] = (kernel, {"kernel": name, "config": config,
                                           "compile_ms": (time.perf_counter() - t0) * 1e3})
         return self.kernels[key]
 
-    def run_flashjit(self, v, q, k, val, caps, block_mask=None, dense=False):
+    def run_flashjit(self, v, q, k, val, caps, block_mask=None, dense=False, keys=None):
         """(info, output, launch, FLOPs), launched once; dense: FLOPs of the
-        plain kernel's own pairs. block_mask(): Flex's BlockMask of the row
-        (a block-sparse variant runs on its lists)."""
+        plain kernel's own pairs, and with `keys` the plain kernel is
+        non-causal on the first `keys` keys. block_mask(): Flex's BlockMask
+        of the row (a block-sparse variant runs on its lists)."""
         torch, to, s = self.torch, flashjit_capi.TensorArg.from_torch, v.seqlen
         lists = partial = None
         if v.sparse_block is not None and not dense:
             lists = self.block_mask_lists(v, block_mask())
             partial = bool(lists[0].any())  # kv_num_blocks: the partial blocks' counts
-        kernel, info = self.kernel(v, dense, partial)
+        kernel, info = self.kernel(v, dense, partial, causal=False if keys is not None else None)
+        if keys is not None:
+            k, val = (x[:, :, :keys].contiguous() for x in (k, val))
         if kernel is None:
             return dict(info), None, None, None
         o = torch.full_like(q, float("nan"))  # poisoned: a row the kernel skips shows up
@@ -137,12 +145,13 @@ class Runner:
         launch()
         torch.cuda.synchronize()
         out = o.clone()
-        pairs = (s * (s + 1) // 2 if v.causal else s * s) if dense else v.pairs
+        pairs = v.pairs if not dense else (
+            s * keys if keys is not None else s * (s + 1) // 2 if v.causal else s * s)
         return dict(info), out, launch, v.flops(pairs)
 
-    def run_dense(self, v, q, k, val):
-        info, _, launch, flops = self.run_flashjit(v, q, k, val, None, dense=True)
-        return info, None, launch, flops
+    def run_dense(self, v, q, k, val, keys=None):
+        info, _, launch, flops = self.run_flashjit(v, q, k, val, None, dense=True, keys=keys)
+        return (info if keys is None else dict(info, seqlen_k=keys)), None, launch, flops
 
     def block_mask(self, v, caps):
         """Flex's BlockMask of the variant's mask (block-sparse: with its
@@ -179,10 +188,17 @@ class Runner:
             return masks["mask"]
         # Each side runs once here (outputs compared below), then all are
         # timed in interleaved rounds.
+        # Besides the dense kernel of the shape, one whose rows are as long
+        # as the variant's (Variant.row_keys), unless that is the same.
+        keys = v.row_keys()
+        row["dense_row_keys"] = keys
+        runs = [("flashjit", lambda: self.run_flashjit(v, q, k, val, caps, block_mask)),
+                ("flashjit-dense", lambda: self.run_dense(v, q, k, val))]
+        if v.causal or keys != s:
+            runs.append(("flashjit-dense-rows", lambda: self.run_dense(v, q, k, val, keys)))
+        runs.append(("flex", lambda: self.run_flex(v, q, k, val, caps, block_mask)))
         calls = {}
-        for name, run in (("flashjit", lambda: self.run_flashjit(v, q, k, val, caps, block_mask)),
-                          ("flashjit-dense", lambda: self.run_dense(v, q, k, val)),
-                          ("flex", lambda: self.run_flex(v, q, k, val, caps, block_mask))):
+        for name, run in runs:
             try:
                 if name != "flex" and self.error:
                     raise RuntimeError(self.error)
@@ -204,6 +220,11 @@ class Runner:
             row["time_vs_dense"] = fj["ms"] / dn["ms"]
             row["tile_rate_vs_dense"] = (v.tile_pairs() / v.tile_pairs(dense=True)
                                          / row["time_vs_dense"])
+            row["tile_rate_vs_dense_rows"] = row["tile_rate_vs_dense"]  # the same kernel
+        rows_dense = row["results"].get("flashjit-dense-rows")
+        if rows_dense is not None:
+            row["tile_rate_vs_dense_rows"] = (v.tile_pairs() / (s * keys) * rows_dense["ms"] / fj["ms"]
+                                              if "ms" in fj and "ms" in rows_dense else None)
         if v.goal is not None:
             row["goal_time_vs_dense"] = v.goal
         if v.sparse_block is not None and "mask" in masks:
@@ -253,37 +274,6 @@ def check_output(torch, out, ref):
     return result
 
 
-def table(rows):
-    head = ["variant", "shape", "flashjit ms", "flex ms", "flashjit TFLOP/s", "flex TFLOP/s",
-            "flashjit/flex", "flashjit dense TFLOP/s", "variant/dense", "tile rate/dense",
-            "time/dense", "check"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    ratio = lambda a, b: a["tflops"] / b["tflops"] if "tflops" in a and "tflops" in b else None  # noqa: E731
-    fmt = lambda x, spec=".2f": "n/a" if x is None else format(x, spec)  # noqa: E731
-    for r in rows:
-        fj, fx, dn = (r["results"].get(n, {}) for n in ("flashjit", "flex", "flashjit-dense"))
-        c = r["check"]
-        check = (f"{'ok' if c['ok'] else 'FAILED'} (rel {c['rel_err']:.1e}, max abs {c['max_abs_err']:.1e})"
-                 if "ok" in c else f"n/a ({c['error']})")
-        lines.append("| " + " | ".join([
-            r["variant"], r["shape"], "unsupported" if "unsupported" in fj else fmt(fj.get("ms"), ".3f"),
-            fmt(fx.get("ms"), ".3f"), fmt(fj.get("tflops"), ".1f"), fmt(fx.get("tflops"), ".1f"),
-            fmt(ratio(fj, fx)), fmt(dn.get("tflops"), ".1f"), fmt(ratio(fj, dn)),
-            fmt(r.get("tile_rate_vs_dense")), fmt(r.get("time_vs_dense")), check]) + " |")
-    return "\n".join(lines)
-
-
-def goal_lines(rows):
-    """One line per row held to a time/dense goal."""
-    lines = []
-    for r in rows:
-        if "goal_time_vs_dense" in r:
-            goal, got = r["goal_time_vs_dense"], r.get("time_vs_dense")
-            verdict = ("n/a" if got is None else f"{got:.3f}, {'met' if got <= goal else 'NOT met'}")
-            lines.append(f"- {r['variant']} {r['shape']}: flashjit time/dense <= {goal:g}: {verdict}")
-    return lines
-
-
 def run_bench(args):
     import torch
     if not torch.cuda.is_available():
@@ -301,6 +291,9 @@ def run_bench(args):
                 time_vs_dense="flashjit's time over its dense kernel's at the same shape (causal as the row)",
                 tile_rate_vs_dense="flashjit's rate on the 128 x 128 tiles it computes (listed blocks, "
                                    "tiles holding a visible pair) over the dense kernel's on its own",
+                tile_rate_vs_dense_rows="the same rate over a non-causal dense kernel's whose rows are "
+                                        "as long as the variant's on average (dense_row_keys keys: its "
+                                        "tiles' pairs per query row, to the nearest tile)",
                 block_sparse="document and block-sparse rows: flashjit block-sparse (C API 3) on Flex's "
                              "BlockMask from create_block_mask, partial blocks with the mask_mod, full "
                              "blocks without")
@@ -517,6 +510,12 @@ def self_test(lib_path):
           window.tile_pairs() == sum(min(qb, 8) + 1 for qb in range(64)) * BLOCK * BLOCK
           and window.tile_pairs(dense=True) == 64 * 65 // 2 * BLOCK * BLOCK,
           (window.tile_pairs(), window.tile_pairs(dense=True)))
+    sparse10 = next(v for v in sparse if v.seqlen == TOKENS and v.label == "block-sparse 10%")
+    check("dense rows as long as the variants': the 8k window's 1080 keys a row on average up to "
+          "1152, block-sparse 10% at 16k's about 1638 up to 1664, soft-cap's every key",
+          (window.row_keys(), sparse10.row_keys(), rows[4].row_keys())
+          == (1152, 1664, rows[4].seqlen) and rows[4].family == "softcap",
+          (window.row_keys(), sparse10.row_keys(), rows[4].family, rows[4].row_keys()))
     check("block-sparse 10% at 16k is held to time/dense <= 0.15, no other row to a goal",
           [(v.seqlen, v.label, v.goal) for v in rows if v.goal is not None]
           == [(TOKENS, "block-sparse 10%", 0.15)])
@@ -554,11 +553,11 @@ def self_test(lib_path):
     for v in rows:
         self_test_agree(check, v, samples=300)
     fake = [{"variant": "block-sparse 10%", "shape": "b1 h16 s16k d128", "check": {"error": "x"},
-             "time_vs_dense": 0.125, "goal_time_vs_dense": 0.15,
+             "time_vs_dense": 0.125, "goal_time_vs_dense": 0.15, "tile_rate_vs_dense_rows": 0.9,
              "results": {"flashjit": {"ms": 1.0, "tflops": 80.0},
                          "flashjit-dense": {"ms": 8.0, "tflops": 700.0}}}]
-    check("the table's time/dense column and the goal's line",
-          "| 0.11 | n/a | 0.12 | n/a (x) |" in table(fake) and goal_lines(fake) ==
+    check("the table's tile rate/dense rows and time/dense columns and the goal's line",
+          "| 0.11 | n/a | 0.90 | 0.12 | n/a (x) |" in table(fake) and goal_lines(fake) ==
           ["- block-sparse 10% b1 h16 s16k d128: flashjit time/dense <= 0.15: 0.125, met"],
           table(fake) + "\n" + "\n".join(goal_lines(fake)))
     bad = mod_text("score", "x", [], ["%r = math.sin %score : f32", "return %r : f32"])

@@ -66,6 +66,15 @@ class Variant:
             total += size(qb) * sum(size(kb) for kb in range(first, last + 1))
         return total
 
+    def row_keys(self, block=BLOCK):
+        """The keys of a dense row as long as the variant's rows on average:
+        its computed tiles' pairs per query row, rounded up to whole tiles.
+        A non-causal dense kernel of seqlen x row_keys() computes rows at
+        least as long as the variant's (a dense row's rate grows with its
+        length), so that the short rows' own cost is apart from the
+        masking's."""
+        return block * max(1, math.ceil(self.tile_pairs() / (self.seqlen * block)))
+
     def block_lists(self):
         """The BlockMask create_block_mask builds of `mask`, as the bench
         models it (BlockLists; None for a variant that is not block-sparse)."""
