@@ -409,6 +409,13 @@ struct ResolvedConfig {
   ConfigOrigin origin;
 };
 
+/// A Context keeps every kernel it hands out (its PTX, cubin and loaded
+/// module, and its length classes' kernels), every block-mask builder,
+/// backward and decode kernel, until it is destroyed, so that asking
+/// again costs a lookup. A process that compiles kernels for many
+/// distinct specs bounds that memory by replacing a context it no longer
+/// needs: kernels already handed out stay valid, and a new context loads
+/// the old one's kernels from the disk cache in milliseconds.
 class Context {
 public:
   /// Opens the device when a driver and GPU exist (else the context still

@@ -173,7 +173,11 @@ FLASHJIT_API flashjit_status_t flashjit_get_version(int32_t *major,
  * ~/.cache/flashjit), "" for an in-memory cache only. chip: NULL or "" for
  * the device's (sm_90a when there is no GPU), else e.g. "sm_80". Without a
  * driver or GPU the context is still created: it compiles kernels, and
- * forward reports FLASHJIT_STATUS_NO_DEVICE. */
+ * forward reports FLASHJIT_STATUS_NO_DEVICE. A context keeps every kernel
+ * it compiles or loads (PTX, cubin, loaded module) until it is destroyed;
+ * a process that compiles many distinct specs bounds that memory by
+ * replacing contexts it no longer needs (kernels handed out stay valid;
+ * the disk cache makes a new context's loads fast). */
 FLASHJIT_API flashjit_status_t flashjit_context_create(int32_t device,
                                                        const char *cache_dir,
                                                        const char *chip,
