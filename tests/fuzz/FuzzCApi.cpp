@@ -78,13 +78,12 @@ struct FuzzTensor {
 
 flashjit_context_t context = nullptr;
 // A context keeps every kernel and block-mask builder it makes until it is
-// destroyed: one shared context reached libFuzzer's 2 GB limit after 2635
-// distinct kernels, about 25 minutes into a run. The inputs that compile
-// (specs, block-mask builds) go to this one, replaced once the process
-// holds more than kReplaceAboveMb (looked at every kCheckEvery of them).
-// Not on a count alone: a fresh context compiles again the kernels the
-// corpus keeps asking for, and replacing it every 4096 inputs ran 0.67x
-// the inputs a second.
+// destroyed, so one shared context lets a long run grow to libFuzzer's
+// memory limit. The inputs that compile (specs, block-mask builds) go to
+// this one, replaced once the process holds more than kReplaceAboveMb
+// (looked at every kCheckEvery of them). Not on a count alone: a fresh
+// context compiles again the kernels the corpus keeps asking for, which
+// costs the run a large share of its inputs a second.
 flashjit_context_t compileContext = nullptr;
 constexpr unsigned kCheckEvery = 256;
 constexpr long kReplaceAboveMb = 1280;
