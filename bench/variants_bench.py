@@ -216,15 +216,19 @@ class Runner:
                 row["results"][name].update(t)
         row["check"] = check_output(torch, outs.get("flashjit"), outs.get("flex"))
         fj, dn = row["results"].get("flashjit", {}), row["results"].get("flashjit-dense", {})
+
+        def tile_rate_vs(dense, dense_tile_pairs):  # the variant's rate on its tiles over a dense kernel's
+            if "ms" not in fj or "ms" not in dense:
+                return None
+            return v.tile_pairs() / dense_tile_pairs * dense["ms"] / fj["ms"]
         if "ms" in fj and "ms" in dn:
             row["time_vs_dense"] = fj["ms"] / dn["ms"]
-            row["tile_rate_vs_dense"] = (v.tile_pairs() / v.tile_pairs(dense=True)
-                                         / row["time_vs_dense"])
-            row["tile_rate_vs_dense_rows"] = row["tile_rate_vs_dense"]  # the same kernel
+            row["tile_rate_vs_dense"] = tile_rate_vs(dn, v.tile_pairs(dense=True))
+        # Rows as long as the variant's: their own kernel (non-causal, s x keys), or the dense kernel of
+        # the shape where that is the same one.
         rows_dense = row["results"].get("flashjit-dense-rows")
-        if rows_dense is not None:
-            row["tile_rate_vs_dense_rows"] = (v.tile_pairs() / (s * keys) * rows_dense["ms"] / fj["ms"]
-                                              if "ms" in fj and "ms" in rows_dense else None)
+        row["tile_rate_vs_dense_rows"] = (tile_rate_vs(rows_dense, s * keys) if rows_dense is not None
+                                          else row.get("tile_rate_vs_dense"))
         if v.goal is not None:
             row["goal_time_vs_dense"] = v.goal
         if v.sparse_block is not None and "mask" in masks:
@@ -291,9 +295,9 @@ def run_bench(args):
                 time_vs_dense="flashjit's time over its dense kernel's at the same shape (causal as the row)",
                 tile_rate_vs_dense="flashjit's rate on the 128 x 128 tiles it computes (listed blocks, "
                                    "tiles holding a visible pair) over the dense kernel's on its own",
-                tile_rate_vs_dense_rows="the same rate over a non-causal dense kernel's whose rows are "
+                tile_rate_vs_dense_rows="the same rate over a non-causal dense kernel whose rows are "
                                         "as long as the variant's on average (dense_row_keys keys: its "
-                                        "tiles' pairs per query row, to the nearest tile)",
+                                        "tiles' pairs per query row, rounded up to whole tiles)",
                 block_sparse="document and block-sparse rows: flashjit block-sparse (C API 3) on Flex's "
                              "BlockMask from create_block_mask, partial blocks with the mask_mod, full "
                              "blocks without")
