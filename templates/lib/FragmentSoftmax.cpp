@@ -7,6 +7,7 @@
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
+#include <cmath>
 #include <limits>
 #include <optional>
 
@@ -278,11 +279,30 @@ SmallVector<Value> FragmentSoftmax::exponentiate(ValueRange s, int64_t row,
   return partial;
 }
 
+bool FragmentSoftmax::fixReference(ScoreMods &mods) {
+  std::optional<ScoreInterval> range = mods.scoreInterval();
+  if (!range)
+    return false;
+  const double halfWidthLog2 = (range->hi - range->lo) / 2 * M_LOG2E;
+  const double limit = ir.spec.dtype == DType::F16 ? 14.0 : 64.0;
+  if (!(halfWidthLog2 <= limit))
+    return false;
+  fixedMax = mods.inFamilyUnits(
+      static_cast<float>((range->lo + range->hi) / 2));
+  return true;
+}
+
 FragmentSoftmax::Update FragmentSoftmax::update(ValueRange s, ValueRange max,
                                                 ValueRange sum,
                                                 Value scaleLog2) {
   OpBuilder &b = ir.b;
   Location loc = ir.loc;
+  if (fixedMax) {
+    SmallVector<Value> reference(rowStates(), fixedMax);
+    Update u = updateWithinBound(s, reference, sum, scaleLog2);
+    u.outgrown = {};
+    return u;
+  }
   Update u;
   u.max.resize(rowStates());
   u.sum.resize(rowStates());
@@ -363,6 +383,8 @@ FragmentSoftmax::pack(ValueRange probs) {
 
 SmallVector<Value> FragmentSoftmax::rescale(ValueRange acc,
                                             ValueRange alpha) {
+  if (fixedMax)
+    return SmallVector<Value>(acc);
   OpBuilder &b = ir.b;
   Location loc = ir.loc;
   Value changed;

@@ -52,6 +52,17 @@ public:
     staging = IndexStaging{scratch, lane, blockN, {}};
   }
 
+  /// Takes every tile's P against a reference fixed for the kernel where
+  /// the score_mod bounds the scores (ScoreMods::scoreInterval): the
+  /// interval's middle, as long as P = 2^((score - middle) scale log2(e))
+  /// stays within [2^-b, 2^b] over the whole interval, b = 64 for bf16 and
+  /// 14 for f16 (P is rounded to f16 for P V: a normal number, at most
+  /// maxProbability()). update() then takes no row max and rescale()
+  /// leaves O alone, and a caller needs no vote on the bound; masked
+  /// scores (-inf) give P = 0 as before. Returns whether it does.
+  bool fixReference(ScoreMods &mods);
+  bool hasFixedReference() const { return static_cast<bool>(fixedMax); }
+
   int64_t rowStates() const { return mTiles * 2; }
   int64_t scoreAt(int64_t mt, int64_t nt) const {
     return (mt * nTiles + nt) * kAccPerTile;
@@ -93,7 +104,8 @@ public:
   /// One tile's online-softmax step: p = 2^(s c - m c) with c = scale *
   /// log2(e) > 0 folded into one multiply-add per score. The row max is
   /// reduced as a tree, the sum in a few interleaved chains (its order
-  /// differs from a left fold only in rounding).
+  /// differs from a left fold only in rounding). With a fixed reference
+  /// (fixReference), m is the reference and `max` is not read.
   Update update(mlir::ValueRange s, mlir::ValueRange max,
                 mlir::ValueRange sum, mlir::Value scaleLog2);
   /// The step against `max` as it stands, with no row max: max unchanged,
@@ -110,7 +122,8 @@ public:
 
   /// O accumulators (mTiles x dTiles n8 tiles, same layout) times alpha,
   /// computed only when some row of the warp moved its max (one vote, a
-  /// warp-uniform branch); after the first tiles that is rare.
+  /// warp-uniform branch); after the first tiles that is rare. With a
+  /// fixed reference, O as it is.
   llvm::SmallVector<mlir::Value> rescale(mlir::ValueRange acc,
                                          mlir::ValueRange alpha);
 
@@ -134,6 +147,8 @@ private:
   KernelIR &ir;
   std::optional<IndexStaging> staging;
   const int64_t mTiles, nTiles;
+  /// The fixed reference in the family's units (fixReference), or null.
+  mlir::Value fixedMax;
   /// P = 2^(s c - m c) for the scores of row state `row` (mt * 2 + h) into
   /// `probs`, with c = `scaleLog2` and `negShift` = -m c; returns the P
   /// summed in a few chains.

@@ -151,6 +151,7 @@ void Builder::build(StringRef name, const ModRegions &mods) {
   const int64_t accBase = 2 * rowsState;
   FragmentSoftmax softmax(*this, mTiles, nTiles);
   ScoreMods scoreMods = ScoreMods::onDotProducts(*this, mods, p);
+  softmax.fixReference(scoreMods);
   ScoreRules rules{p.seqlenQ, p.seqlenK, diagonalOffset(p),
                    spec.hasMods() ? &scoreMods : nullptr, at.batch, at.head};
 

@@ -36,6 +36,10 @@ ScoreMods ScoreMods::onDotProducts(KernelIR &ir, const ModRegions &mods,
                    arith::DivFOp::create(ir.b, ir.loc, ir.cF32(1.0f), scale));
 }
 
+Value ScoreMods::inFamilyUnits(float natural) {
+  return arith::MulFOp::create(ir.b, ir.loc, ir.cF32(natural), fromNatural);
+}
+
 ScoreMods ScoreMods::onBase2Scores(KernelIR &ir, const ModRegions &mods,
                                    const ForwardParams &p) {
   return ScoreMods(ir, mods, p, ir.cF32(kLn2), ir.cF32(kLog2E));

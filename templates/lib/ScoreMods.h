@@ -17,6 +17,8 @@
 #include "KernelIR.h"
 #include "flashjit/Templates/KernelTemplate.h"
 
+#include <optional>
+
 namespace flashjit {
 
 class ScoreMods;
@@ -94,6 +96,18 @@ struct ScoreRules {
   const ModReads *reads = nullptr;
 };
 
+/// The interval [lo, hi] (natural units: what the score_mod returns)
+/// that holds every score a score_mod can yield, whatever its arguments.
+struct ScoreInterval {
+  double lo, hi;
+};
+
+/// The score_mod region's interval where its ops bound it (a tanh, an
+/// exponential, constants and the arithmetic of bounded values: soft-capping
+/// gives [-cap, cap]); nullopt where its result can be unbounded
+/// (ScoreModRange.cpp).
+std::optional<ScoreInterval> scoreModInterval(mlir::Region &scoreMod);
+
 class ScoreMods {
 public:
   /// `toNatural` and `fromNatural` (f32) convert the family's scores to
@@ -117,6 +131,13 @@ public:
   static void allowContraction(mlir::Operation *op);
 
   bool hasScoreMod() const { return mods.scoreMod != nullptr; }
+  /// The score_mod's interval (scoreModInterval); nullopt without a
+  /// score_mod.
+  std::optional<ScoreInterval> scoreInterval() const {
+    return mods.scoreMod ? scoreModInterval(*mods.scoreMod) : std::nullopt;
+  }
+  /// `natural` (natural units) in the family's units (f32).
+  mlir::Value inFamilyUnits(float natural);
   bool hasMaskMod() const { return mods.maskMod != nullptr; }
 
   /// The score_mod of a score in the family's units; indices are i32 or

@@ -15,7 +15,10 @@
 // instructions per 80 scores and thread (head dim 128). With a score_mod,
 // once a tile of a query block outgrew the bound, the block's later tiles
 // take the max on the scores they hold (a bias that grows toward the
-// diagonal, as ALiBi's, outgrows it every tile).
+// diagonal, as ALiBi's, outgrows it every tile). A score_mod that bounds
+// the scores (soft-capping) needs neither: P is taken against a reference
+// fixed for the kernel (FragmentSoftmax::fixReference), with no row max,
+// vote or rescale on any tile.
 // Two consumers take turns issuing (named barriers, ping-pong:
 // WgmmaTurns.h), so one warpgroup's softmax and epilogue also run under the
 // other's products. Three consumers (head dim 64) have 160 registers each.
@@ -85,6 +88,9 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
         lane, cfg.blockN);
   };
   stageColumns(softmax);
+  // A score_mod that bounds the scores (soft-capping) fixes P's reference:
+  // no row max, no vote on the bound, no rescale of O.
+  const bool fixedReference = softmax.fixReference(scoreMods);
   // The parameters of the tile at work: a persistent varlen consumer
   // narrows a copy of `p` to each tile's sequence (narrowToSequence), and
   // takes the diagonal of each (bottom-right alignment differs per
@@ -193,6 +199,8 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
       spec.hasRightBound() && !spec.isBlockSparse() && halfKeys % 16 == 0;
   FragmentSoftmax halfSoftmax(*this, /*mTiles=*/1, nTiles / 2);
   stageColumns(halfSoftmax);
+  if (fixedReference)
+    halfSoftmax.fixReference(scoreMods);
   // One tile at `at`, ring position `iteration` (i32); returns its K/V
   // tile count.
   auto consumeTile = [&](const BlockCoordinates &at, Value iteration) {
@@ -258,7 +266,7 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
     // A score_mod can raise a row's scores from tile to tile (ALiBi's bias
     // grows toward the diagonal by its slope times block_n per tile), and
     // then every later tile would outgrow the bound and take its S twice.
-    const bool stickyMax = scoreMods.hasScoreMod();
+    const bool stickyMax = scoreMods.hasScoreMod() && !fixedReference;
     Value zero = c32(0);
     // Tile 0 from the empty state, `keys` wide; P_0 stays packed in the
     // state (zeros past `keys`).
@@ -305,13 +313,21 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
       if (stickyMax)
         outgrew = cmp(Pred::ne, state[outgrewAt], c32(0));
       ValueRange max = state.slice(0, 2), sum = state.slice(2, 2);
-      FragmentSoftmax::Update u = boundedStep(
-          scores, sm, max, sum, p.scaleLog2, consumer, outgrew,
-          [&](SmallVector<Value> &s) { maskTile(s, visitJ, sm, keys); },
-          [&](SmallVector<Value> &s) {
-            return softmaxStep(s, visitJ, max, sum, sm, keys);
-          },
-          [&] { return waitGroups(0, issueScores(qDesc, kDesc(slot), keys)); });
+      FragmentSoftmax::Update u =
+          fixedReference
+              ? softmaxStep(scores, visitJ, max, sum, sm, keys)
+              : boundedStep(
+                    scores, sm, max, sum, p.scaleLog2, consumer, outgrew,
+                    [&](SmallVector<Value> &s) {
+                      maskTile(s, visitJ, sm, keys);
+                    },
+                    [&](SmallVector<Value> &s) {
+                      return softmaxStep(s, visitJ, max, sum, sm, keys);
+                    },
+                    [&] {
+                      return waitGroups(0,
+                                        issueScores(qDesc, kDesc(slot), keys));
+                    });
       release(kEmpty(slot));
       o = waitGroups(0, o);
       release(vEmpty(prevSlot));

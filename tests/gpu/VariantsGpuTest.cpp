@@ -21,8 +21,10 @@ void checkVariant(const AttentionSpec &spec, const std::string &family,
                   int64_t batch, int64_t seqlenQ, int64_t seqlenK,
                   std::optional<HostBlockMask> blockMask = std::nullopt,
                   double blockDensity = 0.25,
-                  const std::vector<HostCapture> *givenCaptures = nullptr) {
+                  const std::vector<HostCapture> *givenCaptures = nullptr,
+                  std::optional<double> scale = std::nullopt) {
   CheckOptions o;
+  o.scale = scale;
   o.blockMask = std::move(blockMask);
   o.blockDensity = blockDensity;
   o.batch = batch;
@@ -133,6 +135,55 @@ TEST_CASE("soft-cap at spread scores, f16, window with a mod") {
   REQUIRE(!presets::softcap(spec, 20.0));
   for (const char *family : kFamilies)
     checkVariant(spec, family, 1, 1000, 1000);
+}
+
+TEST_CASE("score_mods that bound the scores: P against a fixed reference") {
+  // Such a mod's P is taken against the middle of its scores' interval
+  // (FragmentSoftmax::fixReference), not a running max: P spans 2^(+-43)
+  // at soft-cap 30 (bf16), 2^(+-63.5) at a clamp to [-44, 44], 2^(+-11.5)
+  // at soft-cap 8 (f16). Large scales drive the scores to both ends of the
+  // interval; bottom-right causal rows with no key (Sq > Sk) stay empty.
+  auto clamp = [](mlir::OpBuilder &b, mlir::Location loc,
+                  const ScoreModArgs &a) -> mlir::Value {
+    auto constant = [&](float v) {
+      return mlir::arith::ConstantOp::create(b, loc, b.getF32FloatAttr(v));
+    };
+    mlir::Value low =
+        mlir::arith::MaximumFOp::create(b, loc, a.score, constant(-44.0f));
+    return mlir::arith::MinimumFOp::create(b, loc, low, constant(44.0f));
+  };
+  struct Case {
+    const char *what;
+    DType dtype;
+    double softcap; // 0: the clamp
+    bool causal;
+    double scale;
+  };
+  const Case cases[] = {
+      {"soft-cap 30, bf16", DType::BF16, 30, false, 4.0},
+      {"soft-cap 8, f16, bottom-right causal", DType::F16, 8, true, 1.0},
+      {"clamp to [-44, 44], bf16", DType::BF16, 0, false, 8.0},
+  };
+  const std::pair<int64_t, int64_t> lengths[] = {
+      {17, 17}, {1000, 300}, {300, 1000}};
+  for (const Case &c : cases) {
+    AttentionSpec spec = baseSpec(128, c.causal);
+    spec.dtype = c.dtype;
+    if (c.causal)
+      spec.causalAlign = CausalAlign::BottomRight;
+    if (c.softcap > 0) {
+      REQUIRE(!presets::softcap(spec, c.softcap));
+    } else {
+      auto text = buildScoreMod(spec.captures, clamp);
+      REQUIRE_MESSAGE(bool(text), llvm::toString(text.takeError()));
+      spec.scoreMod = *text;
+    }
+    INFO(c.what << ", scale " << c.scale);
+    for (const char *family : kFamilies)
+      for (auto [sq, sk] : lengths)
+        checkVariant(spec, family, 2, sq, sk, std::nullopt, 0.25, nullptr,
+                     c.scale);
+  }
 }
 
 TEST_CASE("score_mods of constant factors and exp") {
