@@ -60,6 +60,10 @@ def parse_args(argv):
     p.add_argument("--repeats", type=int, default=7, help="timed repeats, median reported (default 7)")
     p.add_argument("--target-ms", type=float, default=100.0,
                    help="length of one timed repeat of back-to-back calls (default 100)")
+    p.add_argument("--no-settle", dest="settle", action="store_false",
+                   help="time each repeat straight after the previous function's; by default an untimed "
+                        "repeat of the same calls precedes it, so that it runs at the clock its own calls "
+                        "bring the GPU to at the power limit, not at its predecessor's")
     p.add_argument("--json", metavar="PATH", help="write the results as JSON")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
@@ -78,7 +82,8 @@ class Runner:
 
     def __init__(self, torch, args):
         self.torch, self.lib, self.kernels = torch, None, {}
-        self.timing = dict(warmup=args.warmup, repeats=args.repeats, target_ms=args.target_ms)
+        self.timing = dict(warmup=args.warmup, repeats=args.repeats, target_ms=args.target_ms,
+                           settle=args.settle)
         self.flex, self.error, self.version, self.chip = flex_factory(torch), None, None, None
         self.block_mask_lists = flex_lists  # where a block-sparse flashjit's lists come from
         try:
