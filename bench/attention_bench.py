@@ -155,7 +155,7 @@ def window_stats(samples, iters):
             "iters": iters, "repeats": len(samples)}
 
 
-def time_cuda_rounds(torch, fns, warmup, repeats, target_ms, settle=False):
+def time_cuda_rounds(torch, fns, warmup, repeats, target_ms, settle=False, max_calls=1000):
     """time_cuda for several functions at once: every round times one window
     of each, in turn, so that drifting clocks weigh on all of them alike.
     settle: each timed window follows an untimed one of the same function,
@@ -163,12 +163,14 @@ def time_cuda_rounds(torch, fns, warmup, repeats, target_ms, settle=False):
     GPU to, not at those of the function timed before it (at the power
     limit a window of about 30 ms otherwise inherits its predecessor's
     clock: bench/results/training-nvidia-h100-80gb-hbm3.md).
+    max_calls: the most calls in one window (a fast kernel's window is then
+    shorter than target_ms; None: no limit, for windows of seconds).
     fns: name -> callable. Returns name -> time_cuda's dict, or
     {"error": why} for a function that raised (it leaves the rounds)."""
     iters, out = {}, {}
     for name, fn in fns.items():
         try:
-            iters[name] = calls_per_window(torch, fn, warmup, target_ms, most=1000)
+            iters[name] = calls_per_window(torch, fn, warmup, target_ms, most=max_calls)
         except Exception as e:
             out[name] = {"error": reason(e)}
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

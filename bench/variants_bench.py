@@ -64,6 +64,10 @@ def parse_args(argv):
                    help="time each repeat straight after the previous function's; by default an untimed "
                         "repeat of the same calls precedes it, so that it runs at the clock its own calls "
                         "bring the GPU to at the power limit, not at its predecessor's")
+    p.add_argument("--max-calls", type=int, default=1000,
+                   help="most back-to-back calls in one timed repeat (default 1000; 0: none, so that "
+                        "--target-ms 2000 times two seconds of even the fastest kernel, at the clock the "
+                        "power limit holds it to)")
     p.add_argument("--json", metavar="PATH", help="write the results as JSON")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
@@ -83,7 +87,7 @@ class Runner:
     def __init__(self, torch, args):
         self.torch, self.lib, self.kernels = torch, None, {}
         self.timing = dict(warmup=args.warmup, repeats=args.repeats, target_ms=args.target_ms,
-                           settle=args.settle)
+                           settle=args.settle, max_calls=args.max_calls or None)
         self.flex, self.error, self.version, self.chip = flex_factory(torch), None, None, None
         self.block_mask_lists = flex_lists  # where a block-sparse flashjit's lists come from
         try:
@@ -295,7 +299,9 @@ def run_bench(args):
         print(f"warning: flashjit is n/a: {runner.error}", file=sys.stderr)
     shape = types.SimpleNamespace(layout="bhsd", total_tokens=TOKENS, hidden=HEADS * HEAD_DIM)
     meta = environment(torch, shape, runner.version, runner.chip)
-    meta.update(tolerance=f"FAILED above relative {TOL_REL:g} against Flex, or not finite",
+    meta.update(timing=dict(runner.timing, window="each repeat's calls back to back between CUDA events; "
+                                                  "settle: after an untimed repeat of the same calls"),
+                tolerance=f"FAILED above relative {TOL_REL:g} against Flex, or not finite",
                 flops="4 * batch * heads * head_dim * visible (q, kv) pairs",
                 time_vs_dense="flashjit's time over its dense kernel's at the same shape (causal as the row)",
                 tile_rate_vs_dense="flashjit's rate on the 128 x 128 tiles it computes (listed blocks, "
