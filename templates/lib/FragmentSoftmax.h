@@ -54,8 +54,9 @@ public:
 
   /// Takes every tile's P against a reference fixed for the kernel where
   /// the score_mod bounds the scores (ScoreMods::scoreInterval): the
-  /// interval's middle, as long as P = 2^((score - middle) scale log2(e))
-  /// stays within [2^-b, 2^b] over the whole interval, b = 64 for bf16 and
+  /// interval's middle, as long as P = 2^((score - middle) log2(e)) (the
+  /// score in natural units: what the score_mod returns) stays within
+  /// [2^-b, 2^b] over the whole interval, b = 64 for bf16 and
   /// 14 for f16 (P is rounded to f16 for P V: a normal number, at most
   /// maxProbability()). update() then takes no row max and rescale()
   /// leaves O alone, and a caller needs no vote on the bound; masked
