@@ -14,10 +14,14 @@
 #   tools/scripts/device-gpu-parallel.sh [WORKERS [SHARDS]]   # 6 and 24
 #
 # GPU_TESTS names the test binary (default flashjit-gpu-tests on PATH,
-# after device-setup.sh); SHARD_TIMEOUT and TIMED_TIMEOUT (seconds) bound
-# each shard and the timed part. Logs: $OUT/gpu-parallel/shard-K.txt and
-# timed-*.txt. Prints one line per shard and every failure; exits 1 when a
-# case failed, a shard timed out or a case ran in no shard.
+# after device-setup.sh); SLOW_CASES the cases (doctest name filters) that
+# take minutes alone, run in one more process started first (default the
+# head dim 256 backward, which took a shard past 187 s; empty: none);
+# SHARD_TIMEOUT and TIMED_TIMEOUT (seconds) bound each shard and the timed
+# part. Logs: $OUT/gpu-parallel/shard-K.txt and
+# timed-*.txt (shard-slow.txt for SLOW_CASES). Prints one line per shard
+# and every failure; exits 1 when a case failed, a shard timed out or left
+# no log, or a case ran in no shard.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 workers=${1:-6}
@@ -36,8 +40,15 @@ mkdir -p "$logs"
 # The cases that compare times, by name, and the autotuner's file.
 timedNames='launch overhead*,tensor maps*,kernel cache:*,what keeping the context costs*'
 timedFile='*/AutotuneGpuTest.cpp'
-untimed=(--test-case-exclude="$timedNames" --source-file-exclude="$timedFile"
-  --order-by=rand --rand-seed=7)
+# Cases that take minutes alone (SLOW_CASES, doctest name filters; empty:
+# none): one process of their own, started first, so that no shard holds
+# one beside others.
+slowNames=${SLOW_CASES-'backward: head dim 256*'}
+untimed=(--test-case-exclude="$timedNames${slowNames:+,$slowNames}"
+  --source-file-exclude="$timedFile" --order-by=rand --rand-seed=7)
+slow=()
+[ -n "$slowNames" ] && slow=(--test-case="$slowNames" --test-case-exclude="$timedNames"
+  --source-file-exclude="$timedFile")
 
 count=$("$GPU_TESTS" --count "${untimed[@]}" |
   sed -n 's/.*passing the current filters: \([0-9]*\).*/\1/p')
@@ -53,9 +64,17 @@ echo "$count cases that time nothing, $shards shards of up to $per, $workers at 
 
 # Each case in exactly one shard: the shards' lists, joined, are the whole
 # list.
-"$GPU_TESTS" --list-test-cases "${untimed[@]}" | grep -v '^\[doctest\]\|^====\|^GPU: ' \
+# (The slow cases count as a shard of their own.)
+"$GPU_TESTS" --list-test-cases --test-case-exclude="$timedNames" \
+  --source-file-exclude="$timedFile" | grep -v '^\[doctest\]\|^====\|^GPU: ' \
   | sort > "$logs/all-cases.txt"
 : > "$logs/sharded-cases.txt"
+: > "$logs/slow-cases.txt"
+if [ ${#slow[@]} -gt 0 ]; then
+  "$GPU_TESTS" --list-test-cases "${slow[@]}" | grep -v '^\[doctest\]\|^====\|^GPU: ' \
+    > "$logs/slow-cases.txt"
+  cat "$logs/slow-cases.txt" >> "$logs/sharded-cases.txt"
+fi
 for ((k = 0; k < shards; ++k)); do
   first=$((k * per + 1)) last=$(((k + 1) * per))
   [ "$first" -gt "$count" ] && break
@@ -71,14 +90,21 @@ fi
 
 export GPU_TESTS per logs
 runShard() {
-  local k=$1 first=$(($1 * per + 1)) last=$((($1 + 1) * per))
-  local start=$SECONDS
+  local k=$1 start=$SECONDS label range=()
+  if [ "$k" = slow ]; then
+    # The slow cases, by their own filters (slow=(...)), all of them.
+    label="slow cases"
+  else
+    local first=$((k * per + 1)) last=$(((k + 1) * per))
+    label="shard $k (cases $first-$last)"
+    range=(--first=$first --last=$last)
+  fi
   timeout "${SHARD_TIMEOUT:-480}" stdbuf -oL "$GPU_TESTS" --duration=true \
-    "${@:2}" --first=$first --last=$last > "$logs/shard-$k.txt" 2>&1
+    "${@:2}" "${range[@]}" > "$logs/shard-$k.txt" 2>&1
   local rc=$?
   # doctest's summary counts every case that passes the filters; the
   # cases run are those with a duration line.
-  echo "shard $k (cases $first-$last): rc=$rc in $((SECONDS - start)) s," \
+  echo "$label: rc=$rc in $((SECONDS - start)) s," \
     "$(grep -c '^[0-9.]* s: ' "$logs/shard-$k.txt") run," \
     "$(grep -ho '[0-9]* failed |' "$logs/shard-$k.txt" | head -1)" \
     "$(grep -h 'assertions:' "$logs/shard-$k.txt" | tr -s ' ' | cut -d'|' -f2-3)" \
@@ -86,8 +112,15 @@ runShard() {
 }
 export -f runShard
 start=$SECONDS
+slowPid=""
+if [ -s "$logs/slow-cases.txt" ]; then
+  runShard slow "${slow[@]}" &
+  slowPid=$!
+  [ "$workers" -gt 1 ] && workers=$((workers - 1))
+fi
 seq 0 $((shards - 1)) | xargs -P "$workers" -I{} bash -c \
   'runShard "$@"' _ {} "${untimed[@]}"
+[ -n "$slowPid" ] && wait "$slowPid"
 echo "untimed cases done in $((SECONDS - start)) s"
 
 start=$SECONDS
@@ -100,6 +133,16 @@ echo "autotune cases: rc=$? $(grep -h 'test cases:' "$logs/timed-autotune.txt" |
 echo "timed cases done in $((SECONDS - start)) s"
 
 failed=0
+# Every shard that had cases, and the slow cases, must have left a log.
+expected=()
+for ((k = 0; k < shards && k * per < count; ++k)); do expected+=("$logs/shard-$k.txt"); done
+[ -s "$logs/slow-cases.txt" ] && expected+=("$logs/shard-slow.txt")
+for f in "${expected[@]}"; do
+  if [ ! -f "$f" ]; then
+    failed=1
+    echo "--- $(basename "$f"): missing (its process did not run)" >&2
+  fi
+done
 for f in "$logs"/shard-*.txt "$logs"/timed-*.txt; do
   if ! grep -q 'Status: SUCCESS' "$f"; then
     failed=1
