@@ -7,6 +7,7 @@
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -283,8 +284,12 @@ bool FragmentSoftmax::fixReference(ScoreMods &mods) {
   std::optional<ScoreInterval> range = mods.scoreInterval();
   if (!range)
     return false;
+  // P at most maxProbability(), and for f16 at least its smallest normal
+  // number, 2^-14.
   const double halfWidthLog2 = (range->hi - range->lo) / 2 * M_LOG2E;
-  const double limit = ir.spec.dtype == DType::F16 ? 14.0 : 64.0;
+  double limit = std::log2(maxProbability());
+  if (ir.spec.dtype == DType::F16)
+    limit = std::min(limit, 14.0);
   if (!(halfWidthLog2 <= limit))
     return false;
   fixedMax = mods.inFamilyUnits(

@@ -18,6 +18,10 @@ FragmentSoftmax::Update Builder::boundedStep(
     function_ref<void(SmallVector<Value> &)> mask,
     function_ref<FragmentSoftmax::Update(SmallVector<Value> &)> withMax,
     function_ref<SmallVector<Value>()> scoresAgain) {
+  if (sm.hasFixedReference()) {
+    SmallVector<Value> held(s);
+    return withMax(held);
+  }
   const int64_t rows = sm.rowStates();
   SmallVector<Type> types(s.size() + 3 * rows, f32);
   auto values = [&](const FragmentSoftmax::Update &u) {

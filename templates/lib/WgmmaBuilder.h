@@ -203,7 +203,9 @@ private:
   /// max. `outgrew` (i1, with a score_mod; null without): some earlier tile
   /// of this query block outgrew the bound; such a tile takes the max on
   /// the scores it holds, without the second product, and sets `outgrew`
-  /// for the tiles after.
+  /// for the tiles after. With a fixed reference
+  /// (FragmentSoftmax::fixReference) there is no bound to outgrow: the
+  /// step is `withMax`'s, with no vote.
   FragmentSoftmax::Update
   boundedStep(ArrayRef<Value> s, FragmentSoftmax &sm, ValueRange max,
               ValueRange sum, Value scaleLog2, Value consumer, Value &outgrew,

@@ -199,8 +199,7 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
       spec.hasRightBound() && !spec.isBlockSparse() && halfKeys % 16 == 0;
   FragmentSoftmax halfSoftmax(*this, /*mTiles=*/1, nTiles / 2);
   stageColumns(halfSoftmax);
-  if (fixedReference)
-    halfSoftmax.fixReference(scoreMods);
+  halfSoftmax.fixReference(scoreMods);
   // One tile at `at`, ring position `iteration` (i32); returns its K/V
   // tile count.
   auto consumeTile = [&](const BlockCoordinates &at, Value iteration) {
@@ -313,21 +312,13 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
       if (stickyMax)
         outgrew = cmp(Pred::ne, state[outgrewAt], c32(0));
       ValueRange max = state.slice(0, 2), sum = state.slice(2, 2);
-      FragmentSoftmax::Update u =
-          fixedReference
-              ? softmaxStep(scores, visitJ, max, sum, sm, keys)
-              : boundedStep(
-                    scores, sm, max, sum, p.scaleLog2, consumer, outgrew,
-                    [&](SmallVector<Value> &s) {
-                      maskTile(s, visitJ, sm, keys);
-                    },
-                    [&](SmallVector<Value> &s) {
-                      return softmaxStep(s, visitJ, max, sum, sm, keys);
-                    },
-                    [&] {
-                      return waitGroups(0,
-                                        issueScores(qDesc, kDesc(slot), keys));
-                    });
+      FragmentSoftmax::Update u = boundedStep(
+          scores, sm, max, sum, p.scaleLog2, consumer, outgrew,
+          [&](SmallVector<Value> &s) { maskTile(s, visitJ, sm, keys); },
+          [&](SmallVector<Value> &s) {
+            return softmaxStep(s, visitJ, max, sum, sm, keys);
+          },
+          [&] { return waitGroups(0, issueScores(qDesc, kDesc(slot), keys)); });
       release(kEmpty(slot));
       o = waitGroups(0, o);
       release(vEmpty(prevSlot));
