@@ -44,11 +44,11 @@ timedFile='*/AutotuneGpuTest.cpp'
 # none): one process of their own, started first, so that no shard holds
 # one beside others.
 slowNames=${SLOW_CASES-'backward: head dim 256*'}
+notTimed=(--test-case-exclude="$timedNames" --source-file-exclude="$timedFile")
 untimed=(--test-case-exclude="$timedNames${slowNames:+,$slowNames}"
   --source-file-exclude="$timedFile" --order-by=rand --rand-seed=7)
 slow=()
-[ -n "$slowNames" ] && slow=(--test-case="$slowNames" --test-case-exclude="$timedNames"
-  --source-file-exclude="$timedFile")
+[ -n "$slowNames" ] && slow=(--test-case="$slowNames" "${notTimed[@]}")
 
 count=$("$GPU_TESTS" --count "${untimed[@]}" |
   sed -n 's/.*passing the current filters: \([0-9]*\).*/\1/p')
@@ -65,8 +65,7 @@ echo "$count cases that time nothing, $shards shards of up to $per, $workers at 
 # Each case in exactly one shard: the shards' lists, joined, are the whole
 # list.
 # (The slow cases count as a shard of their own.)
-"$GPU_TESTS" --list-test-cases --test-case-exclude="$timedNames" \
-  --source-file-exclude="$timedFile" | grep -v '^\[doctest\]\|^====\|^GPU: ' \
+"$GPU_TESTS" --list-test-cases "${notTimed[@]}" | grep -v '^\[doctest\]\|^====\|^GPU: ' \
   | sort > "$logs/all-cases.txt"
 : > "$logs/sharded-cases.txt"
 : > "$logs/slow-cases.txt"
