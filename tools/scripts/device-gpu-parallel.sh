@@ -16,7 +16,7 @@
 # GPU_TESTS names the test binary (default flashjit-gpu-tests on PATH,
 # after device-setup.sh); SLOW_CASES the cases (doctest name filters) that
 # take minutes alone, run in one more process started first (default the
-# head dim 256 backward, which took a shard past 187 s; empty: none);
+# head dim 256 backward; empty: none);
 # SHARD_TIMEOUT and TIMED_TIMEOUT (seconds) bound each shard and the timed
 # part. Logs: $OUT/gpu-parallel/shard-K.txt and
 # timed-*.txt (shard-slow.txt for SLOW_CASES). Prints one line per shard
