@@ -28,10 +28,12 @@ namespace flashjit {
 namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-/// [lo, hi], either end possibly infinite; NaN ends (inf - inf, 0 * inf)
-/// widen to the whole line.
+/// The whole line: a value with no known bound. Intervals' ends may be
+/// infinite.
 ScoreInterval whole() { return {-kInf, kInf}; }
 
+/// The smallest interval holding `ends`; a NaN end (inf - inf, 0 * inf)
+/// widens it to the whole line.
 ScoreInterval hull(std::initializer_list<double> ends) {
   double lo = kInf, hi = -kInf;
   for (double e : ends) {
