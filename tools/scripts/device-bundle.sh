@@ -41,10 +41,10 @@ case "${1:-}" in
   ;;
 esac
 # What travels: tracked files, untracked files git does not ignore, and the
-# carried folders.
+# carried folders (du fails on a folder that is not there: the sum stands).
 tracked=$(git ls-files -z | xargs -0 du -cb 2> /dev/null | tail -1 | cut -f1)
 carried=$(du -scb .device-carry .device-bundle .device-builds .device-jobs \
-  2> /dev/null | tail -1 | cut -f1)
+  2> /dev/null | tail -1 | cut -f1 || true)
 total=$((tracked + carried))
 awk -v t="$total" -v k="$tracked" 'BEGIN { printf "travels: about %.1f MiB of 64 (tracked files %.1f MiB)\n", t / 1048576, k / 1048576 }'
 # The tool counts more than these sums: a tree of 63.7 MiB by this count
