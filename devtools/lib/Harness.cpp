@@ -34,6 +34,15 @@ TensorRef tensorRef(Layout layout, void *data, DType dtype, int64_t b,
                                 : TensorRef::bshd(data, dtype, b, h, s, d);
 }
 
+/// Runs work(0), ..., work(workers - 1) at once, work(0) on this thread.
+void onWorkers(unsigned workers, llvm::function_ref<void(unsigned)> work) {
+  std::vector<std::thread> threads;
+  for (unsigned w = 1; w < workers; ++w)
+    threads.emplace_back(work, w);
+  work(0);
+  for (std::thread &t : threads)
+    t.join();
+}
 
 } // namespace
 
@@ -41,17 +50,36 @@ std::vector<uint16_t> makeRandomInput(std::vector<float> &host, DType dtype,
                                       Layout layout, int64_t B, int64_t H,
                                       int64_t S, int64_t D,
                                       std::mt19937_64 &rng) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  host.resize(B * H * S * D);
-  std::vector<uint16_t> device(host.size());
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t s = 0; s < S; ++s)
-        for (int64_t d = 0; d < D; ++d) {
-          uint16_t bits = floatToBits(dtype, normal(rng));
-          host[((b * H + h) * S + s) * D + d] = bitsToFloat(dtype, bits);
-          device[offsetOf(layout, b, h, s, H, S, D) + d] = bits;
-        }
+  // Each chunk of 64k elements draws from its own stream, seeded from one
+  // draw of `rng` and the chunk's index, so the chunks fill on every core
+  // and the values depend on the seed alone, not on the thread count: one
+  // stream for a 16k x 2048 tensor takes about a second.
+  constexpr int64_t chunkElements = int64_t(1) << 16;
+  const uint64_t base = rng();
+  const int64_t elements = B * H * S * D;
+  host.resize(elements);
+  std::vector<uint16_t> device(elements);
+  auto fillChunk = [&](int64_t chunk) {
+    std::seed_seq seeds{uint32_t(base), uint32_t(base >> 32), uint32_t(chunk),
+                        uint32_t(uint64_t(chunk) >> 32)};
+    std::mt19937_64 stream(seeds);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const int64_t end = std::min(elements, (chunk + 1) * chunkElements);
+    for (int64_t i = chunk * chunkElements; i < end; ++i) {
+      const int64_t d = i % D, s = i / D % S, h = i / (D * S) % H,
+                    b = i / (D * S * H);
+      uint16_t bits = floatToBits(dtype, normal(stream));
+      host[i] = bitsToFloat(dtype, bits);
+      device[offsetOf(layout, b, h, s, H, S, D) + d] = bits;
+    }
+  };
+  const int64_t chunks = (elements + chunkElements - 1) / chunkElements;
+  const unsigned workers = static_cast<unsigned>(std::clamp<int64_t>(
+      chunks / 16, 1, std::max(1u, std::thread::hardware_concurrency())));
+  onWorkers(workers, [&](unsigned w) {
+    for (int64_t chunk = w; chunk < chunks; chunk += workers)
+      fillChunk(chunk);
+  });
   return device;
 }
 
@@ -107,18 +135,10 @@ compareRows(size_t count, size_t rowsPerWorker,
                              static_cast<unsigned>(count / rowsPerWorker + 1)));
   std::vector<RowErrors> partials(workers);
   std::vector<std::string> errors(workers);
-  auto work = [&](unsigned w) {
+  onWorkers(workers, [&](unsigned w) {
     for (size_t i = w; i < count && errors[w].empty(); i += workers)
       errors[w] = compareRow(i, partials[w]);
-  };
-  {
-    std::vector<std::thread> threads;
-    for (unsigned w = 1; w < workers; ++w)
-      threads.emplace_back(work, w);
-    work(0);
-    for (std::thread &t : threads)
-      t.join();
-  }
+  });
   RowErrors total;
   for (unsigned w = 0; w < workers; ++w) {
     if (!errors[w].empty())

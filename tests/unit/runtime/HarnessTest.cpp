@@ -1,10 +1,14 @@
 //===- HarnessTest.cpp - how many rows the GPU checks compare -------------===//
 // Why: the GPU tests compare every row of a problem whose float64
 // reference fits a budget, and sample beyond; the arithmetic that decides
-// it, and the tolerances, need no GPU.
+// it, the tolerances and the random inputs need no GPU.
 #include "flashjit/DevTools/Harness.h"
+#include "flashjit/DevTools/HostFloat.h"
 
 #include <doctest/doctest.h>
+
+#include <cmath>
+#include <random>
 
 using namespace flashjit;
 
@@ -39,4 +43,39 @@ TEST_CASE("tolerances: O by its dtype, the LSE as an f32 result") {
   CHECK(checkLseTolerance(spec) == 1e-5);
   spec.scoreMod = "func.func @score(...)";
   CHECK(checkLseTolerance(spec) == 1e-3);
+}
+
+TEST_CASE("random inputs: the seed decides them, in either layout") {
+  // Drawn in chunks on every core: the same seed must give the same
+  // values, a different one different values, the device image must be
+  // the host's in the layout asked, and the samples must be standard
+  // normal ones.
+  const int64_t B = 2, H = 3, S = 700, D = 64; // 4 chunks and a part
+  auto draw = [&](uint64_t seed, Layout layout, std::vector<float> &host) {
+    std::mt19937_64 rng(seed);
+    return makeRandomInput(host, DType::BF16, layout, B, H, S, D, rng);
+  };
+  std::vector<float> a, b, c;
+  std::vector<uint16_t> bhsd = draw(7, Layout::BHSD, a);
+  std::vector<uint16_t> bshd = draw(7, Layout::BSHD, b);
+  draw(8, Layout::BHSD, c);
+  REQUIRE(a.size() == size_t(B * H * S * D));
+  CHECK(a == b);
+  CHECK(a != c);
+  int64_t mismatches = 0;
+  double sum = 0, sumSq = 0;
+  for (int64_t bi = 0; bi < B; ++bi)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t s = 0; s < S; ++s)
+        for (int64_t d = 0; d < D; ++d) {
+          const int64_t i = ((bi * H + h) * S + s) * D + d;
+          mismatches += bhsd[i] != bshd[((bi * S + s) * H + h) * D + d];
+          mismatches += bitsToFloat(DType::BF16, bhsd[i]) != a[i];
+          sum += a[i];
+          sumSq += double(a[i]) * a[i];
+        }
+  CHECK(mismatches == 0);
+  const double n = double(a.size());
+  CHECK(std::fabs(sum / n) < 0.01);
+  CHECK(std::fabs(sumSq / n - 1.0) < 0.02);
 }

@@ -104,7 +104,8 @@ std::vector<int64_t> rowsToCheck(int64_t seqlen, int64_t wanted,
                                  std::mt19937_64 &rng);
 
 /// Fills `host` ([B,H,S,D] floats) with normal samples rounded to `dtype`
-/// and returns the device image of the same values in `layout`.
+/// and returns the device image of the same values in `layout`. Draws on
+/// every core; the values depend on `rng`'s state alone.
 std::vector<uint16_t> makeRandomInput(std::vector<float> &host, DType dtype,
                                       Layout layout, int64_t B, int64_t H,
                                       int64_t S, int64_t D,
