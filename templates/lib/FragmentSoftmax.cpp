@@ -108,13 +108,23 @@ void FragmentSoftmax::mask(MutableArrayRef<Value> s, Value n0, int64_t blockN,
   auto modColumn = [&](int64_t nt, int64_t r) {
     return indices->column(nt, r);
   };
+  // With a fixed reference nothing but P's exponent reads the scores, so
+  // a positive factor still pending on the score_mod's result (soft-cap's
+  // cap) joins that exponent's multiply-add (scoreFactor): one multiply a
+  // score fewer. The factor is the same for every score; masks keep their
+  // -inf through it.
+  scoreFactor = {};
   if (mods && mods->hasScoreMod())
     for (int64_t mt = 0; mt < mTiles; ++mt)
       for (int64_t nt = 0; nt < nTiles; ++nt)
         for (int64_t r = 0; r < kAccPerTile; ++r) {
           Value &score = s[scoreAt(mt, nt) + r];
+          Value factor;
           score = mods->score(score, rules.batch, rules.head,
-                              modRow(mt, r / 2), modColumn(nt, r));
+                              modRow(mt, r / 2), modColumn(nt, r),
+                              fixedMax ? &factor : nullptr);
+          if (factor && !scoreFactor)
+            scoreFactor = factor;
         }
   repeats.fold();
   const bool hasMaskMod = mods && mods->hasMaskMod();
@@ -261,16 +271,30 @@ SmallVector<Value> FragmentSoftmax::exponentiate(ValueRange s, int64_t row,
   OpBuilder &b = ir.b;
   Location loc = ir.loc;
   const int64_t mt = row / 2, h = row % 2;
+  // mask() left the scores times scoreFactor to form: here, in the
+  // multiply-add.
+  if (scoreFactor) {
+    assert(scoreFactor.getParentRegion()->isAncestor(
+               b.getInsertionBlock()->getParent()) &&
+           "mask() and the update of its tile in one region");
+    scaleLog2 = arith::MulFOp::create(b, loc, scaleLog2, scoreFactor);
+  }
   // One multiply-add and one exp2 per score, summed into kPartialSums
   // chains as they come (each P can die once it is packed; a tree would
   // keep every P alive until the sum).
   SmallVector<Value> partial;
+  // shareExp2WithFmaUnits(): score k of the row goes to the FMA units
+  // where k * eighths mod 8 < eighths, the given share spread evenly.
+  auto onFmaUnits = [&](size_t k) {
+    return static_cast<int64_t>(k) * exp2EighthsOnFma % 8 < exp2EighthsOnFma;
+  };
   size_t k = 0;
   for (int64_t nt = 0; nt < nTiles; ++nt)
     for (int64_t e = 0; e < 2; ++e, ++k) {
       int64_t i = scoreAt(mt, nt) + 2 * h + e;
-      probs[i] =
-          ir.exp2(LLVM::FMAOp::create(b, loc, s[i], scaleLog2, negShift));
+      Value exponent = LLVM::FMAOp::create(b, loc, s[i], scaleLog2, negShift);
+      probs[i] = onFmaUnits(k) ? ir.exp2OnFmaUnits(exponent)
+                               : ir.exp2(exponent);
       if (k < kPartialSums)
         partial.push_back(probs[i]);
       else

@@ -9,6 +9,7 @@
 #include "KernelIR.h"
 #include "ScoreMods.h"
 
+#include <cassert>
 #include <optional>
 
 namespace flashjit {
@@ -63,6 +64,15 @@ public:
   /// scores (-inf) give P = 0 as before. Returns whether it does.
   bool fixReference(ScoreMods &mods);
   bool hasFixedReference() const { return static_cast<bool>(fixedMax); }
+  /// With a fixed reference, `eighths` of every 8 P of a row are computed
+  /// on the FMA units (KernelIR::exp2OnFmaUnits) instead of ex2.approx,
+  /// spread evenly over the row: where the special-function unit bounds
+  /// the tile. The fixed reference keeps P's exponent within the range
+  /// that computation takes.
+  void shareExp2WithFmaUnits(int64_t eighths) {
+    assert(eighths >= 0 && eighths <= 8 && (fixedMax || eighths == 0));
+    exp2EighthsOnFma = eighths;
+  }
 
   int64_t rowStates() const { return mTiles * 2; }
   int64_t scoreAt(int64_t mt, int64_t nt) const {
@@ -150,6 +160,12 @@ private:
   const int64_t mTiles, nTiles;
   /// The fixed reference in the family's units (fixReference), or null.
   mlir::Value fixedMax;
+  /// shareExp2WithFmaUnits().
+  int64_t exp2EighthsOnFma = 0;
+  /// Set by mask() with a fixed reference: the masked scores are still to
+  /// be multiplied by it (ScoreMods::score's factorOut), which
+  /// exponentiate() folds into its multiply-add.
+  mlir::Value scoreFactor;
   /// P = 2^(s c - m c) for the scores of row state `row` (mt * 2 + h) into
   /// `probs`, with c = `scaleLog2` and `negShift` = -m c; returns the P
   /// summed in a few chains.

@@ -252,6 +252,10 @@ public:
 
   /// 2^x and log2(x) as one ex2.approx.ftz / lg2.approx instruction.
   mlir::Value exp2(mlir::Value x);
+  /// 2^x computed on the FP32 and integer units, no special-function
+  /// unit: a polynomial and an exponent shift, relative error below 2^-18
+  /// (Exp2Polynomial.cpp). -inf gives +0.0; x must be below 128.
+  mlir::Value exp2OnFmaUnits(mlir::Value x);
   mlir::Value log2(mlir::Value x);
   mlir::Value maxF(mlir::Value x, mlir::Value y);
   /// Two f32 values rounded to the element type and packed into an i32.

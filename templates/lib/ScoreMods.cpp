@@ -76,8 +76,19 @@ Value additiveBias(Region &region) {
 }
 } // namespace
 
+bool ScoreMods::knownPositive(Value factor) const {
+  if (factor == toNatural || factor == fromNatural)
+    return true;
+  FloatAttr c;
+  if (matchPattern(factor, m_Constant(&c)))
+    return c.getValueAsDouble() > 0;
+  auto product = factor.getDefiningOp<arith::MulFOp>();
+  return product && knownPositive(product.getLhs()) &&
+         knownPositive(product.getRhs());
+}
+
 Value ScoreMods::score(Value s, Value batch, Value head, ModIndex row,
-                       ModIndex column) {
+                       ModIndex column, Value *factorOut) {
   if (!hasScoreMod())
     return s;
   OpBuilder &b = ir.b;
@@ -127,6 +138,10 @@ Value ScoreMods::score(Value s, Value batch, Value head, ModIndex row,
   Value factor = fromNatural;
   if (resultScale)
     factor = arith::MulFOp::create(b, ir.loc, resultScale, fromNatural);
+  if (factorOut && knownPositive(factor)) {
+    *factorOut = factor;
+    return modded;
+  }
   auto back = arith::MulFOp::create(b, ir.loc, modded, factor);
   allowContraction(back);
   return back;

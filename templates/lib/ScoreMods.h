@@ -143,8 +143,14 @@ public:
   /// The score_mod of a score in the family's units; indices are i32 or
   /// i64 (narrowed: the mods' index is 32-bit) and clamped by the caller
   /// to the sequences (a captured tensor is read at them).
+  /// With `factorOut`, a positive factor still pending on the result
+  /// (soft-cap's cap, and the units' fromNatural) may come back apart, for
+  /// the caller to fold into a multiply of its own: the score is then the
+  /// value returned times *factorOut (f32, the same for every score).
+  /// *factorOut stays null where the score comes back formed.
   mlir::Value score(mlir::Value s, mlir::Value batch, mlir::Value head,
-                    ModIndex row, ModIndex column);
+                    ModIndex row, ModIndex column,
+                    mlir::Value *factorOut = nullptr);
   /// d score_mod / d score (f32) at a score in the family's units, from
   /// the score_grad region (ModRegions::scoreGrad), for the backward pass:
   /// the units scale the score and its mod alike, so the factor is the
@@ -211,6 +217,10 @@ private:
     bool row = false, column = false;
   };
   ReadDependence dependenceOf(mlir::Operation *read) const;
+  /// Whether `factor`, a product of a region's pending factors, is known
+  /// to be positive: constants above 0 and the unit conversions (the
+  /// launch checks scale > 0).
+  bool knownPositive(mlir::Value factor) const;
 
   KernelIR &ir;
   ModRegions mods;

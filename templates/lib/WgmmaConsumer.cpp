@@ -48,6 +48,12 @@
 using namespace mlir;
 
 namespace flashjit::wgmma {
+namespace {
+/// The share of P's exp2, in eighths, that goes to the FMA units where the
+/// score_mod spends the special-function unit too.
+constexpr int64_t kExp2EighthsOnFmaUnits = 2;
+} // namespace
+
 void Builder::emitConsumer(const ForwardParams &p, Value tid,
                            Value warpgroup) {
   NVVM::SetMaxRegisterOp::create(b, loc,
@@ -91,6 +97,13 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
   // A score_mod that bounds the scores (soft-capping) fixes P's reference:
   // no row max, no vote on the bound, no rescale of O.
   const bool fixedReference = softmax.fixReference(scoreMods);
+  // Where the score_mod spends the special-function unit too (tanh) at
+  // head dim 64, part of P's exp2 goes to the FMA units.
+  const int64_t exp2Eighths = fixedReference && spec.headDim == 64 &&
+                                      scoreModSpecialFunctions(spec) > 0
+                                  ? kExp2EighthsOnFmaUnits
+                                  : 0;
+  softmax.shareExp2WithFmaUnits(exp2Eighths);
   // The parameters of the tile at work: a persistent varlen consumer
   // narrows a copy of `p` to each tile's sequence (narrowToSequence), and
   // takes the diagonal of each (bottom-right alignment differs per
@@ -200,6 +213,7 @@ void Builder::emitConsumer(const ForwardParams &p, Value tid,
   FragmentSoftmax halfSoftmax(*this, /*mTiles=*/1, nTiles / 2);
   stageColumns(halfSoftmax);
   halfSoftmax.fixReference(scoreMods);
+  halfSoftmax.shareExp2WithFmaUnits(exp2Eighths);
   // One tile at `at`, ring position `iteration` (i32); returns its K/V
   // tile count.
   auto consumeTile = [&](const BlockCoordinates &at, Value iteration) {

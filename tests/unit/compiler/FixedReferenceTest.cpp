@@ -25,18 +25,23 @@ std::string scoreMod(const std::string &body) {
          body + "  return %r : f32\n}\n";
 }
 
-/// Whether the forward kernel of `spec` for `chip` takes P against a fixed
-/// reference: a kernel with a running max votes (vote.sync) on whether
-/// to rescale O, or on whether a tile outgrew the softmax bound.
-bool fixesReference(AttentionSpec spec, const char *chip) {
-  spec.headDim = 128;
+/// The forward kernel of `spec` at head dim `headDim` for `chip`, as PTX.
+std::string forwardPtx(AttentionSpec spec, int64_t headDim, const char *chip) {
+  spec.headDim = headDim;
   spec.numHeads = 4;
   spec.numKVHeads = 2;
   CompileOptions o;
   o.target = llvm::cantFail(Target::parse(chip));
   auto kernel = compileAttention(spec, o);
   REQUIRE_MESSAGE(bool(kernel), llvm::toString(kernel.takeError()));
-  return kernel->text.find("vote.sync") == std::string::npos;
+  return kernel->text;
+}
+
+/// Whether the forward kernel of `spec` for `chip` takes P against a fixed
+/// reference: a kernel with a running max votes (vote.sync) on whether
+/// to rescale O, or on whether a tile outgrew the softmax bound.
+bool fixesReference(const AttentionSpec &spec, const char *chip) {
+  return forwardPtx(spec, 128, chip).find("vote.sync") == std::string::npos;
 }
 
 const char *const kSigmoid = "  %one = arith.constant 1.0 : f32\n"
@@ -103,4 +108,56 @@ TEST_CASE("score_mods that bound the scores take P against a fixed "
   AttentionSpec alibi;
   REQUIRE(!presets::alibi(alibi));
   CHECK_FALSE(fixesReference(alibi, "sm_90a"));
+}
+
+namespace {
+/// Whether a kernel computes part of P's exp2 on the FMA units: the
+/// polynomial's leading coefficient, 0x1.3a02ccp-7 (Exp2Polynomial.cpp),
+/// appears in its PTX as 0f3C1D0166.
+bool sharesExp2(const std::string &ptx) {
+  return ptx.find("0f3C1D0166") != std::string::npos;
+}
+
+size_t count(const std::string &text, const std::string &what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos;
+       at = text.find(what, at + what.size()))
+    ++n;
+  return n;
+}
+} // namespace
+
+TEST_CASE("with a fixed reference, soft-cap's cap joins P's exponent, and "
+          "at head dim 64 on Hopper part of P's exp2 runs on the FMA "
+          "units") {
+  AttentionSpec softcap30, softcap50, clamp;
+  REQUIRE(!presets::softcap(softcap30, 30));
+  REQUIRE(!presets::softcap(softcap50, 50));
+  clamp.scoreMod = scoreMod(kClamp);
+  // One multiply a score: the score into tanh's argument (scale / cap);
+  // the cap itself is folded into the exponent's multiply-add. A running
+  // max (soft-cap 50) needs the scores formed: more.
+  for (const char *chip : {"sm_90a", "sm_80"}) {
+    INFO(chip);
+    const std::string folded = forwardPtx(softcap30, 128, chip);
+    const std::string formed = forwardPtx(softcap50, 128, chip);
+    const size_t tanhs = count(folded, "tanh.approx.f32");
+    REQUIRE(tanhs > 0);
+    CHECK(count(folded, "mul.f32") <= tanhs + 2);
+    CHECK(count(formed, "mul.f32") > count(formed, "tanh.approx.f32") + 2);
+  }
+  AttentionSpec causal = softcap30;
+  causal.causal = true;
+  CHECK(sharesExp2(forwardPtx(softcap30, 64, "sm_90a")));
+  CHECK(sharesExp2(forwardPtx(causal, 64, "sm_90a")));
+  // At head dim 128 the extra instructions cost more than the special-
+  // function unit gives back (docs/performance.md).
+  CHECK_FALSE(sharesExp2(forwardPtx(softcap30, 128, "sm_90a")));
+  // A running max can put P's exponent past the polynomial's range.
+  CHECK_FALSE(sharesExp2(forwardPtx(softcap50, 64, "sm_90a")));
+  // A clamp costs the special-function unit nothing.
+  CHECK_FALSE(sharesExp2(forwardPtx(clamp, 64, "sm_90a")));
+  // mma_sync (Ampere) and the dense kernels: ex2 alone.
+  CHECK_FALSE(sharesExp2(forwardPtx(softcap30, 64, "sm_80")));
+  CHECK_FALSE(sharesExp2(forwardPtx(AttentionSpec{}, 64, "sm_90a")));
 }
