@@ -6,6 +6,8 @@
 #include "flashjit/Compiler/Compiler.h"
 #include "flashjit/Templates/DecodeKernel.h"
 
+#include "llvm/ADT/StringRef.h"
+
 #include <doctest/doctest.h>
 #include <regex>
 
@@ -28,14 +30,6 @@ DecodeSpec decodeSpec(int64_t d, DType dtype, int64_t heads, int64_t kvHeads,
   s.qLen = qLen;
   s.pageSize = pageSize;
   return s;
-}
-
-size_t count(const std::string &text, const std::string &what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos;
-       at = text.find(what, at + 1))
-    ++n;
-  return n;
 }
 } // namespace
 
@@ -238,8 +232,9 @@ TEST_CASE("decode: the copy path and L2 hint knobs") {
         auto kernel = compileDecodeKernel(s, forChip("sm_90a"));
         REQUIRE_MESSAGE(bool(kernel), llvm::toString(kernel.takeError()));
         const std::string &ptx = kernel->text;
-        CHECK(count(ptx, "cp.async.bulk.shared::cluster.global.mbarrier::"
-                         "complete_tx::bytes") >= 2);
+        CHECK(llvm::StringRef(ptx).count(
+                  "cp.async.bulk.shared::cluster.global.mbarrier::"
+                  "complete_tx::bytes") >= 2);
         CHECK(ptx.find("mbarrier.try_wait.parity") != std::string::npos);
         CHECK(ptx.find("mbarrier.arrive.expect_tx") != std::string::npos);
         CHECK(ptx.find("cp.async.cg.shared.global") != std::string::npos);
